@@ -1,0 +1,36 @@
+"""ONNX Runtime backend, fp32 or int8, with the CUDA provider when it actually starts."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from app.runtime import devices
+
+log = logging.getLogger(__name__)
+
+
+class OnnxBackend:
+    def __init__(self, onnx_path: Path, input_names: tuple[str, ...], device: str, int8: bool, threads: int = 0):
+        import onnxruntime as ort
+
+        self.name = "onnx-int8" if int8 else "onnx"
+        self.input_names = input_names
+        requested, warning = devices.choose_onnx_providers(device, ort.get_available_providers())
+        devices.warn(warning)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = threads or os.cpu_count() or 1
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(onnx_path), options, providers=requested)
+        active = self.session.get_providers()
+        devices.warn(devices.check_active_providers(requested, active))
+        self.provider = active[0]
+        log.info("%s backend: %s on %s", self.name, onnx_path.name, self.provider)
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        feed = {name: inputs[name].astype(np.int64, copy=False) for name in self.input_names}
+        return self.session.run(None, feed)[0]

@@ -1,0 +1,90 @@
+"""Sentence embeddings: token states from any backend, pooled and normalised as the model says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from app.runtime.backends.base import Backend
+from app.runtime.model_dir import ModelInfo
+from app.runtime.tokenization import Encoded, TextTokenizer, plan_batches
+
+
+def pool(states: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
+    if mode == "cls":
+        return states[:, 0]
+    weights = mask[..., None].astype(states.dtype)
+    if mode == "max":
+        return np.where(weights > 0, states, -np.inf).max(axis=1)
+    return (states * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+class EncoderRuntime:
+    task = "embed"
+
+    def __init__(
+        self,
+        info: ModelInfo,
+        tokenizer: TextTokenizer,
+        backend: Backend,
+        max_batch_tokens: int = 8192,
+        max_batch_size: int = 64,
+    ):
+        self.info = info
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_size = max_batch_size
+        self.dimension = int(self.run(self.encode(["dimension probe"]))[0].shape[0])
+
+    @property
+    def max_tokens(self) -> int:
+        return self.tokenizer.max_tokens
+
+    def encode(self, texts: list[str]) -> list[Encoded]:
+        return self.tokenizer.encode(texts)
+
+    def run(self, items: list[Encoded]) -> list[np.ndarray]:
+        """One padded forward pass over ``items``; pooled, not yet normalised (callers choose)."""
+        inputs = self.tokenizer.pad(items)
+        states = self.backend(inputs)
+        pooled = pool(states, inputs["attention_mask"], self.info.pooling).astype(np.float32)
+        return list(pooled)
+
+    def finish(self, vectors: list[np.ndarray], normalize: bool | None = None) -> np.ndarray:
+        matrix = np.stack(vectors).astype(np.float32, copy=False) if vectors else np.zeros((0, self.dimension), np.float32)
+        return l2_normalize(matrix) if (self.info.normalize if normalize is None else normalize) else matrix
+
+    def embed_encoded(self, items: list[Encoded], normalize: bool | None = None) -> np.ndarray:
+        out: list[np.ndarray] = [np.empty(0)] * len(items)
+        for batch in plan_batches([len(item) for item in items], self.max_batch_tokens, self.max_batch_size):
+            for index, vector in zip(batch, self.run([items[i] for i in batch]), strict=True):
+                out[index] = vector
+        return self.finish(out, normalize)
+
+    def embed(self, texts: list[str], normalize: bool | None = None) -> np.ndarray:
+        """float32 [n, d]: sorted by length and batched by tokens, returned in the caller's order."""
+        return self.embed_encoded(self.encode(texts), normalize)
+
+
+def load_encoder(
+    model: str | Path | None = None,
+    backend: str = "auto",
+    device: str = "auto",
+    threads: int = 0,
+    onnx_cache: Path | None = None,
+    max_batch_tokens: int = 8192,
+    max_batch_size: int = 64,
+) -> EncoderRuntime:
+    from app.runtime.backends.factory import create_backend
+    from app.runtime.model_dir import resolve_model_path
+
+    info = ModelInfo.read(resolve_model_path(model))
+    tokenizer = TextTokenizer(info.path, info.max_tokens)
+    engine = create_backend(info.path, "embed", tokenizer.input_names, backend, device, threads, onnx_cache)
+    return EncoderRuntime(info, tokenizer, engine, max_batch_tokens, max_batch_size)

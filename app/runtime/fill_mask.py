@@ -1,0 +1,119 @@
+"""Fill-mask like the Hugging Face pipeline: per mask token, the top-k {score, token, token_str, sequence}."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from app.runtime.backends.base import Backend
+from app.runtime.model_dir import ModelInfo
+from app.runtime.tokenization import Encoded, TextTokenizer
+
+
+class NoMaskToken(ValueError):
+    """The text has no mask token for the model to fill."""
+
+
+@dataclass
+class FillMaskResult:
+    masks: list[list[dict]] = field(default_factory=list)  # one list of predictions per answered mask
+    truncated: bool = False
+    masks_dropped: int = 0  # masks past the model's window, which it cannot see
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+class FillMaskRuntime:
+    task = "fill-mask"
+
+    def __init__(self, info: ModelInfo, tokenizer: TextTokenizer, backend: Backend):
+        self.info = info
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.mask_token: str = tokenizer.hf.mask_token
+        self.mask_id: int = tokenizer.hf.mask_token_id
+        if self.mask_token is None:
+            raise ValueError(f"{info.path} has no mask token: it is not a masked language model")
+
+    @property
+    def max_tokens(self) -> int:
+        return self.tokenizer.max_tokens
+
+    def encode(self, texts: list[str]) -> list[Encoded]:
+        return self.tokenizer.encode(texts)
+
+    def run(self, items: list[Encoded]) -> list[np.ndarray]:
+        """Probabilities [masks, vocab] per item, from one padded forward pass."""
+        inputs = self.tokenizer.pad(items)
+        logits = self.backend(inputs)
+        out = []
+        for row, item in enumerate(items):
+            positions = [i for i, token in enumerate(item.ids) if token == self.mask_id]
+            out.append(softmax(logits[row, positions].astype(np.float32)))
+        return out
+
+    def target_ids(self, targets: list[str]) -> list[int]:
+        """First token of each target, as the Hugging Face pipeline does; unknown words are refused."""
+        ids = []
+        for target in targets:
+            pieces = self.tokenizer.hf(target, add_special_tokens=False)["input_ids"]
+            if not pieces:
+                raise ValueError(f"target {target!r} is empty after tokenisation")
+            ids.append(pieces[0])
+        return ids
+
+    def decode(
+        self, text: str, item: Encoded, probs: np.ndarray, top_k: int = 5, targets: list[str] | None = None
+    ) -> FillMaskResult:
+        positions = [i for i, token in enumerate(item.ids) if token == self.mask_id]
+        in_text = text.count(self.mask_token)
+        if not positions and not in_text:
+            raise NoMaskToken(f"no {self.mask_token} token in the input: the model fills {self.mask_token}")
+        candidates = np.array(self.target_ids(targets)) if targets else None
+        result = FillMaskResult(truncated=item.truncated, masks_dropped=max(in_text - len(positions), 0))
+        for position, row in zip(positions, probs, strict=True):
+            pool = candidates if candidates is not None else np.arange(row.shape[0])
+            best = pool[np.argsort(-row[pool], kind="stable")[:top_k]]
+            result.masks.append([self._prediction(item, position, int(token), float(row[token])) for token in best])
+        return result
+
+    def _prediction(self, item: Encoded, position: int, token: int, score: float) -> dict:
+        ids = list(item.ids)
+        ids[position] = token
+        return {
+            "score": score,
+            "token": token,
+            "token_str": self.tokenizer.hf.decode([token]).strip(),
+            "sequence": self.tokenizer.hf.decode(ids, skip_special_tokens=True),
+        }
+
+    def fill_mask(self, texts: list[str], top_k: int = 5, targets: list[str] | None = None) -> list[FillMaskResult]:
+        """Offline path (one batch); the service goes through a MicroBatcher with ``encode``/``run``/``decode``."""
+        items = self.encode(texts)
+        return [
+            self.decode(text, item, probs, top_k, targets)
+            for text, item, probs in zip(texts, items, self.run(items), strict=True)
+        ]
+
+
+def load_fill_mask(
+    model: str | Path | None = None,
+    backend: str = "auto",
+    device: str = "auto",
+    threads: int = 0,
+    onnx_cache: Path | None = None,
+) -> FillMaskRuntime:
+    from app.runtime.backends.factory import create_backend
+    from app.runtime.default_fill_mask import default_fill_mask_path
+    from app.runtime.model_dir import resolve_model_path
+
+    path = resolve_model_path(model) if model else default_fill_mask_path()
+    info = ModelInfo.read(path)
+    tokenizer = TextTokenizer(info.path, info.max_tokens)
+    engine = create_backend(info.path, "fill-mask", tokenizer.input_names, backend, device, threads, onnx_cache)
+    return FillMaskRuntime(info, tokenizer, engine)

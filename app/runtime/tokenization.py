@@ -1,0 +1,69 @@
+"""Tokenise once, truncate to the model's window (and say so), pad per batch, plan batches by tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One text as token ids, already cut to the model's window."""
+
+    ids: tuple[int, ...]
+    truncated: bool
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+class TextTokenizer:
+    def __init__(self, path: Path, max_tokens: int):
+        from transformers import AutoTokenizer
+
+        self.hf = AutoTokenizer.from_pretrained(path)
+        self.max_tokens = max_tokens
+        self.input_names = tuple(name for name in _INPUTS if name in self.hf.model_input_names)
+        self.pad_id = self.hf.pad_token_id if self.hf.pad_token_id is not None else 0
+        self._fast = self.hf.backend_tokenizer.__class__.from_str(self.hf.backend_tokenizer.to_str())
+        self._fast.no_padding()
+        self._fast.enable_truncation(max_length=max_tokens)
+
+    def encode(self, texts: list[str]) -> list[Encoded]:
+        return [
+            Encoded(tuple(encoding.ids), bool(encoding.overflowing))
+            for encoding in self._fast.encode_batch(texts, add_special_tokens=True)
+        ]
+
+    def pad(self, batch: list[Encoded]) -> dict[str, np.ndarray]:
+        width = max(len(item) for item in batch)
+        ids = np.full((len(batch), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
+        for row, item in enumerate(batch):
+            ids[row, : len(item)] = item.ids
+            mask[row, : len(item)] = 1
+        arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        return {name: arrays[name] for name in self.input_names}
+
+
+def plan_batches(lengths: list[int], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
+    """Group indices sorted by length so each padded batch (count x longest) stays within the budget.
+
+    Sorting first is what cuts padding: neighbours have similar lengths.
+    """
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        longest = lengths[index]  # sorted ascending: the newcomer is the longest
+        if current and ((len(current) + 1) * longest > max_batch_tokens or len(current) >= max_batch_size):
+            batches.append(current)
+            current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches

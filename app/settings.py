@@ -1,0 +1,59 @@
+"""One typed settings object; every field is also an environment variable ``CLOZE_<NAME>``."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+Backend = Literal["auto", "torch", "onnx", "onnx-int8"]
+Device = Literal["auto", "cpu", "cuda"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CLOZE_", env_file=None, extra="ignore")
+
+    # Models and index
+    model: str = Field("", description="Embedding model: a folder or hub id; empty = bundled all-MiniLM-L6-v2")
+    fill_mask_model: str = Field("", description="Fill-mask model folder; empty = the shipped default")
+    index: Path = Field(Path("data/index"), description="Index folder (created empty when missing)")
+    backend: Backend = Field("auto", description="auto | torch | onnx | onnx-int8")
+    device: Device = Field("auto", description="auto (CUDA when usable) | cpu | cuda")
+    onnx_cache: Path | None = Field(None, description="Where ONNX exports are cached; default: beside the model")
+
+    # Security
+    api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Write keys, comma-separated")
+    read_api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Read keys, comma-separated; unset = reads are open"
+    )
+    allow_open: bool = Field(False, description="Allow serving without keys on a non-loopback host")
+
+    # Batching
+    max_batch_tokens: int = Field(8192, ge=64, description="Token budget of one forward pass (padded)")
+    max_batch_size: int = Field(64, ge=1, description="Most sequences in one forward pass")
+    max_wait_ms: float = Field(2.0, ge=0, description="How long a batch waits to fill")
+    max_queue: int = Field(2048, ge=1, description="Most queued texts before answering 429")
+    threads: int = Field(0, ge=0, description="Inference threads; 0 = all cores")
+
+    # Request limits
+    max_inputs: int = Field(256, ge=1, description="Most texts in one request")
+    max_chars: int = Field(20_000, ge=1, description="Most characters in one text")
+    max_body_bytes: int = Field(4_000_000, ge=1024, description="Largest request body (413 above)")
+    max_top_k: int = Field(100, ge=1, description="Largest top_k for /search")
+
+    log_level: str = Field("info", description="Log level")
+
+    @field_validator("api_keys", "read_api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Indexing worker: documents -> chunks -> embeddings -> FAISS + SQLite (FTS5) + manifest."""
