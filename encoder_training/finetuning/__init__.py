@@ -1,0 +1,1 @@
+"""Finetuning stage of encoder training."""

@@ -1,0 +1,1 @@
+"""Pretraining stage of encoder training."""
