@@ -77,7 +77,9 @@ def _export(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=os.environ.get("CLOZE_LOG_LEVEL", "INFO").upper(), format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("CLOZE_LOG_LEVEL", "INFO").upper(), format="%(levelname)s %(name)s: %(message)s"
+    )
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
     try:

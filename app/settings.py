@@ -17,15 +17,21 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CLOZE_", env_file=None, extra="ignore")
 
     # Models and index
-    model: str = Field("", description="Embedding model: a folder or hub id; empty = bundled all-MiniLM-L6-v2")
+    model: str = Field(
+        "", description="Embedding model: a folder or hub id; empty = bundled all-MiniLM-L6-v2"
+    )
     fill_mask_model: str = Field("", description="Fill-mask model folder; empty = the shipped default")
     index: Path = Field(Path("data/index"), description="Index folder (created empty when missing)")
     backend: Backend = Field("auto", description="auto | torch | onnx | onnx-int8")
     device: Device = Field("auto", description="auto (CUDA when usable) | cpu | cuda")
-    onnx_cache: Path | None = Field(None, description="Where ONNX exports are cached; default: beside the model")
+    onnx_cache: Path | None = Field(
+        None, description="Where ONNX exports are cached; default: beside the model"
+    )
 
     # Security
-    api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Write keys, comma-separated")
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Write keys, comma-separated"
+    )
     read_api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Read keys, comma-separated; unset = reads are open"
     )

@@ -24,7 +24,9 @@ def make_tiny_bert(out: Path, max_position_embeddings: int = 64) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", *TINY_WORDS, *[f"##{c}" for c in "sedn"]]
-    tokenizer = BertTokenizer(vocab={token: i for i, token in enumerate(vocab)}, model_max_length=max_position_embeddings)
+    tokenizer = BertTokenizer(
+        vocab={token: i for i, token in enumerate(vocab)}, model_max_length=max_position_embeddings
+    )
     tokenizer.save_pretrained(out)
     torch.manual_seed(0)
     config = BertConfig(

@@ -57,7 +57,11 @@ class EncoderRuntime:
         return list(pooled)
 
     def finish(self, vectors: list[np.ndarray], normalize: bool | None = None) -> np.ndarray:
-        matrix = np.stack(vectors).astype(np.float32, copy=False) if vectors else np.zeros((0, self.dimension), np.float32)
+        matrix = (
+            np.stack(vectors).astype(np.float32, copy=False)
+            if vectors
+            else np.zeros((0, self.dimension), np.float32)
+        )
         return l2_normalize(matrix) if (self.info.normalize if normalize is None else normalize) else matrix
 
     def embed_encoded(self, items: list[Encoded], normalize: bool | None = None) -> np.ndarray:

@@ -79,7 +79,9 @@ class FillMaskRuntime:
         for position, row in zip(positions, probs, strict=True):
             pool = candidates if candidates is not None else np.arange(row.shape[0])
             best = pool[np.argsort(-row[pool], kind="stable")[:top_k]]
-            result.masks.append([self._prediction(item, position, int(token), float(row[token])) for token in best])
+            result.masks.append(
+                [self._prediction(item, position, int(token), float(row[token])) for token in best]
+            )
         return result
 
     def _prediction(self, item: Encoded, position: int, token: int, score: float) -> dict:
@@ -92,7 +94,9 @@ class FillMaskRuntime:
             "sequence": self.tokenizer.hf.decode(ids, skip_special_tokens=True),
         }
 
-    def fill_mask(self, texts: list[str], top_k: int = 5, targets: list[str] | None = None) -> list[FillMaskResult]:
+    def fill_mask(
+        self, texts: list[str], top_k: int = 5, targets: list[str] | None = None
+    ) -> list[FillMaskResult]:
         """Offline path (one batch); the service goes through a MicroBatcher with ``encode``/``run``/``decode``."""
         items = self.encode(texts)
         return [
@@ -115,5 +119,7 @@ def load_fill_mask(
     path = resolve_model_path(model) if model else default_fill_mask_path()
     info = ModelInfo.read(path)
     tokenizer = TextTokenizer(info.path, info.max_tokens)
-    engine = create_backend(info.path, "fill-mask", tokenizer.input_names, backend, device, threads, onnx_cache)
+    engine = create_backend(
+        info.path, "fill-mask", tokenizer.input_names, backend, device, threads, onnx_cache
+    )
     return FillMaskRuntime(info, tokenizer, engine)

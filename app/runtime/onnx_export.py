@@ -34,7 +34,9 @@ def onnx_file(cache_dir: Path, task: Task, int8: bool) -> Path:
     return cache_dir / f"{task}{'_int8' if int8 else ''}.onnx"
 
 
-def ensure_onnx(model_path: Path, task: Task, int8: bool, input_names: tuple[str, ...], cache_dir: Path) -> Path:
+def ensure_onnx(
+    model_path: Path, task: Task, int8: bool, input_names: tuple[str, ...], cache_dir: Path
+) -> Path:
     """Return the cached ONNX file for ``task``, exporting (and quantising) first when missing or stale."""
     current = fingerprint(model_path)
     stamp_path = cache_dir / f"{task}.json"
@@ -45,7 +47,9 @@ def ensure_onnx(model_path: Path, task: Task, int8: bool, input_names: tuple[str
         for stale in (fp32, quantised):
             stale.unlink(missing_ok=True)
         export_fp32(model_path, task, input_names, fp32)
-        _write_atomic(stamp_path, json.dumps({"fingerprint": current, "task": task, "input_names": input_names}))
+        _write_atomic(
+            stamp_path, json.dumps({"fingerprint": current, "task": task, "input_names": input_names})
+        )
     if int8 and not quantised.is_file():
         quantize_int8(fp32, quantised)
     return quantised if int8 else fp32
@@ -60,8 +64,14 @@ def export_fp32(model_path: Path, task: Task, input_names: tuple[str, ...], out:
     log.info("exporting %s (%s) to ONNX: %s", model_path, task, out)
     module = load_module(model_path, task, input_names)
     example = torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]])
-    args = tuple(example if name == "input_ids" else (example > 0).long() if name == "attention_mask"
-                 else torch.zeros_like(example) for name in input_names)
+    args = tuple(
+        example
+        if name == "input_ids"
+        else (example > 0).long()
+        if name == "attention_mask"
+        else torch.zeros_like(example)
+        for name in input_names
+    )
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
     program = torch.onnx.export(
         module,

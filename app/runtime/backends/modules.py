@@ -22,17 +22,25 @@ class TokenStates(torch.nn.Module):
         self.input_names = input_names
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return self.model(**self._kwargs(input_ids, attention_mask, token_type_ids)).last_hidden_state
 
     def _kwargs(self, *inputs: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        return {name: value for name, value in zip(self.input_names, inputs, strict=False) if value is not None}
+        return {
+            name: value for name, value in zip(self.input_names, inputs, strict=False) if value is not None
+        }
 
 
 class MaskedLMLogits(TokenStates):
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return self.model(**self._kwargs(input_ids, attention_mask, token_type_ids)).logits
 

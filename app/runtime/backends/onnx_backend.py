@@ -14,7 +14,9 @@ log = logging.getLogger(__name__)
 
 
 class OnnxBackend:
-    def __init__(self, onnx_path: Path, input_names: tuple[str, ...], device: str, int8: bool, threads: int = 0):
+    def __init__(
+        self, onnx_path: Path, input_names: tuple[str, ...], device: str, int8: bool, threads: int = 0
+    ):
         import onnxruntime as ort
 
         self.name = "onnx-int8" if int8 else "onnx"

@@ -1,0 +1,100 @@
+"""MicroBatcher: concurrent callers get exactly their own answers, batches share passes, the queue is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from app.runtime import MicroBatcher, Overloaded
+from tests.conftest import sts_sentences
+
+
+def test_concurrent_callers_get_the_same_vectors_as_offline(bundled_torch, shared_data):
+    texts = sts_sentences(shared_data, 64)
+    passes: list[int] = []
+
+    async def scenario() -> list[np.ndarray]:
+        batcher = MicroBatcher(
+            bundled_torch.encode,
+            bundled_torch.run,
+            max_wait_ms=5,
+            on_batch=lambda n, tokens: passes.append(n),
+        )
+        results = await asyncio.gather(*(batcher.submit([text]) for text in texts))
+        await batcher.stop()
+        return [bundled_torch.finish(vectors)[0] for _, vectors in results]
+
+    concurrent = np.vstack(asyncio.run(scenario()))
+    np.testing.assert_allclose(concurrent, bundled_torch.embed(texts), atol=2e-5)
+    assert len(passes) < len(texts) / 4, f"64 concurrent callers took {len(passes)} forward passes"
+
+
+def test_batches_stay_within_the_token_budget(bundled_torch, shared_data):
+    texts = sts_sentences(shared_data, 48)
+    seen: list[int] = []
+
+    async def scenario() -> None:
+        batcher = MicroBatcher(
+            bundled_torch.encode,
+            bundled_torch.run,
+            max_batch_tokens=128,
+            on_batch=lambda n, t: seen.append(t),
+        )
+        await asyncio.gather(*(batcher.submit([text]) for text in texts))
+        await batcher.stop()
+
+    asyncio.run(scenario())
+    assert seen and max(seen) <= 128
+
+
+def test_full_queue_answers_overloaded_instead_of_growing():
+    release = threading.Event()
+
+    def slow_run(items):
+        release.wait(5)
+        return [len(item) for item in items]
+
+    def encode(texts):
+        from app.runtime.tokenization import Encoded
+
+        return [Encoded((1, 2, 3), False) for _ in texts]
+
+    async def scenario() -> tuple[list, Overloaded]:
+        batcher = MicroBatcher(encode, slow_run, max_queue=4, max_wait_ms=0)
+        first = asyncio.ensure_future(batcher.submit(["a", "b", "c"]))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Overloaded) as refused:
+            await batcher.submit(["d", "e"])
+        release.set()
+        answered = await first
+        await batcher.stop()
+        return answered[1], refused.value
+
+    answered, refused = asyncio.run(scenario())
+    assert answered == [3, 3, 3]
+    assert refused.retry_after > 0 and "busy" in str(refused)
+
+
+def test_a_failing_forward_pass_fails_its_requests_not_the_worker():
+    from app.runtime.tokenization import Encoded
+
+    calls = {"n": 0}
+
+    def flaky(items):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("boom")
+        return [0 for _ in items]
+
+    async def scenario():
+        batcher = MicroBatcher(lambda texts: [Encoded((1,), False) for _ in texts], flaky, max_wait_ms=0)
+        with pytest.raises(RuntimeError, match="boom"):
+            await batcher.submit(["x"])
+        _, out = await batcher.submit(["y"])
+        await batcher.stop()
+        return out
+
+    assert asyncio.run(scenario()) == [0]

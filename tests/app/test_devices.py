@@ -1,0 +1,44 @@
+"""Device and provider selection: the logic CI can check without a GPU."""
+
+from app.runtime import devices
+from app.runtime.backends.factory import resolve_backend_name
+
+
+def test_auto_takes_cuda_when_available_and_cpu_otherwise():
+    assert devices.choose_device("auto", cuda_available=True) == devices.DeviceChoice("cuda")
+    assert devices.choose_device("auto", cuda_available=False) == devices.DeviceChoice("cpu")
+    assert devices.choose_device("cpu", cuda_available=True) == devices.DeviceChoice("cpu")
+
+
+def test_cuda_requested_but_unusable_falls_back_to_cpu_with_a_warning():
+    choice = devices.choose_device("cuda", cuda_available=False)
+    assert choice.device == "cpu" and "not usable" in choice.warning
+
+
+def test_onnx_providers_prefer_cuda_only_when_present():
+    cuda, cpu = devices.CUDA_PROVIDER, devices.CPU_PROVIDER
+    assert devices.choose_onnx_providers("cuda", [cuda, cpu]) == ([cuda, cpu], None)
+    providers, warning = devices.choose_onnx_providers("cuda", [cpu])
+    assert providers == [cpu] and "no CUDA provider" in warning
+    assert devices.choose_onnx_providers("cpu", [cuda, cpu]) == ([cpu], None)
+
+
+def test_silent_onnxruntime_gpu_fallback_is_detected():
+    cuda, cpu = devices.CUDA_PROVIDER, devices.CPU_PROVIDER
+    assert "CUDA provider" in devices.check_active_providers([cuda, cpu], [cpu])
+    assert devices.check_active_providers([cuda, cpu], [cuda, cpu]) is None
+
+
+def test_auto_backend_is_fastest_that_keeps_quality():
+    assert resolve_backend_name("auto", "embed", "cpu", has_onnxruntime=True) == "onnx-int8"
+    assert resolve_backend_name("auto", "embed", "cuda", has_onnxruntime=True) == "torch"
+    assert resolve_backend_name("auto", "fill-mask", "cpu", has_onnxruntime=True) == "torch"
+    assert resolve_backend_name("auto", "embed", "cpu", has_onnxruntime=False) == "torch"
+    assert resolve_backend_name("onnx", "embed", "cpu", has_onnxruntime=True) == "onnx"
+
+
+def test_explicit_onnx_without_onnxruntime_is_a_clear_error():
+    import pytest
+
+    with pytest.raises(RuntimeError, match="needs onnxruntime"):
+        resolve_backend_name("onnx-int8", "embed", "cpu", has_onnxruntime=False)

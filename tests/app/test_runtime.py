@@ -1,0 +1,139 @@
+"""The inference runtime: batched == one-by-one, backends agree, fill-mask shape, truncation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.runtime import NoMaskToken, load_encoder, load_fill_mask
+from app.runtime.model_dir import ModelInfo
+from app.runtime.tokenization import plan_batches
+from tests.conftest import sts_sentences
+
+
+@pytest.fixture(scope="module")
+def tiny_fill_mask(tiny_bert):
+    return load_fill_mask(str(tiny_bert), backend="torch")
+
+
+def test_model_info_reads_sentence_transformers_config(bundled_path):
+    info = ModelInfo.read(bundled_path)
+    assert (info.pooling, info.normalize, info.max_tokens) == ("mean", True, 256)
+    assert info.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    assert len(info.fingerprint) == 16
+
+
+def test_plain_hf_folder_defaults_to_mean_pooling_without_normalisation(tiny_bert):
+    info = ModelInfo.read(tiny_bert)
+    assert (info.pooling, info.normalize, info.max_tokens) == ("mean", False, 64)
+
+
+def test_plan_batches_respects_token_budget_and_sorts_by_length():
+    lengths = [5, 100, 7, 50, 6, 99]
+    batches = plan_batches(lengths, max_batch_tokens=200, max_batch_size=8)
+    assert sorted(i for batch in batches for i in batch) == list(range(6))
+    for batch in batches:
+        assert len(batch) * max(lengths[i] for i in batch) <= 200
+    flat = [lengths[i] for batch in batches for i in batch]
+    assert flat == sorted(flat)
+
+
+def test_batched_embeddings_equal_one_by_one(bundled_torch, shared_data):
+    texts = sts_sentences(shared_data, 40)
+    batched = bundled_torch.embed(texts)
+    single = np.vstack([bundled_torch.embed([text]) for text in texts])
+    assert batched.shape == (40, 384) and batched.dtype == np.float32
+    np.testing.assert_allclose(batched, single, atol=2e-5)
+    np.testing.assert_allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
+
+
+def test_bundled_model_matches_sentence_transformers(bundled_torch, bundled_path, shared_data):
+    from sentence_transformers import SentenceTransformer
+
+    texts = sts_sentences(shared_data, 16)
+    reference = SentenceTransformer(str(bundled_path), device="cpu").encode(texts)
+    np.testing.assert_allclose(bundled_torch.embed(texts), reference, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def onnx_pair(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("onnx-cache")
+    return (
+        load_encoder(backend="onnx", onnx_cache=cache),
+        load_encoder(backend="onnx-int8", onnx_cache=cache),
+    )
+
+
+def test_onnx_fp32_agrees_with_torch(bundled_torch, onnx_pair, shared_data):
+    texts = sts_sentences(shared_data, 200)
+    cosine = (bundled_torch.embed(texts) * onnx_pair[0].embed(texts)).sum(axis=1)
+    assert cosine.min() > 0.9999
+
+
+def test_onnx_int8_keeps_quality_on_real_text(bundled_torch, onnx_pair, shared_data):
+    texts = sts_sentences(shared_data, 400)
+    cosine = (bundled_torch.embed(texts) * onnx_pair[1].embed(texts)).sum(axis=1)
+    assert cosine.mean() >= 0.99
+    assert onnx_pair[1].backend.name == "onnx-int8"
+    assert onnx_pair[1].backend.provider == "CPUExecutionProvider"
+
+
+def test_onnx_cache_is_reused_and_refreshed_when_the_model_changes(tiny_bert, tmp_path):
+    import json
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_bert, model, ignore=shutil.ignore_patterns("onnx"))
+    cache = tmp_path / "cache"
+    load_encoder(str(model), backend="onnx", onnx_cache=cache)
+    stamp = json.loads((cache / "embed.json").read_text())
+    exported_at = (cache / "embed.onnx").stat().st_mtime_ns
+    load_encoder(str(model), backend="onnx", onnx_cache=cache)
+    assert (cache / "embed.onnx").stat().st_mtime_ns == exported_at  # reused
+    config = json.loads((model / "config.json").read_text())
+    config["layer_norm_eps"] = 1e-6  # a changed model...
+    (model / "config.json").write_text(json.dumps(config))
+    load_encoder(str(model), backend="onnx", onnx_cache=cache)
+    assert (
+        json.loads((cache / "embed.json").read_text())["fingerprint"] != stamp["fingerprint"]
+    )  # ...re-exported
+
+
+def test_fill_mask_answers_each_mask_in_pipeline_shape(tiny_fill_mask):
+    [result] = tiny_fill_mask.fill_mask(["the cat [MASK] on the [MASK] ."], top_k=3)
+    assert len(result.masks) == 2
+    for predictions in result.masks:
+        assert len(predictions) == 3
+        assert set(predictions[0]) == {"score", "token", "token_str", "sequence"}
+        scores = [p["score"] for p in predictions]
+        assert scores == sorted(scores, reverse=True) and 0 < scores[0] <= 1
+    assert result.masks[0][0]["sequence"].startswith("the cat " + result.masks[0][0]["token_str"])
+
+
+def test_fill_mask_batched_equals_one_by_one(tiny_fill_mask):
+    texts = ["the [MASK] sat .", "a long sentence of words with a [MASK] in it and more words", "[MASK] ."]
+    batched = tiny_fill_mask.fill_mask(texts, top_k=5)
+    single = [tiny_fill_mask.fill_mask([text], top_k=5)[0] for text in texts]
+    for a, b in zip(batched, single, strict=True):
+        assert [[p["token"] for p in m] for m in a.masks] == [[p["token"] for p in m] for m in b.masks]
+
+
+def test_fill_mask_targets_restrict_candidates(tiny_fill_mask):
+    [result] = tiny_fill_mask.fill_mask(["the [MASK] sat ."], top_k=5, targets=["cat", "dog"])
+    assert {p["token_str"] for p in result.masks[0]} == {"cat", "dog"}
+
+
+def test_fill_mask_without_mask_names_the_token(tiny_fill_mask):
+    with pytest.raises(NoMaskToken, match=r"\[MASK\]"):
+        tiny_fill_mask.fill_mask(["no mask here"])
+
+
+def test_fill_mask_past_truncation_is_reported(tiny_fill_mask):
+    text = "the cat sat " * 40 + "[MASK] ."  # 120+ tokens, the tiny model's window is 64
+    [result] = tiny_fill_mask.fill_mask([text])
+    assert result.truncated and result.masks_dropped == 1 and result.masks == []
+
+
+def test_overlong_embedding_input_is_truncated_and_flagged(bundled_torch):
+    [item] = bundled_torch.encode(["word " * 1000])
+    assert item.truncated and len(item) == bundled_torch.max_tokens
