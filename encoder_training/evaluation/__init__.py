@@ -1,0 +1,1 @@
+"""Evaluation of encoders: masked-token accuracy, LAMA, STS."""

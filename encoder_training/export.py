@@ -1,0 +1,233 @@
+"""``cloze export --model DIR --out DIR``: one folder the runtime and the service load as it is.
+
+It holds the sentence-transformers model (encoder + pooling + normalisation), the ONNX fp32 and
+per-channel int8 files in the runtime's own cache layout (``onnx/embed*.onnx`` + ``embed.json``,
+written by ``app.runtime.onnx_export`` so there is one exporter), and a model card
+(``card.json`` for programs, ``README.md`` for people) saying how the model was trained and what it
+measured. A score that could not be measured says so instead of being left out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+NOT_MEASURED = "not measured"
+PROBE_SENTENCES = [
+    "A man is playing a guitar.",
+    "The capital of France is Paris.",
+    "Search engines rank documents by relevance to a query.",
+    "Two dogs run across a snowy field.",
+]
+
+
+def export_model(
+    model: str | Path,
+    out: str | Path,
+    *,
+    measure_scores: bool = True,
+    model_id: str | None = None,
+    data_dir: Path | None = None,
+) -> Path:
+    """Write the ST folder, ONNX files and card to ``out``; return ``out``."""
+    from app.runtime.model_dir import resolve_model_path
+
+    source, out = resolve_model_path(str(model)), Path(out)
+    save_sentence_transformer(source, out)
+    onnx_files = export_onnx(out)
+    scores = measure(out, source, data_dir) if measure_scores else {}
+    card = build_card(out, source, model_id or out.resolve().name, onnx_files, scores)
+    (out / "card.json").write_text(json.dumps(card, indent=2))
+    (out / "README.md").write_text(render_readme(card))
+    log.info("exported %s -> %s", source, out)
+    return out
+
+
+def save_sentence_transformer(source: Path, out: Path) -> None:
+    """Re-save through sentence-transformers, so a plain encoder gains its pooling modules too."""
+    from encoder_training.finetuning.train import TRAINING_RECORD, build_model, stamp_legacy_pooling
+
+    if out.resolve() != source.resolve():
+        build_model(str(source)).save(str(out))
+        if (source / TRAINING_RECORD).is_file():
+            shutil.copy2(source / TRAINING_RECORD, out / TRAINING_RECORD)
+    stamp_legacy_pooling(out)
+
+
+def export_onnx(out: Path) -> dict[str, str]:
+    from app.runtime.onnx_export import export_all
+
+    fp32, int8 = export_all(str(out), "embed")
+    return {"fp32": str(fp32.relative_to(out)), "int8": str(int8.relative_to(out))}
+
+
+def int8_agreement(out: Path) -> float:
+    """Mean cosine between int8 and fp32 ONNX embeddings of a few sentences: the cost of quantising."""
+    from app.runtime import load_encoder
+
+    fp32 = load_encoder(str(out), backend="onnx").embed(PROBE_SENTENCES, normalize=True)
+    int8 = load_encoder(str(out), backend="onnx-int8").embed(PROBE_SENTENCES, normalize=True)
+    return float(np.mean(np.sum(fp32 * int8, axis=1)))
+
+
+def measure(out: Path, source: Path, data_dir: Path | None) -> dict:
+    """STS-B test here; SciFact and masked-token accuracy through the other stages' eval commands."""
+    from encoder_training.finetuning.cli import default_data_dir
+
+    data = data_dir or default_data_dir()
+    scores: dict = {"onnx_int8_cosine_to_fp32": round(int8_agreement(out), 4)}
+    scores["stsb_test_spearman"] = _sts_score(out, data)
+    scores["scifact_ndcg@10"] = _external_score("beir", ["--model", str(out)], "ndcg")
+    mlm_model = _mlm_source(source)
+    scores["masked_token_accuracy"] = (
+        _external_score("mlm", ["--model", str(mlm_model)], "accuracy")
+        if mlm_model
+        else NOT_MEASURED + " (no MLM head)"
+    )
+    return scores
+
+
+def _sts_score(out: Path, data: Path) -> float | str:
+    from encoder_training.evaluation.sts import evaluate_sts
+
+    if not (data / "stsbenchmark" / "sts-test.csv").is_file():
+        return NOT_MEASURED + f" (no STS-B data in {data})"
+    return round(evaluate_sts(out, data)["spearman"], 4)
+
+
+def _mlm_source(source: Path) -> Path | None:
+    """The folder that still has an MLM head: the source itself, or the base model it was fine-tuned from."""
+    from encoder_training.finetuning.train import TRAINING_RECORD
+
+    candidates = [source]
+    record = source / TRAINING_RECORD
+    if record.is_file():
+        candidates.append(Path(json.loads(record.read_text())["base_model"]))
+    for candidate in candidates:
+        config = candidate / "config.json"
+        architectures = json.loads(config.read_text()).get("architectures", []) if config.is_file() else []
+        if any(name.endswith(("ForMaskedLM", "ForPreTraining")) for name in architectures):
+            return candidate
+    return None
+
+
+def _eval_commands() -> set[str]:
+    import argparse
+
+    from app.cli import build_parser
+
+    for action in build_parser()._subparsers._group_actions:  # type: ignore[union-attr]
+        if isinstance(action, argparse._SubParsersAction) and "eval" in action.choices:
+            sub = action.choices["eval"]._subparsers._group_actions[0]  # type: ignore[union-attr]
+            return set(sub.choices)
+    return set()
+
+
+def _external_score(command: str, args: list[str], key_part: str, timeout: int = 3600) -> float | str:
+    """Run ``cloze eval COMMAND`` (owned by another stage) and read the score from its last JSON line."""
+    if command not in _eval_commands():
+        return NOT_MEASURED + f" (`cloze eval {command}` not available)"
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "eval", command, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return (
+            NOT_MEASURED + f" (`cloze eval {command}` exit {done.returncode}: {done.stderr.strip()[-200:]})"
+        )
+    result = json.loads(lines[-1])
+    for key, value in _flatten(result).items():
+        if key_part in key.lower() and isinstance(value, (int, float)):
+            log.info("cloze eval %s: %s = %s (%.0f s)", command, key, value, time.perf_counter() - started)
+            return round(float(value), 4)
+    return NOT_MEASURED + f" (no {key_part} in `cloze eval {command}` output)"
+
+
+def _flatten(value: dict, prefix: str = "") -> dict:
+    flat: dict = {}
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        flat.update(_flatten(item, name + ".") if isinstance(item, dict) else {name: item})
+    return flat
+
+
+def build_card(out: Path, source: Path, model_id: str, onnx_files: dict, scores: dict) -> dict:
+    from app.runtime.model_dir import ModelInfo
+    from encoder_training.finetuning.train import TRAINING_RECORD
+
+    info = ModelInfo.read(out)
+    record_path = out / TRAINING_RECORD
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    training = {
+        k: record[k] for k in ("base_model", "data", "steps", "wall_time_s", "sts_dev") if k in record
+    }
+    if record:
+        training["recipe"] = {k: v for k, v in record["recipe"].items() if k not in ("out", "data_dir")}
+    return {
+        "model_id": model_id,
+        "source": str(source),
+        "fingerprint": info.fingerprint,
+        "pooling": info.pooling,
+        "normalize": info.normalize,
+        "max_tokens": info.max_tokens,
+        "dimension": _dimension(out),
+        "onnx": onnx_files,
+        "training": training
+        or NOT_MEASURED + " (no training.json: not fine-tuned by `cloze train finetune`)",
+        "scores": scores or {"all": NOT_MEASURED + " (exported with --no-scores)"},
+    }
+
+
+def _dimension(out: Path) -> int | None:
+    config = json.loads((out / "config.json").read_text())
+    return config.get("hidden_size") or config.get("dim")
+
+
+def render_readme(card: dict) -> str:
+    scores = card["scores"]
+    training = card["training"]
+    lines = [
+        f"# {card['model_id']}",
+        "",
+        "Sentence encoder exported by `cloze export`: a sentence-transformers folder with ONNX fp32 and",
+        "per-channel int8 files under `onnx/`, loadable by `cloze serve` and `app.runtime.load_encoder`.",
+        "",
+        f"- dimension {card['dimension']}, pooling `{card['pooling']}`, normalised: {card['normalize']}, "
+        f"max tokens {card['max_tokens']}",
+        f"- fingerprint `{card['fingerprint']}`, exported from `{card['source']}`",
+        "",
+        "## Scores",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        *(f"| {name} | {value} |" for name, value in scores.items()),
+        "",
+        "## Training",
+        "",
+    ]
+    if isinstance(training, dict):
+        recipe = training.get("recipe", {})
+        lines += [
+            f"- base model: `{training.get('base_model')}`",
+            f"- loss `{recipe.get('loss')}`, batch {recipe.get('batch_size')}, lr {recipe.get('learning_rate')}, "
+            f"pooling `{recipe.get('pooling')}`, matryoshka dims {recipe.get('matryoshka_dims') or 'none'}",
+            f"- data (rows per source): {training.get('data')}",
+            f"- steps {training.get('steps')}, wall time {training.get('wall_time_s')} s",
+            f"- STS-B dev during training: {training.get('sts_dev')}",
+        ]
+    else:
+        lines.append(str(training))
+    lines += ["", "Full details: `card.json`, `training.json`.", ""]
+    return "\n".join(lines)
