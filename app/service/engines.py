@@ -1,0 +1,129 @@
+"""What the routes need, loaded in the background so /healthz answers while models load."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from app.runtime import EncoderRuntime, FillMaskRuntime, MicroBatcher, Overloaded, load_encoder, load_fill_mask
+from app.service.errors import ApiError
+from app.service.metrics import Metrics
+from app.settings import Settings
+
+log = logging.getLogger("cloze.service")
+RELOAD_EVERY_S = 2.0
+
+
+@dataclass
+class Engines:
+    encoder: EncoderRuntime | None = None
+    embed_batcher: MicroBatcher | None = None
+    fill_mask: FillMaskRuntime | None = None
+    fill_mask_batcher: MicroBatcher | None = None
+    fill_mask_error: str | None = None
+    index: Any = None  # index.SearchIndex
+    index_error: str | None = None
+    load_error: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.encoder is not None and self.index is not None
+
+    def require_encoder(self) -> tuple[EncoderRuntime, MicroBatcher]:
+        if self.encoder is None or self.embed_batcher is None:
+            raise ApiError(503, self.load_error or "model is loading", headers={"Retry-After": "2"})
+        return self.encoder, self.embed_batcher
+
+    def require_fill_mask(self) -> tuple[FillMaskRuntime, MicroBatcher]:
+        if self.fill_mask is None or self.fill_mask_batcher is None:
+            reason = self.fill_mask_error or "fill-mask model is loading"
+            raise ApiError(503, reason, headers={"Retry-After": "2"} if not self.fill_mask_error else None)
+        return self.fill_mask, self.fill_mask_batcher
+
+    def require_index(self) -> Any:
+        if self.index is None:
+            raise ApiError(503, self.index_error or "index is loading", headers={"Retry-After": "2"})
+        return self.index
+
+
+async def submit(batcher: MicroBatcher, texts: list[str]) -> tuple[list, list]:
+    """The batcher's answer, or 429 with Retry-After when its queue is full."""
+    try:
+        return await batcher.submit(texts)
+    except Overloaded as exc:
+        raise ApiError(429, str(exc), headers={"Retry-After": str(max(1, round(exc.retry_after)))}) from exc
+
+
+def _batcher(runtime: EncoderRuntime | FillMaskRuntime, settings: Settings, metrics: Metrics, name: str) -> MicroBatcher:
+    batcher = MicroBatcher(
+        runtime.encode,
+        runtime.run,
+        max_batch_tokens=settings.max_batch_tokens,
+        max_batch_size=settings.max_batch_size,
+        max_wait_ms=settings.max_wait_ms,
+        max_queue=settings.max_queue,
+        on_batch=metrics.batch_observer(name),
+    )
+    metrics.watch_queue(name, lambda: batcher.depth)
+    return batcher
+
+
+async def load_engines(engines: Engines, settings: Settings, metrics: Metrics) -> None:
+    common = {"backend": settings.backend, "device": settings.device, "threads": settings.threads,
+              "onnx_cache": settings.onnx_cache}
+    try:
+        engines.encoder = await run_in_threadpool(
+            load_encoder, settings.model or None, max_batch_tokens=settings.max_batch_tokens,
+            max_batch_size=settings.max_batch_size, **common,
+        )
+        engines.embed_batcher = _batcher(engines.encoder, settings, metrics, "embed")
+    except Exception as exc:
+        engines.load_error = f"embedding model failed to load: {exc}"
+        log.exception("embedding model failed to load")
+        return
+    await _open_index(engines, settings, metrics)
+    try:
+        engines.fill_mask = await run_in_threadpool(
+            load_fill_mask, settings.fill_mask_model or None, **common
+        )
+        engines.fill_mask_batcher = _batcher(engines.fill_mask, settings, metrics, "fill-mask")
+    except Exception as exc:  # the service still embeds and searches without a fill-mask model
+        engines.fill_mask_error = f"fill-mask unavailable: {exc}"
+        log.warning(engines.fill_mask_error)
+
+
+async def _open_index(engines: Engines, settings: Settings, metrics: Metrics) -> None:
+    from index import SearchIndex
+
+    try:
+        engines.index = await run_in_threadpool(SearchIndex.open, settings.index, engines.encoder, create=True)
+    except Exception as exc:
+        engines.index_error = f"index at {settings.index} failed to open: {exc}"
+        log.exception("index failed to open")
+        return
+    for unit in ("documents", "chunks", "vectors"):
+        metrics.index_size.labels(unit).set_function(lambda unit=unit: engines.index.stats()[unit])
+
+
+async def follow_published_index(engines: Engines) -> None:
+    """Replicas (and this process after `cloze index build`) switch to a newly published version."""
+    while True:
+        await asyncio.sleep(RELOAD_EVERY_S)
+        if engines.index is not None:
+            try:
+                if await run_in_threadpool(engines.index.reload_if_changed):
+                    log.info("switched to a newly published index version")
+            except Exception:
+                log.exception("index reload failed; still serving the previous version")
+
+
+async def close_engines(engines: Engines) -> None:
+    for batcher in (engines.embed_batcher, engines.fill_mask_batcher):
+        if batcher is not None:
+            await batcher.stop()
+    if engines.index is not None:
+        engines.index.close()

@@ -1,0 +1,61 @@
+"""Background jobs (index rebuilds): one at a time, in a worker thread, status kept in memory.
+
+Job records do not survive a restart; the index they build does (it is published atomically).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Job:
+    job_id: str
+    kind: str
+    status: str = "queued"
+    done: int = 0
+    total: int = 0
+    error: str | None = None
+    manifest: dict[str, Any] | None = None
+
+    @property
+    def progress(self) -> float:
+        if self.status == "succeeded":
+            return 1.0
+        return self.done / self.total if self.total else 0.0
+
+    def report(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+
+
+@dataclass
+class JobRegistry:
+    jobs: dict[str, Job] = field(default_factory=dict)
+    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="jobs"))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def submit(self, kind: str, work: Callable[[Callable[[int, int], None]], dict[str, Any]]) -> Job:
+        job = Job(uuid.uuid4().hex[:12], kind)
+        with self._lock:
+            self.jobs[job.job_id] = job
+        self._pool.submit(self._run, job, work)
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        return self.jobs.get(job_id)
+
+    def _run(self, job: Job, work: Callable[[Callable[[int, int], None]], dict[str, Any]]) -> None:
+        job.status = "running"
+        try:
+            job.manifest = work(job.report)
+            job.status = "succeeded"
+        except Exception as exc:  # the job's error is its result; the service goes on
+            job.error, job.status = f"{type(exc).__name__}: {exc}", "failed"
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

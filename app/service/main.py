@@ -1,0 +1,65 @@
+"""``create_app``: settings -> a FastAPI app whose models and index load in the background."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from app.service.auth import KeyRing
+from app.service.engines import Engines, close_engines, follow_published_index, load_engines
+from app.service.errors import install_error_handlers
+from app.service.jobs import JobRegistry
+from app.service.metrics import Metrics
+from app.service.middleware import BodySizeLimit, RequestLog
+from app.service.routes import inference, meta, search
+from app.settings import Settings, get_settings
+
+STATIC = Path(__file__).resolve().parents[1] / "static"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    metrics = Metrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loading = asyncio.create_task(load_engines(app.state.engines, settings, metrics))
+        follower = asyncio.create_task(follow_published_index(app.state.engines))
+        yield
+        follower.cancel()
+        await asyncio.gather(loading, return_exceptions=True)
+        app.state.jobs.shutdown()
+        await close_engines(app.state.engines)
+
+    app = FastAPI(
+        title="cloze-search",
+        version="0.1.0",
+        description="Semantic search, embeddings and fill-mask over encoders you train yourself.",
+        lifespan=lifespan,
+    )
+    app.state.settings, app.state.metrics = settings, metrics
+    app.state.keys = KeyRing(settings.api_keys, settings.read_api_keys)
+    app.state.engines, app.state.jobs = Engines(), JobRegistry()
+    install_error_handlers(app)
+    for module in (inference, search, meta):
+        app.include_router(module.router)
+    _add_pages(app)
+    app.add_middleware(RequestLog, metrics=metrics)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app
+
+
+def _add_pages(app: FastAPI) -> None:
+    """The playground: files from the app's own static folder only (StaticFiles refuses paths outside it)."""
+    app.mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def home() -> Response:
+        page = STATIC / "index.html"
+        return FileResponse(page) if page.is_file() else RedirectResponse("/docs")

@@ -1,0 +1,94 @@
+"""Embeddings (OpenAI-compatible and TEI-style) and fill-mask."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from app.runtime.encoder import l2_normalize
+from app.service.auth import require_read
+from app.service.engines import submit
+from app.service.errors import ApiError
+from app.service.schemas import (
+    EmbedRequest,
+    FillMaskRequest,
+    OpenAIEmbedding,
+    OpenAIEmbeddingRequest,
+    OpenAIEmbeddingResponse,
+    OpenAIUsage,
+    Prediction,
+)
+from app.service.validation import text_list
+
+router = APIRouter(dependencies=[require_read])
+
+
+@router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, tags=["embeddings"])
+async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request) -> OpenAIEmbeddingResponse:
+    """OpenAI's embeddings API: the official client works with ``base_url`` pointed here."""
+    encoder, batcher = request.app.state.engines.require_encoder()
+    texts = text_list(body.input, "input", request.app.state.settings)
+    items, vectors = await submit(batcher, texts)
+    matrix = encoder.finish(vectors)
+    if body.dimensions:
+        if body.dimensions > matrix.shape[1]:
+            raise ApiError(422, f"dimensions: {body.dimensions} > the model's {matrix.shape[1]}", "dimensions")
+        matrix = l2_normalize(matrix[:, : body.dimensions])  # Matryoshka-style truncation, re-normalised
+    tokens = sum(len(item) for item in items)
+    return OpenAIEmbeddingResponse(
+        data=[OpenAIEmbedding(index=i, embedding=_encode_vector(v, body.encoding_format)) for i, v in enumerate(matrix)],
+        model=encoder.info.model_id,
+        usage=OpenAIUsage(prompt_tokens=tokens, total_tokens=tokens),
+    )
+
+
+def _encode_vector(vector: np.ndarray, encoding_format: str) -> list[float] | str:
+    if encoding_format == "base64":
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode()
+    return vector.tolist()
+
+
+@router.post("/embed", response_model=list[list[float]], tags=["embeddings"])
+async def embed(body: EmbedRequest, request: Request) -> list[list[float]]:
+    """TEI's ``/embed``. Inputs over the model's window are refused unless ``truncate`` is true."""
+    encoder, batcher = request.app.state.engines.require_encoder()
+    texts = text_list(body.inputs, "inputs", request.app.state.settings)
+    items, vectors = await submit(batcher, texts)
+    if not body.truncate:
+        for position, item in enumerate(items):
+            if item.truncated:
+                field = f"inputs[{position}]"
+                raise ApiError(
+                    422, f"{field}: longer than the model's {encoder.max_tokens} tokens; send truncate=true", field
+                )
+    return encoder.finish(vectors, normalize=body.normalize).tolist()
+
+
+@router.post("/fill-mask", response_model=list[list[list[Prediction]]], tags=["fill-mask"])
+async def fill_mask(body: FillMaskRequest, request: Request) -> list[list[list[dict]]]:
+    """Per input, per mask token, the top-k predictions in the Hugging Face pipeline's shape."""
+    runtime, batcher = request.app.state.engines.require_fill_mask()
+    texts = text_list(body.inputs, "inputs", request.app.state.settings)
+    for position, text in enumerate(texts):
+        if runtime.mask_token not in text:
+            field = "inputs" if isinstance(body.inputs, str) else f"inputs[{position}]"
+            raise ApiError(422, f"{field}: no {runtime.mask_token} token; this model fills {runtime.mask_token}", field)
+    if body.targets:
+        try:
+            runtime.target_ids(body.targets)
+        except ValueError as exc:
+            raise ApiError(422, f"targets: {exc}", "targets") from exc
+    items, probabilities = await submit(batcher, texts)
+    results = await run_in_threadpool(
+        lambda: [runtime.decode(t, i, p, body.top_k, body.targets) for t, i, p in zip(texts, items, probabilities, strict=True)]
+    )
+    for position, result in enumerate(results):
+        if result.masks_dropped:
+            field = f"inputs[{position}]"
+            raise ApiError(
+                422, f"{field}: {result.masks_dropped} mask token(s) past the model's {runtime.max_tokens}-token window", field
+            )
+    return [result.masks for result in results]
