@@ -22,6 +22,7 @@ VARIANTS = {
     "batch": ([COMPOSE_FILE], ["batch"]),
     "train": ([COMPOSE_FILE], ["train"]),
     "gpu": ([COMPOSE_FILE, GPU_OVERRIDE], ["batch", "train"]),
+    "all": ([COMPOSE_FILE], ["batch", "train"]),
 }
 
 

@@ -15,6 +15,7 @@ EXPECTED_SERVICES = {
     "batch": {"api", "gateway", "indexer"},
     "train": {"api", "gateway", "trainer"},
     "gpu": {"api", "gateway", "indexer", "trainer"},
+    "all": {"api", "gateway", "indexer", "trainer"},
 }
 MODEL_SERVICES = ("api", "indexer", "trainer")
 
