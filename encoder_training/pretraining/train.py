@@ -1,0 +1,259 @@
+"""Pre-training with the Hugging Face ``Trainer`` (DDP via torchrun/accelerate, checkpoints, resume, logs).
+
+The project supplies the data (packed blocks, dynamic masking), the models (sparse MLM head, ELECTRA)
+and the artefacts beside the checkpoint: ``metrics.json`` and ``loss_curve.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from encoder_training.pretraining.data import BlockDataset, MaskingCollator, pack_blocks, read_documents
+from encoder_training.pretraining.recipes import PretrainConfig
+
+
+def cpu_supports_bf16() -> bool:
+    """bf16 autocast pays on CPUs with native bf16 dot products (AVX512-BF16 or AMX)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def precision_flags(precision: str) -> dict[str, bool]:
+    if precision == "auto":
+        if torch.cuda.is_available():
+            precision = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        else:
+            precision = "bf16" if cpu_supports_bf16() else "fp32"
+    if precision == "fp16" and not torch.cuda.is_available():
+        raise ValueError("fp16 autocast needs CUDA; use bf16 or fp32 on CPU")
+    return {"bf16": precision == "bf16", "fp16": precision == "fp16"}
+
+
+class Throughput(TrainerCallback):
+    """Adds tokens/s (and ELECTRA's running metrics) to every log line the progress bar prints."""
+
+    def __init__(self, tokens_per_step: int, model: torch.nn.Module):
+        self.tokens_per_step = tokens_per_step
+        self.model = model
+        self.last = (0, time.perf_counter())
+        self.started = time.perf_counter()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None or "loss" not in logs:
+            return
+        step, then = self.last
+        now = time.perf_counter()
+        if state.global_step > step:
+            logs["tokens_per_s"] = round((state.global_step - step) * self.tokens_per_step / (now - then), 1)
+        logs["elapsed_s"] = round(now - self.started, 1)
+        logs.update({k: round(v, 4) for k, v in getattr(self.model, "last_metrics", {}).items()})
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(logs)  # the history is a copy taken before callbacks run
+        self.last = (state.global_step, now)
+
+
+class TimeBox(TrainerCallback):
+    """Stops training after a wall-clock budget, so a time-boxed run still saves and reports."""
+
+    def __init__(self, minutes: float):
+        self.deadline = time.perf_counter() + minutes * 60
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.perf_counter() > self.deadline:
+            control.should_training_stop = True
+
+
+class PretrainTrainer(Trainer):
+    """Saves ELECTRA's tied weights without tripping safetensors' shared-tensor check."""
+
+    def _save(self, output_dir: str | None = None, state_dict=None):
+        from encoder_training.pretraining.models import ElectraPretrainer
+
+        if not isinstance(self.model, ElectraPretrainer):
+            return super()._save(output_dir, state_dict)
+        from safetensors.torch import save_model
+
+        out = Path(output_dir or self.args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        save_model(self.model, str(out / "model.safetensors"))
+        torch.save(self.args, out / "training_args.bin")
+
+
+def load_tokenizer(cfg: PretrainConfig, inputs: list[str], out: Path, tokenizer_dir: str | None):
+    from transformers import AutoTokenizer
+
+    if cfg.init_from:
+        return AutoTokenizer.from_pretrained(str(resolve_init(cfg.init_from)))
+    if tokenizer_dir:
+        return AutoTokenizer.from_pretrained(tokenizer_dir)
+    from encoder_training.pretraining.tokenizer import train_tokenizer
+
+    return train_tokenizer(inputs, cfg.vocab_size, out / "tokenizer")
+
+
+def resolve_init(name: str) -> Path:
+    if name == "bundled":
+        from app.runtime.model_dir import bundled_model_path
+
+        return bundled_model_path()
+    return Path(name)
+
+
+def build_model(cfg: PretrainConfig, vocab_size: int) -> torch.nn.Module:
+    from encoder_training.pretraining.models import (
+        ElectraPretrainer,
+        SparseBertForMaskedLM,
+        bert_config,
+        freeze_below_top,
+    )
+
+    shape = (cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.intermediate_size, max(512, cfg.block_size))
+    if cfg.objective == "electra":
+        if cfg.init_from:
+            raise ValueError("ELECTRA starts from scratch here; init_from is for MLM")
+        return ElectraPretrainer.build(vocab_size, *shape, cfg.generator_fraction, cfg.disc_weight)
+    if cfg.objective != "mlm":
+        raise ValueError(f"objective must be mlm or electra, not {cfg.objective!r}")
+    if cfg.init_from:
+        model = SparseBertForMaskedLM.from_pretrained(str(resolve_init(cfg.init_from)))
+        if cfg.train_top_layers:
+            freeze_below_top(model, cfg.train_top_layers)
+        return model
+    return SparseBertForMaskedLM(bert_config(vocab_size, *shape))
+
+
+def split_corpus(cfg: PretrainConfig, inputs: list[str], tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed train and held-out blocks; held-out documents are a seeded random sample of paragraphs."""
+    documents = list(read_documents(inputs))
+    random.Random(cfg.seed).shuffle(documents)
+    cut = max(1, int(len(documents) * cfg.heldout_fraction))
+    return pack_blocks(tokenizer, documents[cut:], cfg.block_size), pack_blocks(
+        tokenizer, documents[:cut], cfg.block_size
+    )
+
+
+def training_arguments(cfg: PretrainConfig, out: Path, resume: bool) -> TrainingArguments:
+    return TrainingArguments(
+        output_dir=str(out / "checkpoints"),
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        learning_rate=cfg.learning_rate,
+        warmup_steps=cfg.warmup_steps,
+        weight_decay=cfg.weight_decay,
+        lr_scheduler_type="linear",
+        logging_steps=cfg.logging_steps,
+        save_steps=cfg.save_steps,
+        save_total_limit=2,
+        seed=cfg.seed,
+        report_to="none",
+        remove_unused_columns=False,
+        dataloader_drop_last=True,
+        ddp_find_unused_parameters=False,
+        use_cpu=not torch.cuda.is_available(),
+        **precision_flags(cfg.precision),
+    )
+
+
+def pretrain(
+    cfg: PretrainConfig, inputs: list[str], out: Path, tokenizer_dir: str | None = None, resume: bool = False
+) -> dict:
+    """Train, save a Hugging Face folder in ``out`` and return the metrics written to ``metrics.json``."""
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tokenizer(cfg, inputs, out, tokenizer_dir)
+    train_blocks, heldout = split_corpus(cfg, inputs, tokenizer)
+    model = build_model(cfg, len(tokenizer))
+    collator = MaskingCollator.for_tokenizer(tokenizer, cfg.masking_config(), model_vocab_size(model))
+    args = training_arguments(cfg, out, resume)
+    tokens_per_step = cfg.batch_size * cfg.block_size * cfg.grad_accum * max(1, args.world_size)
+    callbacks = [Throughput(tokens_per_step, model)]
+    if cfg.max_time_minutes:
+        callbacks.append(TimeBox(cfg.max_time_minutes))
+    trainer = PretrainTrainer(
+        model=model,
+        args=args,
+        train_dataset=BlockDataset(train_blocks),
+        data_collator=collator,
+        callbacks=callbacks,
+    )
+    started = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=resume or None)
+    seconds = time.perf_counter() - started
+    if not trainer.is_world_process_zero():
+        return {}
+    save_output(model, tokenizer, out)
+    from encoder_training.evaluation.mlm import heldout_metrics
+
+    metrics = {
+        "objective": cfg.objective,
+        "config": asdict(cfg),
+        "train_blocks": len(train_blocks),
+        "heldout_blocks": len(heldout),
+        "steps": result.global_step,
+        "train_seconds": round(seconds, 1),
+        "tokens_per_s": round(result.global_step * tokens_per_step / seconds, 1),
+        "final_loss": last_loss(trainer.state.log_history),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "heldout": heldout_metrics(model, heldout, collator),
+        "log_history": trainer.state.log_history,
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    plot_loss(trainer.state.log_history, out / "loss_curve.png", cfg.objective)
+    return metrics
+
+
+def model_vocab_size(model: torch.nn.Module) -> int:
+    from encoder_training.pretraining.models import ElectraPretrainer
+
+    if isinstance(model, ElectraPretrainer):
+        return model.discriminator.config.vocab_size
+    return model.config.vocab_size
+
+
+def save_output(model: torch.nn.Module, tokenizer, out: Path) -> None:
+    """MLM: a ``BertForMaskedLM`` folder. ELECTRA: the discriminator in ``out``, the generator beside it."""
+    from encoder_training.pretraining.models import ElectraPretrainer
+
+    if isinstance(model, ElectraPretrainer):
+        model.discriminator.save_pretrained(out)
+        model.generator.save_pretrained(out / "generator")
+        tokenizer.save_pretrained(out / "generator")
+    else:
+        model.config.architectures = ["BertForMaskedLM"]
+        model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def last_loss(history: list[dict]) -> float:
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+    return losses[-1] if losses else math.nan
+
+
+def plot_loss(history: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [(entry["step"], entry["loss"]) for entry in history if "loss" in entry]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if points:
+        ax.plot(*zip(*points, strict=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.set_title(f"{title} pre-training")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
