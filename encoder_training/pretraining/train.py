@@ -190,6 +190,8 @@ def pretrain(
     started = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume or None)
     seconds = time.perf_counter() - started
+    if args.world_size > 1:
+        record_replica(model, out / "checkpoints", args.process_index)
     if not trainer.is_world_process_zero():
         return {}
     save_output(model, tokenizer, out)
@@ -211,6 +213,18 @@ def pretrain(
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     plot_loss(trainer.state.log_history, out / "loss_curve.png", cfg.objective)
     return metrics
+
+
+def record_replica(model: torch.nn.Module, folder: Path, rank: int) -> None:
+    """Each DDP rank writes a digest of its weights, so a run can prove its replicas stayed in sync."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"weights-rank{rank}.sha256").write_text(digest.hexdigest() + "\n")
 
 
 def model_vocab_size(model: torch.nn.Module) -> int:
