@@ -93,6 +93,7 @@ def evaluate_mlm(model_dir: Path, data: list[str], block_size: int = 128, ppl_li
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForMaskedLM.from_pretrained(str(model_dir)).eval()
     documents = list(read_documents(data))
+    block_size = min(block_size, model.config.max_position_embeddings)
     blocks = pack_blocks(tokenizer, documents, block_size)[:256]
     collator = MaskingCollator.for_tokenizer(tokenizer, MaskingConfig(), model.config.vocab_size)
     metrics = heldout_metrics(model, blocks, collator)

@@ -1,0 +1,144 @@
+"""Pre-training step throughput: this project's MLM step vs the Hugging Face baseline, and ELECTRA vs MLM.
+
+Same tiny-cpu config, same packed WikiText blocks, same batch. The baseline is ``BertForMaskedLM`` +
+``DataCollatorForLanguageModeling`` as is (fp32, dense output layer over every token); the project's
+step is ``SparseBertForMaskedLM`` (output layer at masked positions only) + its own masking collator,
+under bf16 autocast where the CPU supports it. Steps of the contenders are interleaved, so background
+load on a shared machine hits all of them alike; the median step time is reported.
+
+    python benchmarks/pretrain_throughput.py [--steps 12] [--run-minutes 30]
+
+``--run-minutes`` also runs a time-boxed tiny-cpu MLM pre-training on the shared prose + WikiText and
+reports its held-out masked-token accuracy (writes ``results/pretrain_tiny_cpu_loss.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def make_blocks(work: Path, cfg):
+    from encoder_training.pretraining.data import pack_blocks, read_documents
+    from encoder_training.pretraining.tokenizer import train_tokenizer
+
+    wiki = [DATA / "wikitext-2-raw" / "wiki.valid.raw"]
+    tokenizer = train_tokenizer(wiki, cfg.vocab_size, work / "tok")
+    return tokenizer, pack_blocks(tokenizer, list(read_documents(wiki)), cfg.block_size)
+
+
+def contenders(cfg, tokenizer, blocks):
+    """name -> (model, collate, autocast) for the three steps being compared."""
+    from transformers import BertForMaskedLM, DataCollatorForLanguageModeling
+
+    from encoder_training.pretraining.data import MaskingCollator
+    from encoder_training.pretraining.models import ElectraPretrainer, SparseBertForMaskedLM, bert_config
+    from encoder_training.pretraining.train import precision_flags
+
+    shape = (len(tokenizer), cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.intermediate_size, 512)
+    bf16 = precision_flags(cfg.precision)["bf16"]
+    ours = MaskingCollator.for_tokenizer(tokenizer, cfg.masking_config())
+    hf = DataCollatorForLanguageModeling(tokenizer, mlm_probability=cfg.mask_rate)
+    torch.manual_seed(0)
+    return {
+        "hf_baseline_mlm": (BertForMaskedLM(bert_config(*shape)), hf, False),
+        "project_mlm": (SparseBertForMaskedLM(bert_config(*shape)), ours, bf16),
+        "project_electra": (
+            ElectraPretrainer.build(*shape, cfg.generator_fraction, cfg.disc_weight),
+            ours,
+            bf16,
+        ),
+    }, bf16
+
+
+def step(model, optimizer, collate, rows, autocast: bool) -> float:
+    started = time.perf_counter()
+    batch = collate([{"input_ids": row} for row in rows])
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = model(input_ids=batch["input_ids"], labels=batch["labels"])
+        loss = loss["loss"] if isinstance(loss, dict) else loss.loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return time.perf_counter() - started
+
+
+def measure(cfg, steps: int, work: Path) -> dict:
+    tokenizer, blocks = make_blocks(work, cfg)
+    models, bf16 = contenders(cfg, tokenizer, blocks)
+    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, (m, _, _) in models.items()}
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for i in range(steps + 2):  # two warm-up steps each, then interleaved timing
+        rows = blocks[(i * cfg.batch_size) % (len(blocks) - cfg.batch_size) :][: cfg.batch_size]
+        for name, (model, collate, autocast) in models.items():
+            model.train()
+            seconds = step(model, optimizers[name], collate, rows, autocast)
+            if i >= 2:
+                times[name].append(seconds)
+    tokens = cfg.batch_size * cfg.block_size
+    median = {name: statistics.median(t) for name, t in times.items()}
+    return {
+        "tokens_per_step": tokens,
+        "bf16_autocast": bf16,
+        "median_step_s": {k: round(v, 4) for k, v in median.items()},
+        "tokens_per_s": {k: round(tokens / v, 1) for k, v in median.items()},
+        "mlm_speedup_vs_hf": round(median["hf_baseline_mlm"] / median["project_mlm"], 2),
+        "electra_over_mlm_step": round(median["project_electra"] / median["project_mlm"], 2),
+    }
+
+
+def timed_run(minutes: float, work: Path) -> dict:
+    """A time-boxed tiny-cpu MLM run through the real CLI; its metrics and loss curve."""
+    out = work / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "app.cli",
+        *("train", "pretrain", "--recipe", "tiny-cpu", "--objective", "mlm", "--out", str(out)),
+        *("--input", str(DATA / "english-prose-public-domain"), str(DATA / "wikitext-2-raw")),
+        *("--max-steps", "100000", "--max-time-minutes", str(minutes), "--save-steps", "100000"),
+    ]
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    metrics = json.loads((out / "metrics.json").read_text())
+    shutil.copy(out / "loss_curve.png", RESULTS / "pretrain_tiny_cpu_loss.png")
+    return {k: metrics[k] for k in ("steps", "train_seconds", "tokens_per_s", "final_loss", "heldout")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--run-minutes", type=float, default=0.0)
+    args = parser.parse_args()
+    from encoder_training.pretraining.recipes import load_recipe
+
+    cfg = load_recipe("tiny-cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        result = {"recipe": "tiny-cpu", "steps_timed": args.steps, **measure(cfg, args.steps, Path(tmp))}
+        if args.run_minutes:
+            result["timed_run"] = {"minutes": args.run_minutes, **timed_run(args.run_minutes, Path(tmp))}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "pretrain_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{'step':<18}{'median s':>10}{'tokens/s':>11}")
+    for name, seconds in result["median_step_s"].items():
+        print(f"{name:<18}{seconds:>10.3f}{result['tokens_per_s'][name]:>11.0f}")
+    print(f"MLM speed-up vs HF: {result['mlm_speedup_vs_hf']}x (target >= 2.5x)")
+    print(f"ELECTRA / MLM step: {result['electra_over_mlm_step']}x (target <= 1.6x)")
+    if "timed_run" in result:
+        print(json.dumps(result["timed_run"]))
+
+
+if __name__ == "__main__":
+    main()
