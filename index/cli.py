@@ -1,9 +1,183 @@
-"""Sub-commands of this stage, registered into the groups of ``app.cli``."""
+"""Sub-commands of this stage, registered into the groups of ``app.cli``:
+``cloze index build|add|delete`` and ``cloze eval beir``. Heavy imports stay inside the handlers."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+BACKENDS = ["auto", "torch", "onnx", "onnx-int8"]
 
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
-    """Nothing registered yet."""
+    index = groups["index"]
+    build = index.add_parser(
+        "build", help="build a new index version from a corpus and publish it atomically"
+    )
+    build.add_argument(
+        "--input",
+        required=True,
+        type=Path,
+        help="JSONL (BEIR or plain), CSV/TSV, Parquet, or a folder of .txt/.md",
+    )
+    build.add_argument("--out", required=True, type=Path, help="index directory")
+    _model_args(build)
+    build.add_argument("--factory", help="FAISS factory string (default: chosen by corpus size)")
+    build.add_argument(
+        "--engine", choices=["local", "ray"], default="local", help="where the embedding stage runs"
+    )
+    build.add_argument("--batch-tokens", type=int, help="padded tokens per encoder batch")
+    build.add_argument(
+        "--resume", action="store_true", help="continue an interrupted build of the same input and model"
+    )
+    build.add_argument(
+        "--skip-if-current",
+        action="store_true",
+        help="exit at once if --out already holds this input and model",
+    )
+    build.add_argument("--no-progress", action="store_true")
+    build.set_defaults(handler=_build)
+
+    add = index.add_parser("add", help="add or replace documents in the published index (incremental)")
+    add.add_argument("--index", required=True, type=Path)
+    add.add_argument("--input", required=True, type=Path)
+    _model_args(add)
+    add.set_defaults(handler=_add)
+
+    delete = index.add_parser("delete", help="delete documents by id from the published index")
+    delete.add_argument("--index", required=True, type=Path)
+    delete.add_argument("ids", nargs="+")
+    _model_args(delete)
+    delete.set_defaults(handler=_delete)
+
+    beir = groups["eval"].add_parser("beir", help="nDCG@10 / Recall@100 / MRR@10 on a BEIR-layout folder")
+    beir.add_argument("--data", required=True, type=Path)
+    _model_args(beir)
+    beir.add_argument("--mode", choices=["dense", "bm25", "hybrid"], default="dense")
+    beir.add_argument("--split", default="test")
+    beir.add_argument(
+        "--index", type=Path, help="index directory to build or reuse (default: a cache folder)"
+    )
+    beir.add_argument(
+        "--out", type=Path, help="JSON result file (default: eval-<split>-<mode>.json in the index folder)"
+    )
+    beir.set_defaults(handler=_eval_beir)
+
+
+def _model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="", help="model folder (default: the bundled all-MiniLM-L6-v2)")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto")
+
+
+def _encoder(args: argparse.Namespace) -> Any:
+    from app.runtime import load_encoder
+
+    return load_encoder(args.model or None, backend=args.backend)
+
+
+def is_current(out: Path, input_path: Path, model: str) -> bool:
+    """Published index at ``out`` built from these input bytes and this model (cheap: no model is loaded)."""
+    from app.runtime.model_dir import ModelInfo, resolve_model_path
+    from index import layout
+    from index.ingest import corpus_checksum
+
+    number = layout.current_version(out)
+    manifest = layout.read_manifest(layout.version_dir(out, number)) if number is not None else None
+    if not manifest:
+        return False
+    fingerprint = ModelInfo.read(resolve_model_path(model or None)).fingerprint
+    return (
+        manifest.get("input_checksum") == corpus_checksum(input_path)
+        and manifest.get("model_fingerprint") == fingerprint
+    )
+
+
+def build_if_needed(out: Path, input_path: Path, encoder: Any, options: Any) -> dict[str, Any]:
+    from index import layout
+    from index.builder import build_from_input
+    from index.ingest import corpus_checksum
+
+    number = layout.current_version(out)
+    manifest = layout.read_manifest(layout.version_dir(out, number)) if number is not None else None
+    if (
+        manifest
+        and manifest.get("input_checksum") == corpus_checksum(input_path)
+        and manifest.get("model_fingerprint") == encoder.info.fingerprint
+    ):
+        return manifest
+    return build_from_input(out, input_path, encoder, options)
+
+
+def _build(args: argparse.Namespace) -> None:
+    if args.skip_if_current and is_current(args.out, args.input, args.model):
+        print(f"index at {args.out} is current for {args.input}; nothing to do")
+        return
+    from index.builder import BuildOptions, build_from_input
+
+    options = BuildOptions(
+        factory=args.factory,
+        engine=args.engine,
+        batch_tokens=args.batch_tokens,
+        resume=args.resume,
+        show_progress=not args.no_progress,
+    )
+    manifest = build_from_input(args.out, args.input, _encoder(args), options)
+    print(
+        json.dumps(
+            {k: manifest[k] for k in ("version", "documents", "chunks", "factory", "model_id", "checksum")}
+        )
+    )
+
+
+def _add(args: argparse.Namespace) -> None:
+    from itertools import islice
+
+    from index import SearchIndex
+    from index.ingest import iter_documents
+
+    index = SearchIndex.open(args.index, _encoder(args))
+    total = 0
+    try:
+        documents = iter_documents(args.input)
+        while batch := list(islice(documents, 256)):
+            total += index.upsert(batch)
+    finally:
+        index.close()
+    print(json.dumps({"upserted": total} | index.stats()))
+
+
+def _delete(args: argparse.Namespace) -> None:
+    from index import SearchIndex
+
+    index = SearchIndex.open(args.index, _encoder(args), create=False)
+    try:
+        deleted = [doc_id for doc_id in args.ids if index.delete(doc_id)]
+    finally:
+        index.close()
+    print(json.dumps({"deleted": deleted, "missing": [d for d in args.ids if d not in deleted]}))
+
+
+def _eval_beir(args: argparse.Namespace) -> None:
+    from index.beir import default_index_dir, evaluate_beir
+
+    encoder = _encoder(args)
+    backend = encoder.backend.name
+    index_dir = args.index or default_index_dir(args.data, encoder, backend)
+    result = evaluate_beir(
+        args.data, encoder, args.mode, backend, index_dir, args.split, show_progress=sys.stderr.isatty()
+    )
+    out = args.out or Path(index_dir) / f"eval-{args.split}-{args.mode}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"{'mode':8} {'backend':10} {'nDCG@10':>8} {'R@100':>8} {'MRR@10':>8} {'queries':>8}")
+    print(
+        f"{result['mode']:8} {backend:10} {result['ndcg@10']:8.4f} {result['recall@100']:8.4f} "
+        f"{result['mrr@10']:8.4f} {result['queries']:8d}"
+    )
+    print(f"written: {out}")
+    print(json.dumps(result))

@@ -1,0 +1,130 @@
+"""BEIR-layout retrieval evaluation: nDCG@10, Recall@100, MRR@10 over an index built (or reused) for the folder.
+
+Metrics follow BEIR / ``pytrec_eval`` conventions: linear gains, ideal DCG from the judged documents,
+only relevance > 0 counts as relevant, and a result whose id equals the query id is dropped (BEIR's
+``ignore_identical_ids``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def corpus_file(folder: Path) -> Path:
+    for name in ("corpus.jsonl", "corpus.jsonl.gz"):
+        if (folder / name).is_file():
+            return folder / name
+    raise FileNotFoundError(f"no corpus.jsonl(.gz) in {folder}")
+
+
+def load_queries(folder: Path) -> dict[str, str]:
+    queries = {}
+    with (folder / "queries.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                record = json.loads(line)
+                queries[str(record["_id"])] = record["text"]
+    return queries
+
+
+def load_qrels(folder: Path, split: str = "test") -> dict[str, dict[str, int]]:
+    """query id -> {doc id: relevance}; header optional (some exports omit it), tab-separated."""
+    qrels: dict[str, dict[str, int]] = {}
+    with (folder / "qrels" / f"{split}.tsv").open(encoding="utf-8", newline="") as handle:
+        for row in csv.reader(handle, delimiter="\t"):
+            if len(row) < 3 or not row[-1].strip().lstrip("-").isdigit():
+                continue  # header or blank
+            query, doc, score = row[0].strip(), row[-2].strip(), int(row[-1])
+            qrels.setdefault(query, {})[doc] = score
+    return qrels
+
+
+def ndcg_at(ranked: list[str], relevant: dict[str, int], k: int) -> float:
+    dcg = sum(relevant.get(doc, 0) / math.log2(rank + 2) for rank, doc in enumerate(ranked[:k]))
+    ideal = sorted((g for g in relevant.values() if g > 0), reverse=True)[:k]
+    idcg = sum(g / math.log2(rank + 2) for rank, g in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def recall_at(ranked: list[str], relevant: dict[str, int], k: int) -> float:
+    wanted = {doc for doc, g in relevant.items() if g > 0}
+    return len(wanted.intersection(ranked[:k])) / len(wanted) if wanted else 0.0
+
+
+def mrr_at(ranked: list[str], relevant: dict[str, int], k: int) -> float:
+    for rank, doc in enumerate(ranked[:k], start=1):
+        if relevant.get(doc, 0) > 0:
+            return 1.0 / rank
+    return 0.0
+
+
+def score_run(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+    judged = [q for q in qrels if q in run]
+    if not judged:
+        raise ValueError("no judged query was run")
+    return {
+        "ndcg@10": float(np.mean([ndcg_at(run[q], qrels[q], 10) for q in judged])),
+        "recall@100": float(np.mean([recall_at(run[q], qrels[q], 100) for q in judged])),
+        "mrr@10": float(np.mean([mrr_at(run[q], qrels[q], 10) for q in judged])),
+    }
+
+
+def default_index_dir(data: Path, encoder: Any, backend: str) -> Path:
+    cache = Path(os.environ.get("CLOZE_CACHE", Path.home() / ".cache" / "cloze"))
+    return cache / "beir" / f"{data.resolve().name}-{encoder.info.fingerprint[:12]}-{backend}"
+
+
+def evaluate_beir(
+    data: Path,
+    encoder: Any,
+    mode: str,
+    backend: str,
+    index_dir: Path | None = None,
+    split: str = "test",
+    show_progress: bool = True,
+) -> dict[str, Any]:
+    """Build (or reuse, when input and model are unchanged) the folder's index, run the judged queries, score."""
+    from index.builder import BuildOptions
+    from index.cli import build_if_needed
+    from index.search_index import SearchIndex
+
+    data = Path(data)
+    index_dir = index_dir or default_index_dir(data, encoder, backend)
+    build_if_needed(index_dir, corpus_file(data), encoder, BuildOptions(show_progress=show_progress))
+    qrels = load_qrels(data, split)
+    queries = {q: text for q, text in load_queries(data).items() if q in qrels}
+    started = time.perf_counter()
+    ids = list(queries)
+    vectors = (
+        encoder.embed([queries[q] for q in ids], normalize=True) if mode != "bm25" else [None] * len(ids)
+    )
+    index = SearchIndex.open(index_dir, encoder, create=False)
+    try:
+        run = {}
+        for query_id, vector in zip(ids, vectors, strict=True):
+            hits = index.search(vector, queries[query_id], top_k=101, mode=mode)  # type: ignore[arg-type]
+            run[query_id] = [h.id for h in hits if h.id != query_id][:100]
+        manifest = index.manifest
+    finally:
+        index.close()
+    seconds = time.perf_counter() - started
+    return score_run(run, qrels) | {
+        "mode": mode,
+        "backend": backend,
+        "queries": len(run),
+        "data": str(data),
+        "index": str(index_dir),
+        "factory": manifest["factory"],
+        "documents": manifest["documents"],
+        "chunks": manifest["chunks"],
+        "model_id": manifest["model_id"],
+        "queries_per_second": round(len(run) / seconds, 2),
+    }

@@ -1,0 +1,308 @@
+"""Batch builds: corpus -> new version directory -> atomic publish. Memory is bounded by a batch, not the corpus.
+
+A build runs in stages, each checkpointed in the version's own SQLite store, so ``--resume`` after a crash
+(even SIGKILL) continues where the last commit left off:
+
+1. ingest: documents are read as a stream, chunked, and committed in batches with a counter of records
+   consumed, in the same transaction (resume skips exactly that many records);
+2. embed: chunks whose vector is still NULL are embedded page by page, locally (a reader thread and a
+   writer thread keep SQLite off the encoder's critical path) or on Ray (``index.ray_engine``);
+3. vectors: a FAISS index of the factory chosen for the corpus size is trained on a sample and filled page
+   by page from the stored vectors;
+4. publish: manifest written last, everything fsync'd, then the ``CURRENT`` pointer is switched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from index import layout
+from index.chunking import Chunker
+from index.ingest import corpus_checksum, iter_documents
+from index.records import Document
+from index.store import DocumentStore
+from index.vectors import VectorIndex, choose_factory, training_size
+
+log = logging.getLogger(__name__)
+Progress = Callable[[int, int], None]
+INGEST_BATCH = 512
+EMBED_PAGE = 2048
+FORMAT_VERSION = 1
+
+
+@dataclass
+class BuildOptions:
+    factory: str | None = None
+    engine: str = "local"  # "local" | "ray"
+    batch_tokens: int | None = None
+    resume: bool = False
+    overlap: int | None = None
+    show_progress: bool = True
+    ray_actors: int | None = None
+
+
+def build_from_input(root: Path, input_path: Path, encoder: Any, options: BuildOptions) -> dict[str, Any]:
+    """``cloze index build``: a new version from ``input_path``, published atomically. Returns its manifest."""
+    root = Path(root)
+    checksum = corpus_checksum(input_path)
+    with layout.build_lock(root):
+        version = _resumable(root, checksum, encoder.info.fingerprint) if options.resume else None
+        if version is None:
+            _discard_unfinished(root)
+            version = layout.next_version(root)
+        folder = layout.version_dir(root, version)
+        if layout.read_manifest(folder) is None:
+            folder.mkdir(parents=True, exist_ok=True)
+            store = DocumentStore(folder / layout.STORE)
+            try:
+                _stamp(store, checksum, encoder.info.fingerprint)
+                ingest(
+                    store, iter_documents(input_path), Chunker.for_encoder(encoder, options.overlap), options
+                )
+                embed_stage(store, encoder, options)
+                manifest = finish_version(folder, store, encoder, options.factory, input_checksum=checksum)
+            finally:
+                store.close()
+        else:
+            manifest = layout.read_manifest(folder) or {}
+        layout.publish(root, version)
+        return manifest
+
+
+def _stamp(store: DocumentStore, checksum: str, fingerprint: str) -> None:
+    with store.transaction() as conn:
+        store.set_state(conn, "input_checksum", checksum)
+        store.set_state(conn, "model_fingerprint", fingerprint)
+
+
+def _resumable(root: Path, checksum: str, fingerprint: str) -> int | None:
+    """The newest unpublished version built from the same input and model, if any."""
+    current = layout.current_version(root) or 0
+    for version in reversed(layout.all_versions(root)):
+        if version <= current:
+            break
+        store_path = layout.version_dir(root, version) / layout.STORE
+        if not store_path.is_file():
+            continue
+        store = DocumentStore(store_path)
+        try:
+            same = (store.get_state("input_checksum"), store.get_state("model_fingerprint")) == (
+                checksum,
+                fingerprint,
+            )
+        finally:
+            store.close()
+        if same:
+            log.info("resuming unfinished version %s", version)
+            return version
+    log.info("nothing to resume in %s: starting a new version", root)
+    return None
+
+
+def _discard_unfinished(root: Path) -> None:
+    current = layout.current_version(root) or 0
+    for version in layout.all_versions(root):
+        if version > current and layout.read_manifest(layout.version_dir(root, version)) is None:
+            shutil.rmtree(layout.version_dir(root, version), ignore_errors=True)
+
+
+def ingest(
+    store: DocumentStore, documents: Iterator[Document], chunker: Chunker, options: BuildOptions
+) -> int:
+    """Stage 1: chunk and commit documents; the consumed-record counter commits with them (the checkpoint)."""
+    done = int(store.get_state("ingested", "0") or 0)
+    if store.get_state("ingest_complete") == "1":
+        return done
+    stream = islice(documents, done, None)
+    bar = _bar(options, "ingest", "doc", None, done)
+    while batch := list(islice(stream, INGEST_BATCH)):
+        chunk_lists = chunker.split([d.text for d in batch])
+        with store.transaction() as conn:
+            store.write_documents(
+                conn, [(d, c, None) for d, c in zip(batch, chunk_lists, strict=True)], log=False
+            )
+            done += len(batch)
+            store.set_state(conn, "ingested", str(done))
+        bar.update(len(batch))
+        layout.pause_for_tests("ingest")
+    with store.transaction() as conn:
+        store.set_state(conn, "ingest_complete", "1")
+    bar.close()
+    return done
+
+
+def embed_stage(
+    store: DocumentStore, encoder: Any, options: BuildOptions, progress: Progress | None = None
+) -> None:
+    """Stage 2: give every chunk without a vector its vector (resumable: only NULL vectors are embedded)."""
+    if options.engine == "ray":
+        from index.ray_engine import embed_pending_with_ray
+
+        embed_pending_with_ray(store, encoder, options)
+        return
+    if options.batch_tokens:
+        encoder.max_batch_tokens = options.batch_tokens
+    embed_pending_locally(store, encoder, _bar(options, "embed", "chunk", store.count_pending(), 0), progress)
+
+
+def embed_pending_locally(
+    store: DocumentStore, encoder: Any, bar: Any, progress: Progress | None = None
+) -> int:
+    """Reader thread -> encoder (this thread) -> writer thread, with queues of two pages each.
+
+    The encoder is the bottleneck; the threads make sure it never waits on SQLite (reads and the fsync of
+    each commit overlap with the next forward passes). Memory: at most ~5 pages of text and vectors.
+    """
+    total = store.count_pending()
+    pages: queue.Queue = queue.Queue(maxsize=2)
+    results: queue.Queue = queue.Queue(maxsize=2)
+    failure: list[BaseException] = []
+
+    def read() -> None:
+        after = 0
+        try:
+            while True:
+                ids, texts = store.pending_chunks(EMBED_PAGE, after)
+                if not ids:
+                    break
+                after = ids[-1]
+                pages.put((ids, texts))
+        except BaseException as exc:  # surfaced in the main thread
+            failure.append(exc)
+        pages.put(None)
+
+    def write() -> None:
+        while (item := results.get()) is not None:
+            try:
+                with store.transaction() as conn:
+                    store.set_vectors(conn, *item)
+            except BaseException as exc:
+                failure.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    writer = threading.Thread(target=write, daemon=True)
+    reader.start()
+    writer.start()
+    done = 0
+    try:
+        while (page := pages.get()) is not None:
+            ids, texts = page
+            results.put((ids, encoder.embed(texts, normalize=True)))
+            done += len(ids)
+            bar.update(len(ids))
+            if progress:
+                progress(done, total)
+            if failure:
+                raise failure[0]
+    finally:
+        results.put(None)
+        writer.join()
+        reader.join(timeout=5)
+        bar.close()
+    if failure:
+        raise failure[0]
+    return done
+
+
+def build_vectors(store: DocumentStore, dimension: int, factory: str | None) -> VectorIndex:
+    """Stage 3: train on a sample (IVF / PQ), then add every stored vector page by page."""
+    chunks = store.counts()["chunks"]
+    factory = factory or choose_factory(chunks, dimension)
+    index = VectorIndex.create(factory, dimension)
+    if index.needs_training:
+        index.train(store.sample_vectors(max(training_size(factory), 1), dimension))
+    for ids, vectors in store.iter_vectors(dimension=dimension):
+        index.add(ids, vectors)
+    return index
+
+
+def finish_version(
+    folder: Path,
+    store: DocumentStore,
+    encoder: Any,
+    factory: str | None,
+    input_checksum: str | None = None,
+    vector_index: VectorIndex | None = None,
+) -> dict[str, Any]:
+    """Stage 3 + manifest (the completeness marker). ``vector_index``: already built by the caller."""
+    started = time.time()
+    if store.count_pending():
+        raise RuntimeError(f"{store.count_pending()} chunks still have no vector")
+    index = vector_index or build_vectors(store, encoder.dimension, factory)
+    index.save(folder / layout.VECTORS, {"synced_seq": store.max_seq()})
+    manifest = make_manifest(int(folder.name), store, encoder, index, input_checksum)
+    manifest["vectors_seconds"] = round(time.time() - started, 3)
+    layout.write_manifest(folder, manifest)
+    return manifest
+
+
+def make_manifest(
+    version: int, store: DocumentStore, encoder: Any, index: VectorIndex, input_checksum: str | None
+) -> dict[str, Any]:
+    counts = store.counts()
+    return {
+        "format": FORMAT_VERSION,
+        "version": version,
+        "model_id": encoder.info.model_id,
+        "model_fingerprint": encoder.info.fingerprint,
+        "pooling": encoder.info.pooling,
+        "dimension": encoder.dimension,
+        "max_tokens": encoder.max_tokens,
+        "metric": "inner_product",
+        "normalized": True,
+        "factory": index.factory,
+        "search_params": index.params,
+        "documents": counts["documents"],
+        "chunks": counts["chunks"],
+        "vectors": index.ntotal,
+        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "checksum": data_checksum(store),
+        "input_checksum": input_checksum,
+    }
+
+
+def data_checksum(store: DocumentStore) -> str:
+    """SHA-256 over (id, text, metadata) of every document: equal data, equal checksum."""
+    digest = hashlib.sha256()
+    for document in store.iter_documents():
+        digest.update(
+            json.dumps([document.id, document.text, document.metadata], sort_keys=True, default=str).encode()
+        )
+        digest.update(b"\n")
+    return digest.hexdigest()[:32]
+
+
+def _bar(options: BuildOptions, label: str, unit: str, total: int | None, initial: int) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total, initial=initial, unit=unit, desc=label, disable=not options.show_progress, smoothing=0.1
+    )
+
+
+def embed_documents(
+    encoder: Any, chunker: Chunker, docs: list[Document]
+) -> list[tuple[Document, list, np.ndarray]]:
+    """Chunk and embed a few documents at once (the incremental path: upsert / ``cloze index add``)."""
+    chunk_lists = chunker.split([d.text for d in docs])
+    flat = [c.text for chunks in chunk_lists for c in chunks]
+    vectors = encoder.embed(flat, normalize=True) if flat else np.zeros((0, encoder.dimension), np.float32)
+    out, start = [], 0
+    for doc, chunks in zip(docs, chunk_lists, strict=True):
+        out.append((doc, chunks, vectors[start : start + len(chunks)]))
+        start += len(chunks)
+    return out

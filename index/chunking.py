@@ -1,0 +1,58 @@
+"""Token-aware sliding windows: documents longer than the encoder's window are split with overlap.
+
+Attention cost grows with the square of the sequence, so encoders have a fixed window (256 tokens for
+MiniLM); text past it would be silently dropped. Overlapping windows keep every token inside some
+chunk with context on both sides; a document then scores as its best chunk. Windows are cut on the
+tokenizer's own offsets, so a chunk is an exact substring of the document and re-tokenises to (almost
+exactly) the same tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    text: str
+    tokens: int
+
+
+class Chunker:
+    """Split texts into windows of at most ``window`` tokens that overlap by ``overlap`` tokens."""
+
+    def __init__(self, hf_tokenizer: Any, max_tokens: int, overlap: int | None = None):
+        from tokenizers import Tokenizer
+
+        specials = hf_tokenizer.backend_tokenizer.num_special_tokens_to_add(False)
+        self.window = max(8, max_tokens - specials)
+        self.overlap = min(self.window // 4 if overlap is None else overlap, self.window - 1)
+        # A private copy of the fast tokenizer without truncation: we need the offsets of *all* tokens.
+        self._fast = Tokenizer.from_str(hf_tokenizer.backend_tokenizer.to_str())
+        self._fast.no_truncation()
+        self._fast.no_padding()
+
+    @classmethod
+    def for_encoder(cls, encoder: Any, overlap: int | None = None) -> Chunker:
+        return cls(encoder.tokenizer.hf, encoder.max_tokens, overlap)
+
+    def split(self, texts: list[str]) -> list[list[Chunk]]:
+        encodings = self._fast.encode_batch(texts, add_special_tokens=False)
+        return [
+            self._windows(text, encoding.offsets) for text, encoding in zip(texts, encodings, strict=True)
+        ]
+
+    def _windows(self, text: str, offsets: list[tuple[int, int]]) -> list[Chunk]:
+        if len(offsets) <= self.window:
+            return [Chunk(0, text, len(offsets))]
+        chunks: list[Chunk] = []
+        step = self.window - self.overlap
+        start = 0
+        while True:
+            end = min(start + self.window, len(offsets))
+            chunks.append(Chunk(len(chunks), text[offsets[start][0] : offsets[end - 1][1]], end - start))
+            if end == len(offsets):
+                return chunks
+            start += step

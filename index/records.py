@@ -1,0 +1,43 @@
+"""The values and errors the index hands to its callers (the service, the CLI, evaluation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Document:
+    """A user's document: an id they choose, its text and free-form JSON metadata kept as given."""
+
+    id: str
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SearchHit:
+    """One document in a result list; ``chunk`` is the window that matched best (results are per document)."""
+
+    id: str
+    score: float
+    text: str
+    chunk: str
+    chunk_index: int
+    metadata: dict[str, Any]
+
+
+class IndexError_(Exception):
+    """Base of the index's own errors (named so it does not shadow the builtin ``IndexError``)."""
+
+
+class IndexModelMismatch(IndexError_):
+    """The index was built with another model: its vectors are meaningless to this encoder."""
+
+
+class UnknownFilterField(IndexError_, ValueError):
+    """A filter names a metadata field that no document has (almost always a typo)."""
+
+
+class DocumentStoreError(IndexError_):
+    """The SQLite store is missing, corrupt or from an incompatible layout."""

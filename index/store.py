@@ -1,0 +1,421 @@
+"""The document store: SQLite in WAL mode, the source of truth of an index version.
+
+It holds documents, their chunks, metadata (JSON), an FTS5 table for BM25, and every chunk's vector as
+a float32 blob. FAISS is derived from it: it can be rebuilt, caught up or re-scored without running the
+encoder again. ``synchronous=FULL`` makes a commit durable when it returns (the contract of
+``SearchIndex.upsert``). Chunk ids are ``AUTOINCREMENT`` so an id is never reused: they double as FAISS
+ids, and a changed document gets new ids instead of silently re-pointing old vectors.
+
+The ``changelog`` records every chunk added or removed after the bulk build, so a FAISS snapshot written
+at sequence ``s`` is brought up to date by replaying ``seq > s`` (on open, in another replica, or onto a
+version being rebuilt).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from index.chunking import Chunk
+from index.records import Document, DocumentStoreError, UnknownFilterField
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS documents(
+    rid INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    text TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS chunks(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    doc_rid INTEGER NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    vector BLOB
+);
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc_rid);
+CREATE INDEX IF NOT EXISTS chunks_pending ON chunks(id) WHERE vector IS NULL;
+CREATE VIRTUAL TABLE IF NOT EXISTS documents_fts USING fts5(
+    text, content='documents', content_rowid='rid', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS documents_ai AFTER INSERT ON documents BEGIN
+    INSERT INTO documents_fts(rowid, text) VALUES (new.rid, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS documents_ad AFTER DELETE ON documents BEGIN
+    INSERT INTO documents_fts(documents_fts, rowid, text) VALUES ('delete', old.rid, old.text);
+END;
+CREATE TRIGGER IF NOT EXISTS documents_au AFTER UPDATE OF text ON documents BEGIN
+    INSERT INTO documents_fts(documents_fts, rowid, text) VALUES ('delete', old.rid, old.text);
+    INSERT INTO documents_fts(rowid, text) VALUES (new.rid, new.text);
+END;
+CREATE TABLE IF NOT EXISTS fields(name TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS changelog(
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, doc_id TEXT NOT NULL, chunk_id INTEGER NOT NULL, op TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS state(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+# Very common English words: as OR-terms they match nearly every row and only slow BM25 down.
+_STOPWORDS = frozenset(
+    "a an and are as at be but by for from has have in is it its of on or that the their this to was were "
+    "which with".split()
+)
+_MAX_QUERY_TERMS = 64
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    chunk_id: int
+    doc_id: str
+    doc_text: str
+    chunk_text: str
+    chunk_index: int
+    metadata: dict[str, Any]
+
+
+def fts_query(text: str) -> str:
+    """User text -> a safe FTS5 expression: each word quoted, OR-ed (BM25 then ranks by the terms present).
+
+    Quoting every term means operators and stray quotes in user text (``"foo``, ``AND(``) are plain words.
+    """
+    terms: list[str] = []
+    for word in _WORD.findall(text.lower()):
+        if word not in _STOPWORDS and word not in terms:
+            terms.append(word)
+    return " OR ".join(f'"{term}"' for term in terms[:_MAX_QUERY_TERMS])
+
+
+def query_terms(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+
+
+class DocumentStore:
+    """Thread-safe access: one connection per thread for reads (WAL readers never block), one writer lock."""
+
+    def __init__(self, path: Path, create: bool = True):
+        self.path = Path(path)
+        if not create and not self.path.is_file():
+            raise DocumentStoreError(f"document store not found: {self.path}")
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self.write_lock = threading.RLock()
+        try:
+            self._conn().executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise DocumentStoreError(f"cannot open document store {self.path}: {exc}") from exc
+        self._fields = {row[0] for row in self._conn().execute("SELECT name FROM fields")}
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=OFF")
+            self._local.conn = conn
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One durable write transaction (BEGIN IMMEDIATE: writers queue here, readers carry on)."""
+        with self.write_lock:
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    # ---- writes -------------------------------------------------------------------------------------
+
+    def write_documents(
+        self,
+        conn: sqlite3.Connection,
+        items: Sequence[tuple[Document, list[Chunk], np.ndarray | None]],
+        log: bool,
+    ) -> tuple[list[int], list[int]]:
+        """Insert or replace documents with their chunks (and vectors, when given). Returns (removed, added) ids."""
+        removed: list[int] = []
+        added: list[int] = []
+        new_fields: set[str] = set()
+        for document, chunks, vectors in items:
+            meta = json.dumps(document.metadata, ensure_ascii=False, default=str)
+            row = conn.execute("SELECT rid FROM documents WHERE id = ?", (document.id,)).fetchone()
+            if row is None:
+                rid = conn.execute(
+                    "INSERT INTO documents(id, text, metadata) VALUES (?, ?, ?)",
+                    (document.id, document.text, meta),
+                ).lastrowid
+            else:
+                rid = row[0]
+                removed += self._drop_chunks(conn, rid, document.id, log)
+                conn.execute(
+                    "UPDATE documents SET text = ?, metadata = ? WHERE rid = ?", (document.text, meta, rid)
+                )
+            for position, chunk in enumerate(chunks):
+                blob = None if vectors is None else np.asarray(vectors[position], np.float32).tobytes()
+                chunk_id = conn.execute(
+                    "INSERT INTO chunks(doc_rid, chunk_index, text, vector) VALUES (?, ?, ?, ?)",
+                    (rid, chunk.index, chunk.text, blob),
+                ).lastrowid
+                added.append(int(chunk_id))
+                if log:
+                    conn.execute(
+                        "INSERT INTO changelog(doc_id, chunk_id, op) VALUES (?, ?, '+')",
+                        (document.id, chunk_id),
+                    )
+            new_fields.update(k for k in document.metadata if k not in self._fields)
+        if new_fields:
+            conn.executemany("INSERT OR IGNORE INTO fields(name) VALUES (?)", [(f,) for f in new_fields])
+            self._fields |= new_fields
+        return removed, added
+
+    def _drop_chunks(self, conn: sqlite3.Connection, rid: int, doc_id: str, log: bool) -> list[int]:
+        ids = [r[0] for r in conn.execute("SELECT id FROM chunks WHERE doc_rid = ?", (rid,))]
+        conn.execute("DELETE FROM chunks WHERE doc_rid = ?", (rid,))
+        if log:
+            conn.executemany(
+                "INSERT INTO changelog(doc_id, chunk_id, op) VALUES (?, ?, '-')", [(doc_id, i) for i in ids]
+            )
+        return ids
+
+    def delete_document(self, conn: sqlite3.Connection, doc_id: str, log: bool) -> list[int] | None:
+        row = conn.execute("SELECT rid FROM documents WHERE id = ?", (doc_id,)).fetchone()
+        if row is None:
+            return None
+        removed = self._drop_chunks(conn, row[0], doc_id, log)
+        conn.execute("DELETE FROM documents WHERE rid = ?", (row[0],))
+        return removed
+
+    def set_vectors(self, conn: sqlite3.Connection, ids: Sequence[int], vectors: np.ndarray) -> None:
+        conn.executemany(
+            "UPDATE chunks SET vector = ? WHERE id = ?",
+            [(np.asarray(v, np.float32).tobytes(), int(i)) for i, v in zip(ids, vectors, strict=True)],
+        )
+
+    # ---- state --------------------------------------------------------------------------------------
+
+    def get_state(self, key: str, default: str | None = None) -> str | None:
+        row = self._conn().execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return default if row is None else row[0]
+
+    @staticmethod
+    def set_state(conn: sqlite3.Connection, key: str, value: str) -> None:
+        conn.execute("INSERT OR REPLACE INTO state(key, value) VALUES (?, ?)", (key, value))
+
+    # ---- reads --------------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        conn = self._conn()
+        documents = conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
+        chunks = conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        return {"documents": int(documents), "chunks": int(chunks)}
+
+    def fields(self) -> set[str]:
+        return set(self._fields)
+
+    def refresh_fields(self) -> None:
+        self._fields = {row[0] for row in self._conn().execute("SELECT name FROM fields")}
+
+    def get(self, doc_id: str) -> Document | None:
+        row = (
+            self._conn()
+            .execute("SELECT id, text, metadata FROM documents WHERE id = ?", (doc_id,))
+            .fetchone()
+        )
+        return None if row is None else Document(row[0], row[1], json.loads(row[2]))
+
+    def iter_documents(self, batch: int = 1000) -> Iterator[Document]:
+        """All documents in insertion order, read in pages so memory stays bounded."""
+        last = 0
+        while True:
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT rid, id, text, metadata FROM documents WHERE rid > ? ORDER BY rid LIMIT ?",
+                    (last, batch),
+                )
+                .fetchall()
+            )
+            if not rows:
+                return
+            for rid, doc_id, text, meta in rows:
+                last = rid
+                yield Document(doc_id, text, json.loads(meta))
+
+    def pending_chunks(self, limit: int, after: int = 0) -> tuple[list[int], list[str]]:
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT id, text FROM chunks WHERE vector IS NULL AND id > ? ORDER BY id LIMIT ?",
+                (after, limit),
+            )
+            .fetchall()
+        )
+        return [r[0] for r in rows], [r[1] for r in rows]
+
+    def count_pending(self) -> int:
+        return int(self._conn().execute("SELECT COUNT(*) FROM chunks WHERE vector IS NULL").fetchone()[0])
+
+    def iter_vectors(
+        self, batch: int = 20000, dimension: int | None = None
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(ids int64, vectors float32) pages in id order: how FAISS is filled without holding the corpus."""
+        last = 0
+        while True:
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT id, vector FROM chunks WHERE id > ? AND vector IS NOT NULL ORDER BY id LIMIT ?",
+                    (last, batch),
+                )
+                .fetchall()
+            )
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield _unpack(rows, dimension)
+
+    def sample_vectors(self, count: int, dimension: int) -> np.ndarray:
+        """A uniform sample of stored vectors (IVF / PQ training needs a sample, not the corpus)."""
+        total = self.counts()["chunks"]
+        if total <= count:
+            return np.concatenate(
+                [v for _, v in self.iter_vectors(dimension=dimension)]
+                or [np.zeros((0, dimension), np.float32)]
+            )
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT id, vector FROM chunks WHERE vector IS NOT NULL AND abs(random()) % ? < ? ",
+                (total, count),
+            )
+            .fetchall()
+        )
+        return _unpack(rows, dimension)[1]
+
+    def vectors(self, ids: Iterable[int], dimension: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT id, vector FROM chunks WHERE id IN (SELECT value FROM json_each(?)) AND vector IS NOT NULL",
+                (json.dumps([int(i) for i in ids]),),
+            )
+            .fetchall()
+        )
+        return _unpack(rows, dimension)
+
+    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        rows = self._conn().execute(
+            "SELECT c.id, d.id, d.text, c.text, c.chunk_index, d.metadata FROM chunks c JOIN documents d ON d.rid = c.doc_rid "
+            "WHERE c.id IN (SELECT value FROM json_each(?))",
+            (json.dumps([int(i) for i in ids]),),
+        )
+        return {r[0]: ChunkRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows}
+
+    def chunks_of(self, doc_ids: Iterable[str]) -> dict[str, list[ChunkRow]]:
+        rows = self._conn().execute(
+            "SELECT c.id, d.id, d.text, c.text, c.chunk_index, d.metadata FROM chunks c JOIN documents d ON d.rid = c.doc_rid "
+            "WHERE d.id IN (SELECT value FROM json_each(?)) ORDER BY c.chunk_index",
+            (json.dumps(list(doc_ids)),),
+        )
+        out: dict[str, list[ChunkRow]] = {}
+        for r in rows:
+            out.setdefault(r[1], []).append(ChunkRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])))
+        return out
+
+    def filtered_chunk_ids(self, filters: dict[str, Any]) -> np.ndarray:
+        where, params = self.filter_sql(filters)
+        rows = self._conn().execute(
+            f"SELECT c.id FROM chunks c JOIN documents d ON d.rid = c.doc_rid WHERE {where}", params
+        )
+        return np.fromiter((r[0] for r in rows), dtype=np.int64)
+
+    def filter_sql(self, filters: dict[str, Any]) -> tuple[str, list[Any]]:
+        """WHERE clause over ``documents d``: a scalar is equality, a list is ``in``.
+
+        ``json_each`` makes one rule for scalar and list-valued metadata: ``{"tag": "x"}`` matches
+        ``tag == "x"`` and also ``tag == ["x", "y"]`` (membership).
+        """
+        clauses: list[str] = []
+        params: list[Any] = []
+        for field, wanted in filters.items():
+            if field not in self._fields:
+                self.refresh_fields()  # another process may have added it
+            if field not in self._fields or '"' in field:
+                raise UnknownFilterField(f"no document has the metadata field {field!r}")
+            values = list(wanted) if isinstance(wanted, list | tuple | set) else [wanted]
+            if not values:
+                clauses.append("0")
+                continue
+            marks = ", ".join("?" for _ in values)
+            clauses.append(f"EXISTS (SELECT 1 FROM json_each(d.metadata, ?) WHERE value IN ({marks}))")
+            params += [f'$."{field}"', *[_sql_value(v) for v in values]]
+        return (" AND ".join(clauses) or "1"), params
+
+    def bm25(self, text: str, limit: int, filters: dict[str, Any] | None = None) -> list[tuple[str, float]]:
+        expression = fts_query(text)
+        if not expression:
+            return []
+        where, params = self.filter_sql(filters or {})
+        rows = self._conn().execute(
+            "SELECT d.id, -documents_fts.rank FROM documents_fts JOIN documents d ON d.rid = documents_fts.rowid "
+            f"WHERE documents_fts MATCH ? AND {where} ORDER BY documents_fts.rank LIMIT ?",
+            [expression, *params, limit],
+        )
+        return [(r[0], float(r[1])) for r in rows]
+
+    def max_seq(self) -> int:
+        return int(self._conn().execute("SELECT COALESCE(MAX(seq), 0) FROM changelog").fetchone()[0])
+
+    def changes_since(self, seq: int) -> list[tuple[int, str, int, str]]:
+        return (
+            self._conn()
+            .execute("SELECT seq, doc_id, chunk_id, op FROM changelog WHERE seq > ? ORDER BY seq", (seq,))
+            .fetchall()
+        )
+
+    def chunk_exists(self, ids: Iterable[int]) -> set[int]:
+        rows = self._conn().execute(
+            "SELECT id FROM chunks WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps([int(i) for i in ids]),),
+        )
+        return {r[0] for r in rows}
+
+
+def _sql_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return int(value)
+    if value is None or isinstance(value, int | float | str):
+        return value
+    return json.dumps(value)
+
+
+def _unpack(rows: list[tuple[int, bytes]], dimension: int | None) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    if not rows:
+        return ids, np.zeros((0, dimension or 0), np.float32)
+    matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    return ids, matrix

@@ -1,0 +1,228 @@
+"""The FAISS side: which index for which corpus size, per-query search parameters, atomic save.
+
+Inner product on L2-normalised vectors (= cosine). The factory is chosen by corpus size:
+
+- below ``EXACT_LIMIT`` chunks: exact search (``IDMap2,Flat``): brute force is fast enough and perfect;
+- up to ``PQ_LIMIT``: ``IVF<n>,Flat``, an inverted file over full vectors (unlike HNSW it supports
+  ``remove_ids``, which keeps incremental deletes simple);
+- above: ``IVF<n>,PQ<m>x8``: 8-bit product quantisation (48 bytes instead of 1,536 per MiniLM vector) so a
+  large corpus fits in memory. Its lossy scores are repaired by re-scoring the best candidates exactly with
+  the float vectors kept in SQLite (``SearchIndex`` does that, see ``rerank``).
+
+Any factory string can be forced; for one without ``remove_ids`` (HNSW) deleted ids become tombstones
+excluded with an ``IDSelector`` until the next rebuild. Search parameters (nprobe, efSearch, selectors)
+travel in a ``SearchParameters`` object per call instead of being set on the shared index, which is what
+makes concurrent searches with different settings safe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # it logs every CPU-feature probe at INFO
+import faiss  # noqa: E402
+
+EXACT_LIMIT = 50_000
+PQ_LIMIT = 500_000
+
+
+def choose_factory(vectors: int, dimension: int) -> str:
+    if vectors < EXACT_LIMIT:
+        return "IDMap2,Flat"
+    nlist = nlist_for(vectors)
+    if vectors < PQ_LIMIT:
+        return f"IVF{nlist},Flat"
+    return f"IVF{nlist},PQ{pq_segments(dimension)}x8"
+
+
+def nlist_for(vectors: int) -> int:
+    """About 4 sqrt(n) lists, the usual FAISS guidance, as a power of two."""
+    return int(2 ** round(math.log2(max(16.0, 4 * math.sqrt(max(vectors, 1))))))
+
+
+def pq_segments(dimension: int) -> int:
+    """8 dimensions per sub-quantiser (48 for 384-d) when it divides, else the largest divisor that fits."""
+    for dims in (8, 4, 6, 12, 16, 2, 1):
+        if dimension % dims == 0:
+            return dimension // dims
+    return dimension
+
+
+def default_params(factory: str) -> dict[str, Any]:
+    """Search settings that reach recall@10 >= 0.9 against exact search on real MiniLM embeddings."""
+    params: dict[str, Any] = {}
+    nlist = _ivf_lists(factory)
+    if nlist:
+        params["nprobe"] = max(8, min(nlist, nlist // 16))
+    if "HNSW" in factory:
+        params["efSearch"] = 128
+    if "PQ" in factory:
+        params["rerank"] = 10  # exact re-scoring of 10 x top_k candidates from the SQLite vectors
+    return params
+
+
+def _ivf_lists(factory: str) -> int:
+    for part in factory.split(","):
+        if part.startswith("IVF") and part[3:].isdigit():
+            return int(part[3:])
+    return 0
+
+
+def training_size(factory: str) -> int:
+    nlist = _ivf_lists(factory)
+    if not nlist:
+        return 0
+    return min(max(64 * nlist, 65_536 if "PQ" in factory else 0), 300_000)
+
+
+class VectorIndex:
+    """A FAISS index addressed by stable int64 chunk ids, with tombstones where removal is unsupported."""
+
+    def __init__(
+        self, index: faiss.Index, factory: str, params: dict[str, Any], tombstones: set[int] | None = None
+    ):
+        self.index = index
+        self.factory = factory
+        self.params = params
+        self.tombstones: set[int] = tombstones or set()
+
+    @classmethod
+    def create(cls, factory: str, dimension: int, params: dict[str, Any] | None = None) -> VectorIndex:
+        index = faiss.index_factory(dimension, factory, faiss.METRIC_INNER_PRODUCT)
+        if faiss.try_extract_index_ivf(index) is None and not isinstance(index, faiss.IndexIDMap):
+            index = faiss.IndexIDMap2(index)  # ids for flat / HNSW indexes; IVF keeps ids itself
+        merged = default_params(factory) | (params or {})
+        return cls(index, factory, merged)
+
+    @property
+    def dimension(self) -> int:
+        return int(self.index.d)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal) - len(self.tombstones)
+
+    @property
+    def needs_training(self) -> bool:
+        return not self.index.is_trained
+
+    @property
+    def lossy(self) -> bool:
+        return "PQ" in self.factory or "SQ" in self.factory
+
+    def train(self, sample: np.ndarray) -> None:
+        if self.index.is_trained:
+            return
+        ivf = faiss.try_extract_index_ivf(self.index)
+        if ivf is not None and len(sample) < ivf.nlist:
+            raise ValueError(f"{self.factory} needs at least {ivf.nlist} vectors to train, got {len(sample)}")
+        self.index.train(np.ascontiguousarray(sample, dtype=np.float32))
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        if len(ids):
+            self.tombstones.difference_update(int(i) for i in ids)
+            self.index.add_with_ids(
+                np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64)
+            )
+
+    def remove(self, ids: list[int] | np.ndarray) -> None:
+        if not len(ids):
+            return
+        array = np.asarray(ids, dtype=np.int64)
+        try:
+            self.index.remove_ids(array)
+        except RuntimeError:  # HNSW and friends: exclude at search time instead
+            self.tombstones.update(int(i) for i in array)
+
+    def search(
+        self,
+        query: np.ndarray,
+        k: int,
+        allowed: np.ndarray | None = None,
+        overrides: dict[str, Any] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, ids) of the best ``k`` for one query; ``allowed`` restricts the search before top-k."""
+        if self.index.ntotal == 0 or k <= 0:
+            return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        settings = self.params | (overrides or {})
+        keep: list[Any] = []  # selectors must outlive the search call
+        selector = self._selector(allowed, keep)
+        params = self._search_parameters(settings, selector)
+        scores, ids = self.index.search(
+            np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32),
+            min(k, int(self.index.ntotal)),
+            params=params,
+        )
+        found = ids[0] >= 0
+        return scores[0][found], ids[0][found]
+
+    def _selector(self, allowed: np.ndarray | None, keep: list[Any]) -> Any:
+        selector = None
+        if allowed is not None:
+            selector = faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
+            keep.append(selector)
+        if self.tombstones:
+            dead = faiss.IDSelectorBatch(np.fromiter(self.tombstones, dtype=np.int64))
+            alive = faiss.IDSelectorNot(dead)
+            keep += [dead, alive]
+            selector = alive if selector is None else faiss.IDSelectorAnd(selector, alive)
+            keep.append(selector)
+        return selector
+
+    def _search_parameters(self, settings: dict[str, Any], selector: Any) -> Any:
+        if faiss.try_extract_index_ivf(self.index) is not None:
+            params = faiss.SearchParametersIVF()
+            params.nprobe = int(settings.get("nprobe", 1))
+        elif "HNSW" in self.factory:
+            params = faiss.SearchParametersHNSW()
+            params.efSearch = int(settings.get("efSearch", 64))
+        else:
+            params = faiss.SearchParameters()
+        if selector is not None:
+            params.sel = selector
+        return params
+
+    def save(self, path: Path, meta: dict[str, Any]) -> None:
+        """Write index + sidecar JSON atomically (temp file, fsync, rename): a reader sees old or new, never half."""
+        meta = meta | {"factory": self.factory, "params": self.params, "tombstones": sorted(self.tombstones)}
+        temporary = path.with_name(path.name + ".tmp")
+        faiss.write_index(self.index, str(temporary))  # streamed to disk: no second copy in memory
+        _fsync_file(temporary)
+        os.replace(temporary, path)
+        atomic_write(path.with_suffix(".json"), json.dumps(meta).encode())
+
+    @classmethod
+    def load(cls, path: Path) -> tuple[VectorIndex, dict[str, Any]]:
+        meta = json.loads(path.with_suffix(".json").read_text())
+        index = faiss.read_index(str(path))
+        return cls(index, meta["factory"], meta["params"], set(meta.get("tombstones", []))), meta
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with temporary.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with path.open("rb+") as handle:
+        os.fsync(handle.fileno())

@@ -1,0 +1,39 @@
+"""Fixtures of the index tests: the tiny random BERT as an encoder (mechanics), small corpora of its words."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY_WORDS
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tiny_bert: Path):
+    from app.runtime import load_encoder
+
+    return load_encoder(tiny_bert, backend="torch")
+
+
+def tiny_documents(count: int, seed: int = 0, words: int = 12) -> list[dict]:
+    """Distinct texts over the tiny model's vocabulary, with metadata to filter on."""
+    rng = random.Random(seed)
+    return [
+        {
+            "_id": f"d{i}",
+            "title": "",
+            "text": " ".join(rng.choice(TINY_WORDS) for _ in range(words))
+            + f" {TINY_WORDS[i % len(TINY_WORDS)]}",
+            "color": ["red", "green", "blue"][i % 3],
+            "rank": i,
+        }
+        for i in range(count)
+    ]
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path

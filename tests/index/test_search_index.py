@@ -1,0 +1,175 @@
+"""SearchIndex mechanics with the tiny random encoder: updates, durability, filters, modes, concurrency, rebuild."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index import Document, IndexModelMismatch, SearchIndex, UnknownFilterField, layout
+from tests.index.conftest import tiny_documents
+
+
+def docs(count: int, seed: int = 0) -> list[Document]:
+    return [
+        Document(r["_id"], r["text"], {"color": r["color"], "rank": r["rank"]})
+        for r in tiny_documents(count, seed)
+    ]
+
+
+@pytest.fixture()
+def index(tmp_path: Path, tiny_encoder):
+    opened = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    yield opened
+    opened.close()
+
+
+def vector(encoder, text: str) -> np.ndarray:
+    return encoder.embed([text], normalize=True)[0]
+
+
+def test_upsert_is_searchable_and_durable(index: SearchIndex, tiny_encoder, tmp_path: Path) -> None:
+    corpus = docs(60)
+    assert index.stats() == {"documents": 0, "chunks": 0, "vectors": 0}
+    assert index.upsert(corpus) == 60
+    assert index.stats() == {"documents": 60, "chunks": 60, "vectors": 60}
+    target = corpus[17]
+    top = index.search(vector(tiny_encoder, target.text), target.text, top_k=3)
+    assert top[0].id == target.id and top[0].text == target.text and top[0].chunk == target.text
+    assert top[0].score == pytest.approx(1.0, abs=1e-4)
+    assert top[0].metadata == {"color": "blue", "rank": 17}
+    # A second instance (another replica / a restart) sees the committed documents without a rebuild.
+    other = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    assert other.get(target.id) == target
+    assert other.search(vector(tiny_encoder, target.text), "", top_k=1)[0].id == target.id
+    index.upsert([Document("late", "queen king river paris france capital")])
+    assert other.reload_if_changed() is True
+    assert (
+        other.search(vector(tiny_encoder, "queen king river paris france capital"), "", top_k=1)[0].id
+        == "late"
+    )
+    assert other.reload_if_changed() is False
+    other.close()
+
+
+def test_replace_and_delete(index: SearchIndex, tiny_encoder) -> None:
+    index.upsert(docs(20))
+    index.upsert([Document("d3", "guitar music guitar music", {"color": "none"})])
+    assert index.stats()["documents"] == 20 and index.stats()["vectors"] == 20
+    assert index.get("d3").metadata == {"color": "none"}
+    assert index.search(None, "guitar", mode="bm25", top_k=1)[0].id == "d3"
+    assert index.delete("d3") is True and index.delete("d3") is False
+    assert index.get("d3") is None
+    assert all(
+        hit.id != "d3"
+        for hit in index.search(vector(tiny_encoder, "guitar music"), "guitar music", top_k=20, mode="hybrid")
+    )
+    assert index.stats() == {"documents": 19, "chunks": 19, "vectors": 19}
+
+
+def test_filters_apply_before_top_k(index: SearchIndex, tiny_encoder) -> None:
+    corpus = docs(90)
+    index.upsert(corpus)
+    query = vector(tiny_encoder, corpus[0].text)
+    for mode in ("dense", "hybrid", "bm25"):
+        hits = index.search(query, corpus[0].text, top_k=10, mode=mode, filters={"color": "green"})
+        assert hits and all(h.metadata["color"] == "green" for h in hits), mode
+        if mode != "bm25":  # every green document is a candidate: exactly k come back
+            assert len(hits) == 10
+    chosen = index.search(query, "", top_k=5, filters={"rank": [4, 7, 88]})
+    assert sorted(h.id for h in chosen) == ["d4", "d7", "d88"]
+    with pytest.raises(UnknownFilterField):
+        index.search(query, "", filters={"colour": "red"})
+    assert index.metadata_fields() == {"color", "rank"}
+
+
+def test_bm25_query_text_is_sanitised(index: SearchIndex) -> None:
+    index.upsert(docs(10))
+    for text in ['"foo', "AND(", "cat OR", "NEAR(a b", "*", "col:cat", "", "-", "a'b\"c", "the"]:
+        index.search(None, text, mode="bm25")  # must not raise
+    hits = index.search(None, 'king" AND( queen', mode="bm25", top_k=10)
+    assert hits and all("king" in h.text or "queen" in h.text for h in hits)
+
+
+def test_model_mismatch_is_refused(tmp_path: Path, tiny_encoder, bundled_torch) -> None:
+    SearchIndex.open(tmp_path / "idx", tiny_encoder).close()
+    with pytest.raises(IndexModelMismatch) as caught:
+        SearchIndex.open(tmp_path / "idx", bundled_torch)
+    message = str(caught.value)
+    assert tiny_encoder.info.fingerprint in message and bundled_torch.info.fingerprint in message
+
+
+def test_concurrent_searches_and_upserts(index: SearchIndex, tiny_encoder) -> None:
+    index.upsert(docs(50))
+    queries = [vector(tiny_encoder, d.text) for d in docs(50)]
+    errors: list[BaseException] = []
+
+    def search(i: int) -> None:
+        try:
+            hits = index.search(queries[i % 50], "cat dog", top_k=5, mode="hybrid" if i % 2 else "dense")
+            assert len(hits) == 5
+        except BaseException as exc:
+            errors.append(exc)
+
+    with ThreadPoolExecutor(6) as pool:
+        futures = [pool.submit(search, i) for i in range(200)]
+        for batch in range(5):
+            index.upsert([Document(f"new{batch}-{j}", f"king queen {batch} {j}") for j in range(10)])
+        for future in futures:
+            future.result()
+    assert not errors
+    assert index.stats() == {"documents": 100, "chunks": 100, "vectors": 100}
+
+
+def test_rebuild_swaps_versions_without_losing_writes(
+    index: SearchIndex, tiny_encoder, tmp_path: Path
+) -> None:
+    corpus = docs(40)
+    index.upsert(corpus)
+    before = index.manifest["version"]
+    seen: list[int] = []
+
+    def during(done: int, total: int) -> None:
+        if not seen:  # mid-rebuild: old version still answers, and a write is acknowledged
+            assert index.search(vector(tiny_encoder, corpus[5].text), "", top_k=1)[0].id == "d5"
+            index.upsert([Document("during", "france paris capital city river")])
+            index.delete("d6")
+        seen.append(done)
+
+    manifest = index.rebuild(progress=during)
+    assert seen and manifest["version"] > before == layout.current_version(tmp_path / "idx") - 1
+    assert index.manifest["version"] == manifest["version"]
+    assert index.get("during") is not None and index.get("d6") is None
+    assert (
+        index.search(vector(tiny_encoder, "france paris capital city river"), "", top_k=1)[0].id == "during"
+    )
+    assert index.stats() == {"documents": 40, "chunks": 40, "vectors": 40}
+    reopened = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    assert reopened.stats() == index.stats() and reopened.get("during") is not None
+    reopened.close()
+
+
+def test_long_documents_are_chunked_and_scored_by_best_chunk(index: SearchIndex, tiny_encoder) -> None:
+    filler = " ".join(["the cat sat on the mat"] * 40)
+    needle = "zebra quokka"  # words only the long document has: BM25 must find it and name the right chunk
+    index.upsert([Document("long", f"{filler} {needle} {filler}"), *docs(10)])
+    stats = index.stats()
+    assert stats["chunks"] > stats["documents"]
+    hit = index.search(None, needle, top_k=1, mode="bm25")[0]
+    assert hit.id == "long" and "zebra" in hit.chunk and len(hit.chunk) < len(hit.text)
+    ids = [h.id for h in index.search(vector(tiny_encoder, filler), "", top_k=11)]
+    assert len(ids) == len(set(ids)) == 11  # one hit per document, not per chunk
+
+
+def test_concurrent_threads_do_not_share_sqlite_connections(index: SearchIndex) -> None:
+    index.upsert(docs(5))
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda: results.append(index.stats()["documents"])) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [5] * 8
