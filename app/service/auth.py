@@ -35,7 +35,11 @@ class KeyRing:
         if not guarded:
             return
         if not token:
-            raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'", headers={"WWW-Authenticate": "Bearer"})
+            raise ApiError(
+                401,
+                "missing API key: send 'Authorization: Bearer <key>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         scope = self.scope_of(token)
         if scope is None:
             raise ApiError(401, "unknown API key", headers={"WWW-Authenticate": "Bearer"})
@@ -51,7 +55,9 @@ def _matches_any(presented: bytes, keys: list[bytes]) -> bool:
 
 
 def _requirement(needed: Scope):
-    def dependency(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+    def dependency(
+        request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)
+    ) -> None:
         request.app.state.keys.check(credentials.credentials if credentials else None, needed)
 
     return dependency

@@ -9,7 +9,14 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from app.runtime import EncoderRuntime, FillMaskRuntime, MicroBatcher, Overloaded, load_encoder, load_fill_mask
+from app.runtime import (
+    EncoderRuntime,
+    FillMaskRuntime,
+    MicroBatcher,
+    Overloaded,
+    load_encoder,
+    load_fill_mask,
+)
 from app.service.errors import ApiError
 from app.service.metrics import Metrics
 from app.settings import Settings
@@ -58,7 +65,9 @@ async def submit(batcher: MicroBatcher, texts: list[str]) -> tuple[list, list]:
         raise ApiError(429, str(exc), headers={"Retry-After": str(max(1, round(exc.retry_after)))}) from exc
 
 
-def _batcher(runtime: EncoderRuntime | FillMaskRuntime, settings: Settings, metrics: Metrics, name: str) -> MicroBatcher:
+def _batcher(
+    runtime: EncoderRuntime | FillMaskRuntime, settings: Settings, metrics: Metrics, name: str
+) -> MicroBatcher:
     batcher = MicroBatcher(
         runtime.encode,
         runtime.run,
@@ -73,19 +82,25 @@ def _batcher(runtime: EncoderRuntime | FillMaskRuntime, settings: Settings, metr
 
 
 async def load_engines(engines: Engines, settings: Settings, metrics: Metrics) -> None:
-    common = {"backend": settings.backend, "device": settings.device, "threads": settings.threads,
-              "onnx_cache": settings.onnx_cache}
+    common = {
+        "backend": settings.backend,
+        "device": settings.device,
+        "threads": settings.threads,
+        "onnx_cache": settings.onnx_cache,
+    }
     try:
         engines.encoder = await run_in_threadpool(
-            load_encoder, settings.model or None, max_batch_tokens=settings.max_batch_tokens,
-            max_batch_size=settings.max_batch_size, **common,
+            load_encoder,
+            settings.model or None,
+            max_batch_tokens=settings.max_batch_tokens,
+            max_batch_size=settings.max_batch_size,
+            **common,
         )
         engines.embed_batcher = _batcher(engines.encoder, settings, metrics, "embed")
     except Exception as exc:
         engines.load_error = f"embedding model failed to load: {exc}"
         log.exception("embedding model failed to load")
         return
-    await _open_index(engines, settings, metrics)
     try:
         engines.fill_mask = await run_in_threadpool(
             load_fill_mask, settings.fill_mask_model or None, **common
@@ -94,13 +109,16 @@ async def load_engines(engines: Engines, settings: Settings, metrics: Metrics) -
     except Exception as exc:  # the service still embeds and searches without a fill-mask model
         engines.fill_mask_error = f"fill-mask unavailable: {exc}"
         log.warning(engines.fill_mask_error)
+    await _open_index(engines, settings, metrics)  # last: ready means every model has been tried
 
 
 async def _open_index(engines: Engines, settings: Settings, metrics: Metrics) -> None:
     from index import SearchIndex
 
     try:
-        engines.index = await run_in_threadpool(SearchIndex.open, settings.index, engines.encoder, create=True)
+        engines.index = await run_in_threadpool(
+            SearchIndex.open, settings.index, engines.encoder, create=True
+        )
     except Exception as exc:
         engines.index_error = f"index at {settings.index} failed to open: {exc}"
         log.exception("index failed to open")

@@ -13,7 +13,9 @@ log = logging.getLogger("cloze.service")
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self, status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None
+    ):
         super().__init__(message)
         self.status, self.message, self.field, self.headers = status, message, field, headers
 

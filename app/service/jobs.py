@@ -36,7 +36,9 @@ class Job:
 @dataclass
 class JobRegistry:
     jobs: dict[str, Job] = field(default_factory=dict)
-    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="jobs"))
+    _pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="jobs")
+    )
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def submit(self, kind: str, work: Callable[[Callable[[int, int], None]], dict[str, Any]]) -> Job:

@@ -16,16 +16,28 @@ class Metrics:
             "cloze_requests_total", "HTTP requests", ["route", "method", "status"], registry=self.registry
         )
         self.latency = Histogram(
-            "cloze_request_seconds", "HTTP latency", ["route", "method"], buckets=LATENCY_BUCKETS, registry=self.registry
+            "cloze_request_seconds",
+            "HTTP latency",
+            ["route", "method"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
         )
-        self.queue_depth = Gauge("cloze_queue_depth", "Texts admitted and not yet answered", ["batcher"], registry=self.registry)
+        self.queue_depth = Gauge(
+            "cloze_queue_depth", "Texts admitted and not yet answered", ["batcher"], registry=self.registry
+        )
         self.batch_size = Histogram(
-            "cloze_batch_size", "Sequences per forward pass", ["batcher"],
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=self.registry,
+            "cloze_batch_size",
+            "Sequences per forward pass",
+            ["batcher"],
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=self.registry,
         )
         self.batch_tokens = Histogram(
-            "cloze_batch_tokens", "Padded tokens per forward pass", ["batcher"],
-            buckets=(64, 256, 1024, 2048, 4096, 8192, 16384), registry=self.registry,
+            "cloze_batch_tokens",
+            "Padded tokens per forward pass",
+            ["batcher"],
+            buckets=(64, 256, 1024, 2048, 4096, 8192, 16384),
+            registry=self.registry,
         )
         self.index_size = Gauge("cloze_index_size", "Index size", ["unit"], registry=self.registry)
 

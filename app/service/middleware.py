@@ -18,13 +18,21 @@ class _TooLarge(Exception):
     pass
 
 
-async def _send_json(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _send_json(
+    send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     payload = json.dumps(body).encode()
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *(headers or [])],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -95,8 +103,14 @@ class RequestLog:
             self.metrics.latency.labels(route, scope["method"]).observe(elapsed)
             access_log.info(
                 "request",
-                extra={"request_id": request_id, "method": scope["method"], "path": scope["path"],
-                       "route": route, "status": status, "ms": round(elapsed * 1000, 2)},
+                extra={
+                    "request_id": request_id,
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "route": route,
+                    "status": status,
+                    "ms": round(elapsed * 1000, 2),
+                },
             )
 
 
@@ -106,8 +120,12 @@ class JsonFormatter(logging.Formatter):
     _standard = set(vars(logging.makeLogRecord({})))
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name,
-                 "msg": record.getMessage()}
+        entry = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         entry.update({k: v for k, v in vars(record).items() if k not in self._standard and k != "message"})
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)

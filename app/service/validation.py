@@ -11,11 +11,15 @@ def text_list(value: str | list[str], field: str, settings: Settings) -> list[st
     if not texts:
         raise ApiError(422, f"{field}: empty list: send at least one text", field)
     if len(texts) > settings.max_inputs:
-        raise ApiError(422, f"{field}: {len(texts)} texts, more than the limit of {settings.max_inputs}", field)
+        raise ApiError(
+            422, f"{field}: {len(texts)} texts, more than the limit of {settings.max_inputs}", field
+        )
     for position, text in enumerate(texts):
         where = field if isinstance(value, str) else f"{field}[{position}]"
         if not text.strip():
             raise ApiError(422, f"{where}: empty text", where)
         if len(text) > settings.max_chars:
-            raise ApiError(422, f"{where}: {len(text)} characters, over the limit of {settings.max_chars}", where)
+            raise ApiError(
+                422, f"{where}: {len(text)} characters, over the limit of {settings.max_chars}", where
+            )
     return texts

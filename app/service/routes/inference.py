@@ -35,11 +35,16 @@ async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request) -> O
     matrix = encoder.finish(vectors)
     if body.dimensions:
         if body.dimensions > matrix.shape[1]:
-            raise ApiError(422, f"dimensions: {body.dimensions} > the model's {matrix.shape[1]}", "dimensions")
+            raise ApiError(
+                422, f"dimensions: {body.dimensions} > the model's {matrix.shape[1]}", "dimensions"
+            )
         matrix = l2_normalize(matrix[:, : body.dimensions])  # Matryoshka-style truncation, re-normalised
     tokens = sum(len(item) for item in items)
     return OpenAIEmbeddingResponse(
-        data=[OpenAIEmbedding(index=i, embedding=_encode_vector(v, body.encoding_format)) for i, v in enumerate(matrix)],
+        data=[
+            OpenAIEmbedding(index=i, embedding=_encode_vector(v, body.encoding_format))
+            for i, v in enumerate(matrix)
+        ],
         model=encoder.info.model_id,
         usage=OpenAIUsage(prompt_tokens=tokens, total_tokens=tokens),
     )
@@ -62,7 +67,9 @@ async def embed(body: EmbedRequest, request: Request) -> list[list[float]]:
             if item.truncated:
                 field = f"inputs[{position}]"
                 raise ApiError(
-                    422, f"{field}: longer than the model's {encoder.max_tokens} tokens; send truncate=true", field
+                    422,
+                    f"{field}: longer than the model's {encoder.max_tokens} tokens; send truncate=true",
+                    field,
                 )
     return encoder.finish(vectors, normalize=body.normalize).tolist()
 
@@ -75,7 +82,9 @@ async def fill_mask(body: FillMaskRequest, request: Request) -> list[list[list[d
     for position, text in enumerate(texts):
         if runtime.mask_token not in text:
             field = "inputs" if isinstance(body.inputs, str) else f"inputs[{position}]"
-            raise ApiError(422, f"{field}: no {runtime.mask_token} token; this model fills {runtime.mask_token}", field)
+            raise ApiError(
+                422, f"{field}: no {runtime.mask_token} token; this model fills {runtime.mask_token}", field
+            )
     if body.targets:
         try:
             runtime.target_ids(body.targets)
@@ -83,12 +92,17 @@ async def fill_mask(body: FillMaskRequest, request: Request) -> list[list[list[d
             raise ApiError(422, f"targets: {exc}", "targets") from exc
     items, probabilities = await submit(batcher, texts)
     results = await run_in_threadpool(
-        lambda: [runtime.decode(t, i, p, body.top_k, body.targets) for t, i, p in zip(texts, items, probabilities, strict=True)]
+        lambda: [
+            runtime.decode(t, i, p, body.top_k, body.targets)
+            for t, i, p in zip(texts, items, probabilities, strict=True)
+        ]
     )
     for position, result in enumerate(results):
         if result.masks_dropped:
             field = f"inputs[{position}]"
             raise ApiError(
-                422, f"{field}: {result.masks_dropped} mask token(s) past the model's {runtime.max_tokens}-token window", field
+                422,
+                f"{field}: {result.masks_dropped} mask token(s) past the model's {runtime.max_tokens}-token window",
+                field,
             )
     return [result.masks for result in results]

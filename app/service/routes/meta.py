@@ -17,9 +17,15 @@ async def models(request: Request) -> dict:
     encoder, _ = engines.require_encoder()
     answer = {
         "embedding": {
-            "model_id": encoder.info.model_id, "path": str(encoder.info.path), "fingerprint": encoder.info.fingerprint,
-            "dimension": encoder.dimension, "max_tokens": encoder.max_tokens, "pooling": encoder.info.pooling,
-            "normalize": encoder.info.normalize, "backend": encoder.backend.name, "provider": encoder.backend.provider,
+            "model_id": encoder.info.model_id,
+            "path": str(encoder.info.path),
+            "fingerprint": encoder.info.fingerprint,
+            "dimension": encoder.dimension,
+            "max_tokens": encoder.max_tokens,
+            "pooling": encoder.info.pooling,
+            "normalize": encoder.info.normalize,
+            "backend": encoder.backend.name,
+            "provider": encoder.backend.provider,
         },
         "fill_mask": None,
         "fill_mask_error": engines.fill_mask_error,
@@ -28,8 +34,12 @@ async def models(request: Request) -> dict:
     if engines.fill_mask is not None:
         fill = engines.fill_mask
         answer["fill_mask"] = {
-            "model_id": fill.info.model_id, "path": str(fill.info.path), "mask_token": fill.mask_token,
-            "max_tokens": fill.max_tokens, "backend": fill.backend.name, "provider": fill.backend.provider,
+            "model_id": fill.info.model_id,
+            "path": str(fill.info.path),
+            "mask_token": fill.mask_token,
+            "max_tokens": fill.max_tokens,
+            "backend": fill.backend.name,
+            "provider": fill.backend.provider,
         }
     return answer
 

@@ -65,26 +65,37 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
             index.search, vector, body.query, top_k=body.top_k, mode=body.mode, filters=body.filter
         )
     except UnknownFilterField as exc:
-        field = f"filter.{exc.args[0]}" if exc.args else "filter"
+        unknown = sorted(set(body.filter or {}) - await run_in_threadpool(index.metadata_fields))
+        field = f"filter.{unknown[0]}" if unknown else "filter"
         raise ApiError(422, f"{field}: no document has this metadata field", field) from exc
     results = [
         SearchResult(
-            id=hit.id, score=hit.score, text=hit.text if body.include_text else None,
-            chunk=hit.chunk, chunk_index=hit.chunk_index, metadata=hit.metadata,
+            id=hit.id,
+            score=hit.score,
+            text=hit.text if body.include_text else None,
+            chunk=hit.chunk,
+            chunk_index=hit.chunk_index,
+            metadata=hit.metadata,
         )
         for hit in hits
     ]
-    return SearchResponse(results=results, took_ms=round((time.perf_counter() - started) * 1000, 3), mode=body.mode)
+    return SearchResponse(
+        results=results, took_ms=round((time.perf_counter() - started) * 1000, 3), mode=body.mode
+    )
 
 
 @router.put("/documents", response_model=UpsertResponse, dependencies=[require_write], tags=["documents"])
-async def upsert_documents(documents: Annotated[list[DocumentIn], Body(min_length=1)], request: Request) -> UpsertResponse:
+async def upsert_documents(
+    documents: Annotated[list[DocumentIn], Body(min_length=1)], request: Request
+) -> UpsertResponse:
     """Insert or replace. When this answers 200 the documents are committed to disk and searchable."""
     from index import Document
 
     settings, engines = request.app.state.settings, request.app.state.engines
     if len(documents) > settings.max_inputs:
-        raise ApiError(422, f"body: {len(documents)} documents, more than the limit of {settings.max_inputs}", "body")
+        raise ApiError(
+            422, f"body: {len(documents)} documents, more than the limit of {settings.max_inputs}", "body"
+        )
     ids = [doc.id for doc in documents]
     if len(set(ids)) != len(ids):
         raise ApiError(422, "body: the same id appears twice in one batch", "id")
@@ -94,7 +105,9 @@ async def upsert_documents(documents: Annotated[list[DocumentIn], Body(min_lengt
     return UpsertResponse(upserted=count)
 
 
-@router.get("/documents/{doc_id}", response_model=DocumentOut, dependencies=[require_read], tags=["documents"])
+@router.get(
+    "/documents/{doc_id}", response_model=DocumentOut, dependencies=[require_read], tags=["documents"]
+)
 async def get_document(doc_id: DocumentId, request: Request) -> DocumentOut:
     document = await run_in_threadpool(request.app.state.engines.require_index().get, doc_id)
     if document is None:
@@ -102,19 +115,29 @@ async def get_document(doc_id: DocumentId, request: Request) -> DocumentOut:
     return DocumentOut(id=document.id, text=document.text, metadata=document.metadata)
 
 
-@router.delete("/documents/{doc_id}", response_model=DeleteResponse, dependencies=[require_write], tags=["documents"])
+@router.delete(
+    "/documents/{doc_id}", response_model=DeleteResponse, dependencies=[require_write], tags=["documents"]
+)
 async def delete_document(doc_id: DocumentId, request: Request) -> DeleteResponse:
     if not await run_in_threadpool(request.app.state.engines.require_index().delete, doc_id):
         raise ApiError(404, f"no document with id {doc_id!r}", "doc_id")
     return DeleteResponse(deleted=doc_id)
 
 
-@router.post("/index/rebuild", status_code=202, response_model=JobAccepted, dependencies=[require_write], tags=["index"])
+@router.post(
+    "/index/rebuild",
+    status_code=202,
+    response_model=JobAccepted,
+    dependencies=[require_write],
+    tags=["index"],
+)
 async def rebuild_index(request: Request) -> JobAccepted:
     """Re-embed every document into a new index version; searches use the old one until it is published."""
     index = request.app.state.engines.require_index()
     jobs = request.app.state.jobs
-    running = [job for job in jobs.jobs.values() if job.kind == "rebuild" and job.status in ("queued", "running")]
+    running = [
+        job for job in jobs.jobs.values() if job.kind == "rebuild" and job.status in ("queued", "running")
+    ]
     if running:
         raise ApiError(409, f"a rebuild is already running: job {running[0].job_id}", None)
     job = jobs.submit("rebuild", lambda progress: index.rebuild(progress))
@@ -127,6 +150,12 @@ async def job_status(job_id: Annotated[str, Path(max_length=64)], request: Reque
     if job is None:
         raise ApiError(404, f"no job {job_id!r}", "job_id")
     return JobStatus(
-        job_id=job.job_id, kind=job.kind, status=job.status, progress=job.progress,
-        done=job.done, total=job.total, error=job.error, manifest=job.manifest,
+        job_id=job.job_id,
+        kind=job.kind,
+        status=job.status,
+        progress=job.progress,
+        done=job.done,
+        total=job.total,
+        error=job.error,
+        manifest=job.manifest,
     )

@@ -1,0 +1,86 @@
+"""A real uvicorn server on a free port, started as the user starts it: `cloze serve` with CLOZE_* variables."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+WRITE_KEY, READ_KEY = "test-write-key-0123456789", "test-read-key-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_server(
+    env: dict[str, str], log_path: Path, ready_path: str = "/readyz", timeout: float = 240
+) -> Iterator[str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until(url + ready_path, process, log_path, timeout)
+            yield url
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def wait_until(url: str, process: subprocess.Popen, log_path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(0.25)
+    raise TimeoutError(f"{url} not ready after {timeout}s:\n{log_path.read_text()[-4000:]}")
+
+
+@pytest.fixture(scope="session")
+def server_env(tmp_path_factory, tiny_bert) -> dict[str, str]:
+    """Bundled model (auto backend), a fresh index, the tiny model for fill-mask mechanics, keys on."""
+    return {
+        "CLOZE_INDEX": str(tmp_path_factory.mktemp("index") / "idx"),
+        "CLOZE_FILL_MASK_MODEL": str(tiny_bert),
+        "CLOZE_API_KEYS": WRITE_KEY,
+        "CLOZE_READ_API_KEYS": READ_KEY,
+        "CLOZE_MAX_INPUTS": "64",
+        "CLOZE_MAX_CHARS": "5000",
+        "CLOZE_MAX_BODY_BYTES": "200000",
+    }
+
+
+@pytest.fixture(scope="session")
+def server(server_env, tmp_path_factory) -> Iterator[str]:
+    with running_server(server_env, tmp_path_factory.mktemp("logs") / "server.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def client(server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {WRITE_KEY}"}, timeout=60) as http:
+        yield http

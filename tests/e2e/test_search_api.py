@@ -1,0 +1,154 @@
+"""Documents, search modes, filters, rebuild jobs, metrics and graceful shutdown over a real socket."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import WRITE_KEY, free_port, wait_until
+
+DEMO = Path(__file__).resolve().parents[2] / "app" / "demo" / "corpus.jsonl.gz"
+
+
+def demo_documents(limit: int) -> list[dict]:
+    docs = []
+    with gzip.open(DEMO, "rt") as handle:
+        for line in handle:
+            record = json.loads(line)
+            docs.append({"id": record.pop("id"), "text": record.pop("text"), "metadata": record})
+            if len(docs) == limit:
+                break
+    return docs
+
+
+@pytest.fixture(scope="module")
+def loaded(client) -> list[dict]:
+    docs = demo_documents(60)  # Washington .. Jefferson inaugurals
+    reply = client.put("/documents", json=docs)
+    assert reply.status_code == 200 and reply.json()["upserted"] == 60
+    return docs
+
+
+def test_upsert_is_immediately_readable_and_searchable(client, loaded):
+    doc = {
+        "id": "note-1",
+        "text": "The lighthouse keeper polished the great lens every night.",
+        "metadata": {"kind": "note"},
+    }
+    assert client.put("/documents", json=[doc]).status_code == 200
+    assert client.get("/documents/note-1").json()["text"] == doc["text"]
+    for mode in ("dense", "bm25", "hybrid"):
+        results = client.post("/search", json={"query": "lighthouse lens", "mode": mode, "top_k": 3}).json()[
+            "results"
+        ]
+        assert results[0]["id"] == "note-1", mode
+    assert client.delete("/documents/note-1").status_code == 200
+    assert client.get("/documents/note-1").status_code == 404
+    assert client.delete("/documents/note-1").status_code == 404
+    assert all(
+        r["id"] != "note-1" for r in client.get("/search", params={"q": "lighthouse lens"}).json()["results"]
+    )
+
+
+def test_search_returns_relevant_passages_with_chunk_and_latency(client, loaded):
+    query = "anxious when summoned by my country from the retreat of my declining years"
+    answer = client.get("/search", params={"q": query, "top_k": 5}).json()
+    assert answer["mode"] == "hybrid" and answer["took_ms"] > 0
+    assert answer["results"][0]["id"] == "1789-washington-inaugural-000"
+    assert answer["results"][0]["chunk"] and answer["results"][0]["text"] is None
+
+
+def test_filters_apply_before_top_k_and_unknown_fields_are_named(client, loaded):
+    body = {"query": "liberty and union", "top_k": 5, "filter": {"president": "Adams"}, "include_text": True}
+    results = client.post("/search", json=body).json()["results"]
+    assert results and all(r["metadata"]["president"] == "Adams" for r in results)
+    assert all(r["text"] for r in results)
+    several = client.post("/search", json={**body, "filter": {"year": [1793, 1797]}}).json()["results"]
+    assert several and {r["metadata"]["year"] for r in several} <= {1793, 1797}
+    unknown = client.post("/search", json={**body, "filter": {"colour": "red"}})
+    assert unknown.status_code == 422 and unknown.json()["field"] == "filter.colour"
+
+
+def test_bm25_survives_query_syntax(client, loaded):
+    for query in ['"unbalanced', "AND OR NOT (", "*", "a:b", "NEAR(x y)"]:
+        assert client.post("/search", json={"query": query, "mode": "bm25"}).status_code == 200, query
+
+
+def test_rebuild_job_publishes_while_searches_keep_answering(client, loaded):
+    job_id = client.post("/index/rebuild").json()["job_id"]
+    statuses = set()
+    for _ in range(600):
+        assert client.get("/search", params={"q": "government of the people"}).status_code == 200
+        job = client.get(f"/jobs/{job_id}").json()
+        statuses.add(job["status"])
+        if job["status"] in ("succeeded", "failed"):
+            break
+        time.sleep(0.1)
+    assert job["status"] == "succeeded", job
+    assert job["progress"] == 1.0 and job["manifest"]["documents"] >= 60
+    assert client.get("/models").json()["index"]["version"] == job["manifest"]["version"]
+    assert client.get("/jobs/nope").status_code == 404
+
+
+def test_metrics_expose_routes_queue_batches_and_index(client, loaded):
+    client.post("/embed", json={"inputs": ["metrics please"]})
+    text = client.get("/metrics").text
+    for needle in (
+        'cloze_requests_total{method="POST",route="/embed",status="200"}',
+        "cloze_request_seconds_bucket",
+        'cloze_queue_depth{batcher="embed"}',
+        "cloze_batch_size_bucket",
+        "cloze_batch_tokens_bucket",
+        'cloze_index_size{unit="documents"}',
+    ):
+        assert needle in text, needle
+
+
+def test_graceful_shutdown_drains_in_flight_requests(server_env, tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**server_env, "CLOZE_INDEX": str(tmp_path / "idx"), "CLOZE_BACKEND": "torch"}
+    log = tmp_path / "log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+            env={**__import__("os").environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(url + "/readyz", process, log, 240)
+        replies: list[httpx.Response] = []
+        slow = threading.Thread(
+            target=lambda: replies.append(
+                httpx.post(
+                    url + "/embed",
+                    json={
+                        "inputs": ["a fairly long sentence about many things " * 20] * 64,
+                        "truncate": True,
+                    },
+                    headers={"Authorization": f"Bearer {WRITE_KEY}"},
+                    timeout=60,
+                )
+            )
+        )
+        slow.start()
+        time.sleep(0.3)
+        process.send_signal(signal.SIGTERM)
+        slow.join(60)
+        assert replies and replies[0].status_code == 200 and len(replies[0].json()) == 64
+        # uvicorn drains, then re-raises the signal so supervisors see how the process ended
+        assert process.wait(60) in (0, -signal.SIGTERM)
+        assert "Waiting for connections to close" in log.read_text() or "Shutting down" in log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
