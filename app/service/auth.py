@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -56,7 +56,7 @@ def _matches_any(presented: bytes, keys: list[bytes]) -> bool:
 
 def _requirement(needed: Scope):
     def dependency(
-        request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)
+        request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
     ) -> None:
         request.app.state.keys.check(credentials.credentials if credentials else None, needed)
 
