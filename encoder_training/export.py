@@ -85,13 +85,8 @@ def measure(out: Path, source: Path, data_dir: Path | None) -> dict:
     data = data_dir or default_data_dir()
     scores: dict = {"onnx_int8_cosine_to_fp32": round(int8_agreement(out), 4)}
     scores["stsb_test_spearman"] = _sts_score(out, data)
-    scores["scifact_ndcg@10"] = _external_score("beir", ["--model", str(out)], "ndcg")
-    mlm_model = _mlm_source(source)
-    scores["masked_token_accuracy"] = (
-        _external_score("mlm", ["--model", str(mlm_model)], "accuracy")
-        if mlm_model
-        else NOT_MEASURED + " (no MLM head)"
-    )
+    scores["scifact_ndcg@10"] = _scifact_score(out, data)
+    scores["masked_token_accuracy"] = _mlm_score(source, data)
     return scores
 
 
@@ -101,6 +96,25 @@ def _sts_score(out: Path, data: Path) -> float | str:
     if not (data / "stsbenchmark" / "sts-test.csv").is_file():
         return NOT_MEASURED + f" (no STS-B data in {data})"
     return round(evaluate_sts(out, data)["spearman"], 4)
+
+
+def _scifact_score(out: Path, data: Path) -> float | str:
+    scifact = data / "beir-scifact"
+    if not scifact.is_dir():
+        return NOT_MEASURED + f" (no SciFact data in {data})"
+    return _external_score(
+        "beir", ["--data", str(scifact), "--model", str(out), "--backend", "onnx"], "ndcg@10"
+    )
+
+
+def _mlm_score(source: Path, data: Path) -> float | str:
+    """Held-out WikiText-2 test accuracy of the MLM the encoder came from (the ST folder has no head)."""
+    mlm_model, heldout = _mlm_source(source), data / "wikitext-2-raw" / "wiki.test.raw"
+    if mlm_model is None:
+        return NOT_MEASURED + " (no MLM head in the model or its base)"
+    if not heldout.is_file():
+        return NOT_MEASURED + f" (no WikiText-2 test in {data})"
+    return _external_score("mlm", ["--model", str(mlm_model), "--data", str(heldout)], "accuracy")
 
 
 def _mlm_source(source: Path) -> Path | None:
@@ -147,9 +161,11 @@ def _external_score(command: str, args: list[str], key_part: str, timeout: int =
         return (
             NOT_MEASURED + f" (`cloze eval {command}` exit {done.returncode}: {done.stderr.strip()[-200:]})"
         )
-    result = json.loads(lines[-1])
-    for key, value in _flatten(result).items():
-        if key_part in key.lower() and isinstance(value, (int, float)):
+    flat = _flatten(json.loads(lines[-1]))
+    exact = [key for key in flat if key.lower() == key_part]  # "accuracy" before "generator_accuracy"
+    for key in exact + [key for key in flat if key_part in key.lower()]:
+        value = flat[key]
+        if isinstance(value, (int, float)):
             log.info("cloze eval %s: %s = %s (%.0f s)", command, key, value, time.perf_counter() - started)
             return round(float(value), 4)
     return NOT_MEASURED + f" (no {key_part} in `cloze eval {command}` output)"
