@@ -17,7 +17,7 @@ from app.service.errors import install_error_handlers
 from app.service.jobs import JobRegistry
 from app.service.metrics import Metrics
 from app.service.middleware import BodySizeLimit, RequestLog
-from app.service.routes import inference, meta, search
+from app.service.routes import inference, meta, playground, search
 from app.settings import Settings, get_settings
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
@@ -47,7 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys = KeyRing(settings.api_keys, settings.read_api_keys)
     app.state.engines, app.state.jobs = Engines(), JobRegistry()
     install_error_handlers(app)
-    for module in (inference, search, meta):
+    for module in (inference, search, meta, playground):
         app.include_router(module.router)
     _add_pages(app)
     app.add_middleware(RequestLog, metrics=metrics)

@@ -1,0 +1,167 @@
+// Search: POST /search with mode, top_k and metadata filters; chunks shown with the query's words marked.
+"use strict";
+
+(() => {
+  const form = document.getElementById("s-form");
+  const query = document.getElementById("s-query");
+  const mode = document.getElementById("s-mode");
+  const topk = document.getElementById("s-topk");
+  const status = document.getElementById("s-status");
+  const list = document.getElementById("s-results");
+  const filterBox = document.getElementById("s-filters");
+  const filterFields = document.getElementById("s-filter-fields");
+  const STOP = new Set("and are but for from has have her his its not our that the their them they this was were what when which who will with you".split(" "));
+  const seen = new Map(); // field -> Set of values met in results, offered as suggestions
+
+  async function loadFields() {
+    let answer;
+    try {
+      answer = await api("/index/fields");
+    } catch (error) {
+      setStatus(status, error.message, "error");
+      return;
+    }
+    const inputs = answer.fields.map((field) => {
+      const id = `f-${field.replace(/[^a-z0-9_-]/gi, "_")}`;
+      seen.set(field, new Set());
+      return el(
+        "div",
+        { class: "field" },
+        el("label", { for: id }, field),
+        el("input", { type: "text", id, "data-field": field, list: `${id}-values`, placeholder: "any", autocomplete: "off" }),
+        el("datalist", { id: `${id}-values` }),
+      );
+    });
+    filterFields.replaceChildren(...inputs);
+    filterBox.hidden = inputs.length === 0;
+    const counts = answer.counts || {};
+    if (!list.children.length) {
+      setStatus(status, `${counts.documents ?? "?"} documents, ${counts.chunks ?? "?"} chunks in the index.`);
+    }
+  }
+
+  // "1861" might be stored as a number or a string: send both, the filter is "any of".
+  function filterValue(raw) {
+    const values = raw.split(",").map((v) => v.trim()).filter(Boolean).flatMap((v) => {
+      if (/^-?\d+(\.\d+)?$/.test(v)) return [Number(v), v];
+      if (v === "true" || v === "false") return [v === "true", v];
+      return [v];
+    });
+    return values.length === 1 ? values[0] : values;
+  }
+
+  function filters() {
+    const chosen = {};
+    for (const input of filterFields.querySelectorAll("input[data-field]")) {
+      if (input.value.trim()) chosen[input.dataset.field] = filterValue(input.value);
+    }
+    return Object.keys(chosen).length ? chosen : null;
+  }
+
+  const run = latest(async (signal) => {
+    const q = query.value.trim();
+    if (!q) {
+      setStatus(status, "Type a query first.");
+      query.focus();
+      return;
+    }
+    setStatus(status, "Searching…");
+    const body = { query: q, mode: mode.value, top_k: Number(topk.value) };
+    const chosen = filters();
+    if (chosen) body.filter = chosen;
+    const started = performance.now();
+    let answer;
+    try {
+      answer = await api("/search", { method: "POST", body, signal });
+    } catch (error) {
+      if (error.name === "AbortError") return;
+      setStatus(status, error.message, error.status === 429 ? "busy" : "error");
+      list.replaceChildren();
+      return;
+    }
+    const roundTrip = Math.round(performance.now() - started);
+    list.replaceChildren(...answer.results.map((result, i) => resultCard(result, i, q)));
+    remember(answer.results);
+    const n = answer.results.length;
+    const latency = el("span", { class: "latency", id: "s-latency" }, `${answer.took_ms.toFixed(1)} ms on the server, ${roundTrip} ms round trip`);
+    status.replaceChildren(`${n} result${n === 1 ? "" : "s"} (${answer.mode}) · `, latency);
+    status.className = "status";
+    status.setAttribute("role", "status");
+  });
+
+  function resultCard(result, rank, q) {
+    const meta = result.metadata || {};
+    const title = meta.title ? `${meta.title}` : result.id;
+    const chips = Object.entries(meta)
+      .filter(([field]) => field !== "title")
+      .map(([field, value]) =>
+        el(
+          "li",
+          {},
+          el("button", { type: "button", title: `Filter by ${field} = ${value}`, onclick: () => setFilter(field, value) }, `${field}: ${value}`),
+        ),
+      );
+    return el(
+      "li",
+      { class: "result", "data-id": result.id },
+      el(
+        "div",
+        { class: "result-head" },
+        el("span", { class: "result-title" }, `${rank + 1}. ${title}`),
+        el("span", { class: "score", title: "score" }, `score ${result.score.toFixed(4)}`),
+      ),
+      el("p", { class: "chunk" }, highlight(result.chunk, q)),
+      el("ul", { class: "meta", "aria-label": "Metadata" }, chips, el("li", {}, `${result.id} · chunk ${result.chunk_index}`)),
+    );
+  }
+
+  // The chunk as text nodes with <mark> around words the query shares (case-insensitive, prefix match).
+  function highlight(chunk, q) {
+    const words = [...new Set(q.toLowerCase().match(/[\p{L}\p{N}]{3,}/gu) || [])].filter((w) => !STOP.has(w));
+    if (!words.length) return [chunk];
+    const escaped = words.map((w) => w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+    const pattern = new RegExp(`(?<![\\p{L}\\p{N}])(${escaped.join("|")})[\\p{L}\\p{N}]*`, "giu");
+    const out = [];
+    let last = 0;
+    for (const match of chunk.matchAll(pattern)) {
+      out.push(chunk.slice(last, match.index), el("mark", {}, match[0]));
+      last = match.index + match[0].length;
+    }
+    out.push(chunk.slice(last));
+    return out;
+  }
+
+  function remember(results) {
+    for (const result of results) {
+      for (const [field, value] of Object.entries(result.metadata || {})) {
+        const values = seen.get(field);
+        if (values && values.size < 200 && typeof value !== "object") values.add(String(value));
+      }
+    }
+    for (const input of filterFields.querySelectorAll("input[data-field]")) {
+      const values = [...(seen.get(input.dataset.field) || [])].sort();
+      document.getElementById(input.getAttribute("list")).replaceChildren(...values.map((v) => el("option", { value: v })));
+    }
+  }
+
+  function setFilter(field, value) {
+    const input = filterFields.querySelector(`input[data-field="${CSS.escape(field)}"]`);
+    if (!input) return;
+    input.value = String(value);
+    run();
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    run();
+  });
+  mode.addEventListener("change", () => query.value.trim() && run());
+  document.addEventListener("cloze:key-changed", () => loadFields());
+  const initial = new URLSearchParams(location.search).get("q");
+  loadFields().then(() => {
+    if (initial) {
+      query.value = initial;
+      run();
+    }
+  });
+})();

@@ -1,0 +1,229 @@
+"""The playground pages in a real browser (Debian chromium via Playwright) against the real e2e server.
+
+Every assertion compares what the page shows with what the API answers for the same input, so the
+tests hold for any fill-mask model (the e2e server runs the tiny random one).
+Screenshots land in ``test-artifacts/playground/``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import READ_KEY
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts" / "playground"
+DEMO = ROOT / "app" / "demo" / "corpus.jsonl.gz"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WIDE, PHONE = {"width": 1100, "height": 900}, {"width": 390, "height": 844}
+WAIT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    """Fails, never skips, without chromium: the browser tests are part of the contract."""
+    assert CHROMIUM.is_file(), f"{CHROMIUM} is missing: run `make browser` (apt-get install -y chromium)"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def demo_slice(client) -> list[dict]:
+    """A spread of presidents and both kinds of address, so filters have something to choose from."""
+    with gzip.open(DEMO, "rt") as handle:
+        records = [json.loads(line) for line in handle]
+    unique = list({r["id"]: r for r in records}.values())[::120]
+    docs = [
+        {
+            "id": r["id"],
+            "text": r["text"],
+            "metadata": {k: r[k] for k in ("president", "year", "title", "kind")},
+        }
+        for r in unique
+    ]
+    reply = client.put("/documents", json=docs)
+    assert reply.status_code == 200, reply.text
+    return docs
+
+
+def open_page(browser, url: str, viewport: dict, key: str | None = READ_KEY):
+    """A fresh context (fresh localStorage) with the read key saved as a user would paste it."""
+    context = browser.new_context(viewport=viewport)
+    if key:
+        context.add_init_script(f"localStorage.setItem('cloze.apiKey', {json.dumps(key)})")
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(url)
+    return page, errors
+
+
+def shoot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path
+
+
+def assert_fits_phone(page) -> None:
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"{page.url} scrolls sideways by {overflow}px at phone width"
+
+
+def test_home_links_each_page_and_fits_a_phone(browser, server):
+    page, errors = open_page(browser, server + "/", PHONE)
+    cards = page.locator("a.card")
+    assert cards.count() == 3
+    hrefs = [cards.nth(i).get_attribute("href") for i in range(3)]
+    assert hrefs == ["/static/fill-mask.html", "/static/masking.html", "/static/search.html"]
+    for href in hrefs:
+        assert page.request.get(server + href).ok
+    assert_fits_phone(page)
+    assert errors == []
+    page.context.close()
+
+
+def test_without_a_key_the_page_asks_for_one(browser, server):
+    page, errors = open_page(browser, server + "/static/fill-mask.html", WIDE, key=None)
+    page.locator("#fm-status.error").wait_for()
+    assert "API key" in page.locator("#fm-status").inner_text()
+    page.locator("summary", has_text="API key").click()
+    page.fill("#api-key", READ_KEY)
+    page.press("#api-key", "Enter")  # saved, and the page asks again with it
+    page.locator(".prediction").first.wait_for()
+    assert page.evaluate("localStorage.getItem('cloze.apiKey')") == READ_KEY
+    assert errors == []
+    page.context.close()
+
+
+def test_fill_mask_shows_the_models_top_predictions_as_bars(browser, server, client):
+    page, errors = open_page(browser, server + "/static/fill-mask.html", WIDE)
+    sentence = "the cat sat on the [MASK] in paris ."
+    page.fill("#fm-text", "")
+    page.type("#fm-text", sentence, delay=5)  # typed, so the debounce sees a burst of input events
+    expected = client.post("/fill-mask", json={"inputs": sentence, "top_k": 5}).json()[0][0][0]
+    first = page.locator(".prediction").first
+    first.wait_for()
+    page.locator("#fm-status", has_text="answered").wait_for()
+    buttons = page.locator(".mask-result .prediction")
+    assert buttons.count() == 5
+    assert first.locator(".token").inner_text() == expected["token_str"]
+    assert first.locator(".prob").inner_text() == f"{expected['score'] * 100:.1f}%"
+    widths = [buttons.nth(i).locator(".bar-fill").evaluate("e => e.style.width") for i in range(5)]
+    assert widths[0] == "100%" and all(w.endswith("%") for w in widths)
+    assert [float(w[:-1]) for w in widths] == sorted((float(w[:-1]) for w in widths), reverse=True)
+    shoot(page, "fill-mask")
+
+    second = buttons.nth(1).get_attribute("data-token")
+    buttons.nth(1).focus()
+    page.keyboard.press("Enter")  # keyboard use: a prediction is a button
+    assert page.input_value("#fm-text") == sentence.replace("[MASK]", second)
+    page.locator("#fm-status", has_text="No [MASK]").wait_for()
+
+    page.click("#fm-insert")
+    assert page.input_value("#fm-text").count("[MASK]") == 1
+    page.locator(".prediction").first.wait_for()
+
+    page.fill("#fm-text", "the cat " * 40 + "[MASK] .")  # past the tiny model's 64-token window
+    page.locator("#fm-status.error", has_text="Too long").wait_for()
+    assert errors == []
+    page.context.close()
+
+
+def test_masking_explorer_marks_what_mask_tokens_did(browser, server, client):
+    sentence = "the king plays guitar and reads long words in paris ."
+    page, errors = open_page(browser, server + "/static/masking.html", WIDE)
+    page.fill("#mk-text", sentence)
+    page.fill("#mk-seed", "7")
+    page.eval_on_selector("#mk-rate", "e => { e.value = '0.4'; e.dispatchEvent(new Event('input')); }")
+    page.click("button[type=submit]")
+    page.locator("#mk-status", has_text="seed 7").wait_for()
+    for strategy in ("token", "whole_word", "span"):
+        expected = client.post(
+            "/mask-preview", json={"text": sentence, "strategy": strategy, "rate": 0.4, "seed": 7}
+        ).json()
+        panel = page.locator(f'section[data-strategy="{strategy}"]')
+        chips = panel.locator("li.tok")
+        assert chips.count() == expected["counts"]["tokens"] == 14  # [CLS] + 12 pieces + [SEP]
+        shown = [chips.nth(i).get_attribute("data-action") for i in range(chips.count())]
+        assert shown == [t["action"] for t in expected["tokens"]]
+        assert expected["counts"]["selected"] > 0
+        assert panel.locator('li.tok[data-action="mask"]').count() == expected["counts"]["mask"]
+        assert [chips.nth(i).locator(".was").inner_text() for i in range(chips.count())] == [
+            t["token"] for t in expected["tokens"]
+        ]
+    words = page.locator('section[data-strategy="whole_word"] li.tok')
+    assert words.nth(7).inner_text().startswith("##s")  # "reads" is read + ##s: one word, one decision
+    assert words.nth(6).get_attribute("data-selected") == words.nth(7).get_attribute("data-selected")
+    shoot(page, "masking")
+    assert errors == []
+    page.context.close()
+
+
+def test_search_shows_scored_highlighted_results_and_filters(browser, server, client, demo_slice):
+    page, errors = open_page(browser, server + "/static/search.html", WIDE)
+    page.locator("#s-filters:not([hidden])").wait_for()
+    labels = page.locator("#s-filter-fields label").all_inner_texts()
+    assert {"kind", "president", "title", "year"} <= set(labels)
+    query = "peace and war"
+    page.fill("#s-query", query)
+    page.select_option("#s-mode", "bm25")
+    page.press("#s-query", "Enter")
+    page.locator("#s-latency").wait_for()
+    expected = client.post("/search", json={"query": query, "mode": "bm25", "top_k": 10}).json()
+    assert expected["results"], "the demo slice should match this query"
+    results = page.locator("#s-results > li.result")
+    assert results.count() == len(expected["results"])
+    assert results.first.get_attribute("data-id") == expected["results"][0]["id"]
+    assert results.first.locator("mark").count() > 0
+    assert "score" in results.first.locator(".score").inner_text()
+    assert "ms on the server" in page.locator("#s-latency").inner_text()
+
+    president = expected["results"][0]["metadata"]["president"]
+    page.select_option("#s-mode", "hybrid")
+    page.fill('#s-filter-fields input[data-field="president"]', president)
+    page.press("#s-query", "Enter")
+    page.locator("#s-status", has_text="(hybrid)").wait_for()
+    chips = page.locator(".meta li", has_text="president:").all_inner_texts()
+    assert len(chips) == results.count() > 0
+    assert set(chips) == {f"president: {president}"}
+    shoot(page, "search")
+    assert errors == []
+    page.context.close()
+
+
+@pytest.mark.parametrize("name", ["fill-mask", "masking", "search"])
+def test_pages_are_readable_at_phone_width(browser, server, demo_slice, name):
+    page, errors = open_page(browser, server + f"/static/{name}.html", PHONE)
+    if name == "fill-mask":
+        page.locator(".prediction").first.wait_for()
+    elif name == "masking":
+        page.locator(".strategy li.tok").first.wait_for()
+    else:
+        page.fill("#s-query", "the economy and taxes")
+        page.press("#s-query", "Enter")
+        page.locator("li.result").first.wait_for()
+    assert_fits_phone(page)
+    shoot(page, f"{name}-phone")
+    assert errors == []
+    page.context.close()
