@@ -54,10 +54,9 @@
 
   function render(masks) {
     const sections = masks.map((predictions, position) => {
-      const best = predictions.length ? predictions[0].score : 1;
       const items = predictions.map((prediction) => {
         const percent = (prediction.score * 100).toFixed(1);
-        const width = Math.max(1, (prediction.score / Math.max(best, 1e-9)) * 100);
+        const width = prediction.score * 100; // the probability itself: a flat, unsure model shows short bars
         return el(
           "li",
           {},
@@ -71,7 +70,7 @@
               onclick: () => fill(position, prediction.token_str),
             },
             el("span", { class: "token" }, prediction.token_str),
-            el("span", { class: "bar", "aria-hidden": "true" }, el("span", { class: "bar-fill", style: `width:${width.toFixed(1)}%` })),
+            el("span", { class: "bar", "aria-hidden": "true" }, el("span", { class: "bar-fill", style: `width:${width.toFixed(2)}%` })),
             el("span", { class: "prob" }, `${percent}%`),
           ),
         );

@@ -78,10 +78,10 @@ def open_page(browser, url: str, viewport: dict, key: str | None = READ_KEY):
     return page, errors
 
 
-def shoot(page, name: str) -> Path:
+def shoot(page, name: str, full_page: bool = False) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path))
+    page.screenshot(path=str(path), full_page=full_page)
     return path
 
 
@@ -122,15 +122,14 @@ def test_fill_mask_shows_the_models_top_predictions_as_bars(browser, server, cli
     page.fill("#fm-text", "")
     page.type("#fm-text", sentence, delay=5)  # typed, so the debounce sees a burst of input events
     expected = client.post("/fill-mask", json={"inputs": sentence, "top_k": 5}).json()[0][0][0]
+    page.locator(".preview-sentence", has_text=expected["sequence"]).wait_for()  # this sentence's answer
     first = page.locator(".prediction").first
-    first.wait_for()
-    page.locator("#fm-status", has_text="answered").wait_for()
     buttons = page.locator(".mask-result .prediction")
     assert buttons.count() == 5
     assert first.locator(".token").inner_text() == expected["token_str"]
     assert first.locator(".prob").inner_text() == f"{expected['score'] * 100:.1f}%"
     widths = [buttons.nth(i).locator(".bar-fill").evaluate("e => e.style.width") for i in range(5)]
-    assert widths[0] == "100%" and all(w.endswith("%") for w in widths)
+    assert float(widths[0][:-1]) == pytest.approx(expected["score"] * 100, abs=0.01)  # the probability
     assert [float(w[:-1]) for w in widths] == sorted((float(w[:-1]) for w in widths), reverse=True)
     shoot(page, "fill-mask")
 
@@ -148,6 +147,40 @@ def test_fill_mask_shows_the_models_top_predictions_as_bars(browser, server, cli
     page.locator("#fm-status.error", has_text="Too long").wait_for()
     assert errors == []
     page.context.close()
+
+
+def test_mask_preview_is_the_training_codes_mask_tokens(client, tiny_bert):
+    """The endpoint adds nothing of its own: same tokenizer, seed and config give mask_tokens' own output."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from encoder_training.masking import MaskingConfig, continuation_table, mask_tokens
+
+    sentence = "the queen reads long books and plays music in paris ."
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    ids = tokenizer(sentence)["input_ids"]
+    for strategy in ("token", "whole_word", "span"):
+        inputs, labels = mask_tokens(
+            torch.tensor([ids]),
+            mask_token_id=tokenizer.mask_token_id,
+            vocab_size=len(tokenizer),
+            special_ids=tokenizer.all_special_ids,
+            config=MaskingConfig(strategy=strategy, rate=0.5),
+            continuation=continuation_table(tokenizer.get_vocab(), len(tokenizer)),
+            generator=torch.Generator().manual_seed(11),
+        )
+        reply = client.post(
+            "/mask-preview", json={"text": sentence, "strategy": strategy, "rate": 0.5, "seed": 11}
+        )
+        assert reply.status_code == 200, reply.text
+        tokens = reply.json()["tokens"]
+        assert [t["id"] for t in tokens] == ids
+        assert [t["selected"] for t in tokens] == (labels[0] != -100).tolist()
+        assert [t["replacement"] for t in tokens] == tokenizer.convert_ids_to_tokens(inputs[0].tolist())
+        assert reply.json()["counts"]["selected"] == int((labels != -100).sum()) > 0
+    bad = client.post("/mask-preview", json={"text": sentence, "strategy": "random", "rate": 0.5})
+    assert bad.status_code == 422 and bad.json()["field"] == "strategy"
+    assert client.post("/mask-preview", json={"text": sentence, "rate": 1.0}).status_code == 422
 
 
 def test_masking_explorer_marks_what_mask_tokens_did(browser, server, client):
@@ -175,7 +208,7 @@ def test_masking_explorer_marks_what_mask_tokens_did(browser, server, client):
     words = page.locator('section[data-strategy="whole_word"] li.tok')
     assert words.nth(7).inner_text().startswith("##s")  # "reads" is read + ##s: one word, one decision
     assert words.nth(6).get_attribute("data-selected") == words.nth(7).get_attribute("data-selected")
-    shoot(page, "masking")
+    shoot(page, "masking", full_page=True)
     assert errors == []
     page.context.close()
 
