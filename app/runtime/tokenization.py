@@ -50,20 +50,28 @@ class TextTokenizer:
         return {name: arrays[name] for name in self.input_names}
 
 
-def plan_batches(lengths: list[int], max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
+def plan_batches(
+    lengths: list[int], max_batch_tokens: int, max_batch_size: int, max_padding: float = 0.25
+) -> list[list[int]]:
     """Group indices sorted by length so each padded batch (count x longest) stays within the budget.
 
-    Sorting first is what cuts padding: neighbours have similar lengths.
+    Sorting is what cuts padding: neighbours have similar lengths. A batch is also cut when padding would
+    exceed ``max_padding`` of its real tokens: on a CPU a forward pass costs little beyond its tokens, so
+    a mixed crowd is cheaper as a few length buckets than as one batch padded to its longest member.
     """
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     batches: list[list[int]] = []
     current: list[int] = []
+    real = 0
     for index in order:
         longest = lengths[index]  # sorted ascending: the newcomer is the longest
-        if current and ((len(current) + 1) * longest > max_batch_tokens or len(current) >= max_batch_size):
+        padded = (len(current) + 1) * longest
+        too_padded = padded > (1 + max_padding) * (real + longest)
+        if current and (padded > max_batch_tokens or len(current) >= max_batch_size or too_padded):
             batches.append(current)
-            current = []
+            current, real = [], 0
         current.append(index)
+        real += longest
     if current:
         batches.append(current)
     return batches

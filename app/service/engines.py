@@ -120,18 +120,25 @@ async def _open_index(engines: Engines, settings: Settings, metrics: Metrics) ->
             SearchIndex.open, settings.index, engines.encoder, create=True
         )
     except Exception as exc:
+        if engines.index_error is None:  # retried every few seconds: log the first failure in full
+            log.exception("index failed to open")
         engines.index_error = f"index at {settings.index} failed to open: {exc}"
-        log.exception("index failed to open")
         return
     for unit in ("documents", "chunks", "vectors"):
         metrics.index_size.labels(unit).set_function(lambda unit=unit: engines.index.stats()[unit])
 
 
-async def follow_published_index(engines: Engines) -> None:
-    """Replicas (and this process after `cloze index build`) switch to a newly published version."""
+async def follow_published_index(engines: Engines, settings: Settings, metrics: Metrics) -> None:
+    """Replicas (and this process after `cloze index build`) switch to a newly published version;
+    an index that failed to open (e.g. a volume the indexer has not filled yet) is retried."""
     while True:
         await asyncio.sleep(RELOAD_EVERY_S)
-        if engines.index is not None:
+        if engines.index is None and engines.encoder is not None and engines.index_error:
+            await _open_index(engines, settings, metrics)
+            if engines.index is not None:
+                engines.index_error = None
+                log.info("index opened after an earlier failure")
+        elif engines.index is not None:
             try:
                 if await run_in_threadpool(engines.index.reload_if_changed):
                     log.info("switched to a newly published index version")

@@ -30,7 +30,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loading = asyncio.create_task(load_engines(app.state.engines, settings, metrics))
-        follower = asyncio.create_task(follow_published_index(app.state.engines))
+        follower = asyncio.create_task(follow_published_index(app.state.engines, settings, metrics))
         yield
         follower.cancel()
         await asyncio.gather(loading, return_exceptions=True)
