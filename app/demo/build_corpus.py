@@ -42,8 +42,8 @@ def records(source: Path) -> Iterator[dict]:
             year, president = int(match[1]), match[2].split("-")[0]
             text = gzip.decompress(path.read_bytes()).decode("latin-1")
             for number, passage in enumerate(passages(text)):
-                yield {
-                    "id": f"{year}-{president.lower()}-{folder}-{number:03d}",
+                yield {  # the file stem keeps two addresses of one year apart (1965-Johnson-1, -2)
+                    "id": f"{path.name[: -len('.txt.gz')].lower()}-{folder}-{number:03d}",
                     "text": passage,
                     "president": president,
                     "year": year,
