@@ -83,6 +83,12 @@ def build_from_input(root: Path, input_path: Path, encoder: Any, options: BuildO
         return manifest
 
 
+def _stage_seconds(marks: dict[str, float]) -> dict[str, float]:
+    """Seconds per stage of this run (a resumed run only times what it did)."""
+    names = list(marks)
+    return {b: round(marks[b] - marks[a], 3) for a, b in zip(names, names[1:], strict=False)}
+
+
 def _stamp(store: DocumentStore, checksum: str, fingerprint: str) -> None:
     with store.transaction() as conn:
         store.set_state(conn, "input_checksum", checksum)

@@ -48,7 +48,10 @@ def embed_pending_with_ray(store: DocumentStore, encoder: Any, options: Any) -> 
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False)
     gpus = int(ray.cluster_resources().get("GPU", 0))
-    actors = options.ray_actors or max(1, gpus or int(ray.cluster_resources().get("CPU", 1)) // 2)
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    # Without GPUs each actor holds a CPU; leave one for the read / write tasks or the pipeline deadlocks.
+    actors = options.ray_actors or (gpus or max(1, cpus // 2))
+    actors = actors if gpus else min(actors, max(1, cpus - 1))
     dataset = ray.data.read_parquet(str(work / "in")).map_batches(
         ChunkEmbedder,
         fn_constructor_kwargs={"model": str(encoder.info.path), "backend": encoder.backend.name},
