@@ -42,7 +42,10 @@ def test_tei_embed_shape_and_truncation_rule(client):
     assert np.array(vectors).shape == (2, 384)
     too_long = client.post("/embed", json={"inputs": ["word " * 400]})
     assert too_long.status_code == 422 and too_long.json()["field"] == "inputs[0]"
-    assert client.post("/embed", json={"inputs": "word " * 400, "truncate": True}).status_code == 200
+    truncated = client.post("/embed", json={"inputs": ["short", "word " * 400], "truncate": True})
+    assert truncated.status_code == 200 and truncated.headers["x-truncated-inputs"] == "1"
+    openai_style = client.post("/v1/embeddings", json={"input": ["word " * 400, "short"]})
+    assert openai_style.status_code == 200 and openai_style.headers["x-truncated-inputs"] == "0"
 
 
 def test_fill_mask_shape_and_errors(client):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 import numpy as np
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.runtime.encoder import l2_normalize
@@ -27,11 +27,16 @@ router = APIRouter(dependencies=[require_read])
 
 
 @router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, tags=["embeddings"])
-async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request) -> OpenAIEmbeddingResponse:
-    """OpenAI's embeddings API: the official client works with ``base_url`` pointed here."""
+async def openai_embeddings(
+    body: OpenAIEmbeddingRequest, request: Request, response: Response
+) -> OpenAIEmbeddingResponse:
+    """OpenAI's embeddings API: the official client works with ``base_url`` pointed here.
+
+    Inputs over the model's window are truncated; the ``X-Truncated-Inputs`` header lists which."""
     encoder, batcher = request.app.state.engines.require_encoder()
     texts = text_list(body.input, "input", request.app.state.settings)
     items, vectors = await submit(batcher, texts)
+    report_truncation(items, response)
     matrix = encoder.finish(vectors)
     if body.dimensions:
         if body.dimensions > matrix.shape[1]:
@@ -50,6 +55,12 @@ async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request) -> O
     )
 
 
+def report_truncation(items: list, response: Response) -> None:
+    truncated = [str(position) for position, item in enumerate(items) if item.truncated]
+    if truncated:
+        response.headers["X-Truncated-Inputs"] = ",".join(truncated)
+
+
 def _encode_vector(vector: np.ndarray, encoding_format: str) -> list[float] | str:
     if encoding_format == "base64":
         return base64.b64encode(vector.astype("<f4").tobytes()).decode()
@@ -57,7 +68,7 @@ def _encode_vector(vector: np.ndarray, encoding_format: str) -> list[float] | st
 
 
 @router.post("/embed", response_model=list[list[float]], tags=["embeddings"])
-async def embed(body: EmbedRequest, request: Request) -> list[list[float]]:
+async def embed(body: EmbedRequest, request: Request, response: Response) -> list[list[float]]:
     """TEI's ``/embed``. Inputs over the model's window are refused unless ``truncate`` is true."""
     encoder, batcher = request.app.state.engines.require_encoder()
     texts = text_list(body.inputs, "inputs", request.app.state.settings)
@@ -71,6 +82,7 @@ async def embed(body: EmbedRequest, request: Request) -> list[list[float]]:
                     f"{field}: longer than the model's {encoder.max_tokens} tokens; send truncate=true",
                     field,
                 )
+    report_truncation(items, response)
     return encoder.finish(vectors, normalize=body.normalize).tolist()
 
 
