@@ -4,7 +4,9 @@ Same tiny-cpu config, same packed WikiText blocks, same batch. The baseline is `
 ``DataCollatorForLanguageModeling`` as is (fp32, dense output layer over every token); the project's
 step is ``SparseBertForMaskedLM`` (output layer at masked positions only) + its own masking collator,
 under bf16 autocast where the CPU supports it. Steps of the contenders are interleaved, so background
-load on a shared machine hits all of them alike; the median step time is reported.
+load on a shared machine hits all of them alike; the median step time is reported. On an
+oversubscribed machine use ``--threads 1``: OpenMP threads spin-waiting on descheduled siblings
+otherwise dominate every step (measured here: 3x slower with 2 threads at load 10 on 2 cores).
 
     python benchmarks/pretrain_throughput.py [--steps 12] [--run-minutes 30]
 
@@ -121,12 +123,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--run-minutes", type=float, default=0.0)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from encoder_training.pretraining.recipes import load_recipe
 
     cfg = load_recipe("tiny-cpu")
     with tempfile.TemporaryDirectory() as tmp:
-        result = {"recipe": "tiny-cpu", "steps_timed": args.steps, **measure(cfg, args.steps, Path(tmp))}
+        result = {
+            "recipe": "tiny-cpu",
+            "steps_timed": args.steps,
+            "threads": torch.get_num_threads(),
+            **measure(cfg, args.steps, Path(tmp)),
+        }
         if args.run_minutes:
             result["timed_run"] = {"minutes": args.run_minutes, **timed_run(args.run_minutes, Path(tmp))}
     RESULTS.mkdir(parents=True, exist_ok=True)
