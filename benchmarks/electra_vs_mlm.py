@@ -64,10 +64,19 @@ def cloze(*args: str, log: Path) -> dict:
     return result
 
 
+class NotRun(Exception):
+    """A step without a result while only collecting (``--collect``)."""
+
+
+COLLECT_ONLY = False
+
+
 def cached(path: Path, make) -> dict:
     """Reuse a step's result file when the step already ran (resumable runs)."""
     if path.is_file():
         return json.loads(path.read_text())
+    if COLLECT_ONLY:
+        raise NotRun(path.name)
     result = make()
     path.write_text(json.dumps(result, indent=2))
     return result
@@ -216,18 +225,24 @@ def electra_vs_mlm(work: Path, args: argparse.Namespace, log: Path) -> dict:
         )
     rows = {}
     for objective in ("mlm", "electra"):
-        pre = pretrain(work, objective, args.pretrain_minutes, log)
-        rows[objective] = {
-            "pretrain_minutes": args.pretrain_minutes,
-            "pretrain_steps": pre.get("steps"),
-            "pretrain_tokens_per_s": pre.get("tokens_per_s"),
-            "heldout": pre.get("heldout"),
-            **finetune_and_measure(work, objective, work / objective, args, log),
+        try:
+            pre = pretrain(work, objective, args.pretrain_minutes, log)
+            rows[objective] = {
+                "pretrain_minutes": args.pretrain_minutes,
+                "pretrain_steps": pre.get("steps"),
+                "pretrain_tokens_per_s": pre.get("tokens_per_s"),
+                "heldout": pre.get("heldout"),
+                **finetune_and_measure(work, objective, work / objective, args, log),
+            }
+        except NotRun as missing:
+            rows[objective] = {"not_run": f"no result for step {missing}"}
+    try:
+        rows["random-init"] = {
+            "pretrain_minutes": 0,
+            **finetune_and_measure(work, "random", random_encoder(work), args, log),
         }
-    rows["random-init"] = {
-        "pretrain_minutes": 0,
-        **finetune_and_measure(work, "random", random_encoder(work), args, log),
-    }
+    except NotRun as missing:
+        rows["random-init"] = {"not_run": f"no result for step {missing}"}
     return rows
 
 
@@ -272,6 +287,7 @@ def minilm_regression(work: Path, args: argparse.Namespace, log: Path) -> dict:
 
 
 def plot(rows: dict, path: Path) -> None:
+    rows = {name: row for name, row in rows.items() if "not_run" not in row}
     import matplotlib
 
     matplotlib.use("Agg")
@@ -297,7 +313,7 @@ def plot(rows: dict, path: Path) -> None:
 
 
 def print_table(result: dict) -> None:
-    rows = result.get("electra_vs_mlm", {})
+    rows = {name: row for name, row in result.get("electra_vs_mlm", {}).items() if "not_run" not in row}
     if rows:
         print(
             f"\n{'encoder':12} {'pretrain':>9} {'steps':>7} {'STS-B':>7} {'(NLI only)':>10} {'SICK-R':>7} {'SciFact':>8}"
@@ -327,8 +343,11 @@ def main() -> None:
     )
     parser.add_argument("--minilm-steps", type=int, default=100)
     parser.add_argument("--only", choices=["electra", "minilm"], help="run one part")
+    parser.add_argument("--collect", action="store_true", help="only report steps that already ran")
     parser.add_argument("--work", type=Path, default=Path("/tmp/cloze-electra-vs-mlm"))
     args = parser.parse_args()
+    global COLLECT_ONLY
+    COLLECT_ONLY = args.collect
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.work.mkdir(parents=True, exist_ok=True)
     log = args.work / "commands.log"
