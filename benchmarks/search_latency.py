@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,17 +52,23 @@ async def load(url: str, texts: list[str], mode: str, concurrency: int, requests
     async def worker(client: httpx.AsyncClient) -> None:
         for n in todo:
             started = time.perf_counter()
-            reply = await client.post("/search", json={"query": texts[n % len(texts)], "mode": mode, "top_k": 10})
+            reply = await client.post(
+                "/search", json={"query": texts[n % len(texts)], "mode": mode, "top_k": 10}
+            )
             latencies.append((time.perf_counter() - started) * 1000)
             reply.raise_for_status()
 
-    async with httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_connections=concurrency)) as client:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=30, limits=httpx.Limits(max_connections=concurrency)
+    ) as client:
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
     return latencies
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--modes", default="hybrid,dense,bm25")
     parser.add_argument("--backend", default="onnx-int8")
@@ -73,12 +80,21 @@ def main() -> None:
     index = scifact_index(args.backend)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CLOZE_INDEX": str(index), "CLOZE_BACKEND": args.backend,
-           "CLOZE_LOG_LEVEL": "warning"}
-    log = Path(args.out).with_suffix(".server.log")
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "CLOZE_INDEX": str(index),
+        "CLOZE_BACKEND": args.backend,
+        "CLOZE_LOG_LEVEL": "warning",
+    }
+    log = Path(tempfile.gettempdir()) / "cloze-search-latency-server.log"
     with log.open("w") as out:
-        server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], env=env,
-                                  stdout=out, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     rows = []
     try:
         wait_until(url + "/readyz", server, log, 600)
@@ -87,15 +103,28 @@ def main() -> None:
         for mode in args.modes.split(","):
             for concurrency in (1, 16):
                 latencies = asyncio.run(load(url, texts, mode, concurrency, args.requests))
-                rows.append({"mode": mode, "concurrency": concurrency, "requests": len(latencies),
-                             "p50_ms": float(np.percentile(latencies, 50)),
-                             "p99_ms": float(np.percentile(latencies, 99))})
-                print(f"{mode:7s} c={concurrency:<3d} p50 {rows[-1]['p50_ms']:7.1f} ms  p99 {rows[-1]['p99_ms']:7.1f} ms")
+                rows.append(
+                    {
+                        "mode": mode,
+                        "concurrency": concurrency,
+                        "requests": len(latencies),
+                        "p50_ms": float(np.percentile(latencies, 50)),
+                        "p99_ms": float(np.percentile(latencies, 99)),
+                    }
+                )
+                print(
+                    f"{mode:7s} c={concurrency:<3d} p50 {rows[-1]['p50_ms']:7.1f} ms  p99 {rows[-1]['p99_ms']:7.1f} ms"
+                )
     finally:
         server.terminate()
         server.wait(60)
-    result = {"command": "python benchmarks/search_latency.py", "index": str(index), "backend": args.backend,
-              "documents": 5183, "rows": rows}
+    result = {
+        "command": "python benchmarks/search_latency.py",
+        "index": str(index),
+        "backend": args.backend,
+        "documents": 5183,
+        "rows": rows,
+    }
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out}")
 
