@@ -70,11 +70,16 @@ def build_from_input(root: Path, input_path: Path, encoder: Any, options: BuildO
             store = DocumentStore(folder / layout.STORE)
             try:
                 _stamp(store, checksum, encoder.info.fingerprint)
-                ingest(
-                    store, iter_documents(input_path), Chunker.for_encoder(encoder, options.overlap), options
-                )
+                marks = {"started": time.perf_counter()}
+                chunker = Chunker.for_encoder(encoder, options.overlap)
+                ingest(store, iter_documents(input_path), chunker, options)
+                marks["ingest"] = time.perf_counter()
                 embed_stage(store, encoder, options)
+                marks["embed"] = time.perf_counter()
                 manifest = finish_version(folder, store, encoder, options.factory, input_checksum=checksum)
+                marks["vectors"] = time.perf_counter()
+                manifest["stage_seconds"] = _stage_seconds(marks)
+                layout.write_manifest(folder, manifest)
             finally:
                 store.close()
         else:

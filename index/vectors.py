@@ -96,6 +96,10 @@ class VectorIndex:
     @classmethod
     def create(cls, factory: str, dimension: int, params: dict[str, Any] | None = None) -> VectorIndex:
         index = faiss.index_factory(dimension, factory, faiss.METRIC_INNER_PRODUCT)
+        if hasattr(index, "do_polysemous_training"):
+            # The factory turns it on for 8-bit PQ; it only serves Hamming pre-filtering (unused here) and
+            # makes training take minutes instead of seconds.
+            index.do_polysemous_training = False
         if faiss.try_extract_index_ivf(index) is None and not isinstance(index, faiss.IndexIDMap):
             index = faiss.IndexIDMap2(index)  # ids for flat / HNSW indexes; IVF keeps ids itself
         merged = default_params(factory) | (params or {})
