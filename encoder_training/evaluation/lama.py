@@ -62,12 +62,21 @@ def rank_objects(
         chunk = order[start : start + batch_size]
         texts = [sentences[i].replace("[MASK]", tokenizer.mask_token) for i in chunk]
         enc = tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
-        logits = model(**enc).logits
         first_mask = (enc["input_ids"] == tokenizer.mask_token_id).int().argmax(1)
-        top = logits[torch.arange(len(chunk)), first_mask].topk(k, dim=-1).indices
+        top = mask_logits(model, enc, first_mask).topk(k, dim=-1).indices
         for i, row in zip(chunk, top.tolist(), strict=True):
             ranked[i] = row
     return ranked
+
+
+def mask_logits(model, enc, positions: torch.Tensor) -> torch.Tensor:
+    """Vocabulary logits at one position per row; BERT's head runs only there (half the cost)."""
+    rows = torch.arange(len(positions))
+    head = getattr(model, "cls", None)
+    if head is None:
+        return model(**enc).logits[rows, positions]
+    hidden = model.base_model(**enc)[0]
+    return head(hidden[rows, positions])
 
 
 def score_relation(model, tokenizer, facts: list[tuple[str, str]], limit: int = 0) -> dict:
