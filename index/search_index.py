@@ -271,7 +271,7 @@ class SearchIndex:
                 )
                 removed, added = store.write_documents(conn, [item], log=False)
                 vectors.remove(removed)
-                if stored:
+                if stored and item[2] is not None:
                     vectors.add(np.asarray(added, np.int64), item[2])
 
     # ---- search -------------------------------------------------------------------------------------
@@ -309,7 +309,7 @@ class SearchIndex:
             return self._hits(live, fused[:top_k], query_vector, query_text)
 
     def _dense(
-        self, live: _Version, query: np.ndarray, top_k: int, filters: dict[str, Any] | None
+        self, live: _Version, query: np.ndarray | None, top_k: int, filters: dict[str, Any] | None
     ) -> list[tuple[str, float, int | None]]:
         """Best chunk per document, best documents first: (doc_id, score, chunk_id)."""
         query = np.asarray(query, dtype=np.float32).reshape(-1)

@@ -180,7 +180,7 @@ class DocumentStore:
                     "INSERT INTO chunks(doc_rid, chunk_index, text, vector) VALUES (?, ?, ?, ?)",
                     (rid, chunk.index, chunk.text, blob),
                 ).lastrowid
-                added.append(int(chunk_id))
+                added.append(int(chunk_id or 0))
                 if log:
                     conn.execute(
                         "INSERT INTO changelog(doc_id, chunk_id, op) VALUES (?, ?, '+')",

@@ -141,7 +141,7 @@ class VectorIndex:
             return
         array = np.asarray(ids, dtype=np.int64)
         try:
-            self.index.remove_ids(array)
+            self.index.remove_ids(array)  # type: ignore[arg-type]  # the SWIG wrapper takes arrays too
         except RuntimeError:  # HNSW and friends: exclude at search time instead
             self.tombstones.update(int(i) for i in array)
 
@@ -168,7 +168,7 @@ class VectorIndex:
         return scores[0][found], ids[0][found]
 
     def _selector(self, allowed: np.ndarray | None, keep: list[Any]) -> Any:
-        selector = None
+        selector: Any = None
         if allowed is not None:
             selector = faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
             keep.append(selector)
@@ -181,11 +181,12 @@ class VectorIndex:
         return selector
 
     def _search_parameters(self, settings: dict[str, Any], selector: Any) -> Any:
+        params: Any
         if faiss.try_extract_index_ivf(self.index) is not None:
             params = faiss.SearchParametersIVF()
             params.nprobe = int(settings.get("nprobe", 1))
         elif "HNSW" in self.factory:
-            params = faiss.SearchParametersHNSW()
+            params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
             params.efSearch = int(settings.get("efSearch", 64))
         else:
             params = faiss.SearchParameters()
