@@ -3,7 +3,7 @@
 Same tiny-cpu config, same packed WikiText blocks, same batch. The baseline is ``BertForMaskedLM`` +
 ``DataCollatorForLanguageModeling`` as is (fp32, dense output layer over every token); the project's
 step is ``SparseBertForMaskedLM`` (output layer at masked positions only) + its own masking collator,
-under bf16 autocast where the CPU supports it. Steps of the contenders are interleaved, so background
+at the recipe's ``auto`` precision (fp32 on CPU; bf16 autocast is timed beside it). Steps of the contenders are interleaved, so background
 load on a shared machine hits all of them alike; the median step time is reported. On an
 oversubscribed machine use ``--threads 1``: OpenMP threads spin-waiting on descheduled siblings
 otherwise dominate every step (measured here: 3x slower with 2 threads at load 10 on 2 cores).
@@ -43,7 +43,7 @@ def make_blocks(work: Path, cfg):
 
 
 def contenders(cfg, tokenizer, blocks):
-    """name -> (model, collate, autocast) for the three steps being compared."""
+    """name -> (model, collate, autocast) for the steps compared (and the project's step under bf16 autocast)."""
     from transformers import BertForMaskedLM, DataCollatorForLanguageModeling
 
     from encoder_training.pretraining.data import MaskingCollator
@@ -58,6 +58,7 @@ def contenders(cfg, tokenizer, blocks):
     return {
         "hf_baseline_mlm": (BertForMaskedLM(bert_config(*shape)), hf, False),
         "project_mlm": (SparseBertForMaskedLM(bert_config(*shape)), ours, bf16),
+        "project_mlm_bf16": (SparseBertForMaskedLM(bert_config(*shape)), ours, True),
         "project_electra": (
             ElectraPretrainer.build(*shape, cfg.generator_fraction, cfg.disc_weight),
             ours,

@@ -21,7 +21,7 @@ from encoder_training.pretraining.recipes import PretrainConfig
 
 
 def cpu_supports_bf16() -> bool:
-    """bf16 autocast pays on CPUs with native bf16 dot products (AVX512-BF16 or AMX)."""
+    """Whether the CPU has native bf16 dot products (AVX512-BF16 or AMX); needed for ``--precision bf16``."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -34,7 +34,11 @@ def precision_flags(precision: str) -> dict[str, bool]:
         if torch.cuda.is_available():
             precision = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         else:
-            precision = "bf16" if cpu_supports_bf16() else "fp32"
+            # measured on an AVX512-BF16 CPU (benchmarks/pretrain_throughput.py): bf16 autocast made the
+            # tiny-cpu MLM step 1.5x slower than fp32 (casts outweigh the faster GEMMs at this size)
+            precision = "fp32"
+    if precision == "bf16" and not torch.cuda.is_available() and not cpu_supports_bf16():
+        raise ValueError("this CPU has no native bf16: use fp32")
     if precision == "fp16" and not torch.cuda.is_available():
         raise ValueError("fp16 autocast needs CUDA; use bf16 or fp32 on CPU")
     return {"bf16": precision == "bf16", "fp16": precision == "fp16"}
