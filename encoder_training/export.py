@@ -118,18 +118,19 @@ def _mlm_score(source: Path, data: Path) -> float | str:
 
 
 def _mlm_source(source: Path) -> Path | None:
-    """The folder that still has an MLM head: the source itself, or the base model it was fine-tuned from."""
+    """The folder that still has an MLM head: the source itself, or a base model up its fine-tuning chain."""
     from encoder_training.finetuning.train import TRAINING_RECORD
 
-    candidates = [source]
-    record = source / TRAINING_RECORD
-    if record.is_file():
-        candidates.append(Path(json.loads(record.read_text())["base_model"]))
-    for candidate in candidates:
+    candidate: Path | None = source
+    for _ in range(8):  # a chain of fine-tuning stages, each recording its base model
+        if candidate is None or not candidate.is_dir():
+            return None
         config = candidate / "config.json"
         architectures = json.loads(config.read_text()).get("architectures", []) if config.is_file() else []
         if any(name.endswith(("ForMaskedLM", "ForPreTraining")) for name in architectures):
             return candidate
+        record = candidate / TRAINING_RECORD
+        candidate = Path(json.loads(record.read_text())["base_model"]) if record.is_file() else None
     return None
 
 
