@@ -343,12 +343,13 @@ class SearchIndex:
         live: _Version, ids: np.ndarray, scores: np.ndarray, top_k: int
     ) -> list[tuple[str, float, int | None]]:
         order = np.argsort(-scores)
-        rows = live.store.chunk_rows(ids[order[: max(top_k * 20, 200)]].tolist()) if len(order) else {}
+        owners = live.store.chunk_documents(ids[order[: max(top_k * 20, 200)]].tolist()) if len(order) else {}
         best: dict[str, tuple[float, int]] = {}
         for position in order:
-            row = rows.get(int(ids[position]))
-            if row is not None and row.doc_id not in best:
-                best[row.doc_id] = (float(scores[position]), row.chunk_id)
+            chunk_id = int(ids[position])
+            doc_id = owners.get(chunk_id)
+            if doc_id is not None and doc_id not in best:
+                best[doc_id] = (float(scores[position]), chunk_id)
         ranked = sorted(best.items(), key=lambda item: -item[1][0])
         return [(doc_id, score, chunk_id) for doc_id, (score, chunk_id) in ranked[:top_k]]
 

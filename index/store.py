@@ -327,13 +327,14 @@ class DocumentStore:
         )
         return _unpack(rows, dimension)
 
-    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+    def chunk_documents(self, ids: Iterable[int]) -> dict[int, str]:
+        """chunk id -> document id: all that ranking needs (texts and metadata are read for the final top-k only)."""
         rows = self._conn().execute(
-            "SELECT c.id, d.id, d.text, c.text, c.chunk_index, d.metadata FROM chunks c JOIN documents d ON d.rid = c.doc_rid "
+            "SELECT c.id, d.id FROM chunks c JOIN documents d ON d.rid = c.doc_rid "
             "WHERE c.id IN (SELECT value FROM json_each(?))",
             (json.dumps([int(i) for i in ids]),),
         )
-        return {r[0]: ChunkRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows}
+        return dict(rows.fetchall())
 
     def chunks_of(self, doc_ids: Iterable[str]) -> dict[str, list[ChunkRow]]:
         rows = self._conn().execute(

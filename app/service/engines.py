@@ -113,8 +113,13 @@ async def load_engines(engines: Engines, settings: Settings, metrics: Metrics) -
 
 
 async def _open_index(engines: Engines, settings: Settings, metrics: Metrics) -> None:
+    import faiss
+
     from index import SearchIndex
 
+    # The service searches one query per request; concurrency comes from requests. OpenMP threads on a
+    # single-query search only add synchronisation: 1 ms with one thread vs 6.5 ms with two, measured here.
+    faiss.omp_set_num_threads(1)
     try:
         engines.index = await run_in_threadpool(
             SearchIndex.open, settings.index, engines.encoder, create=True
