@@ -85,6 +85,8 @@ def _pooling_mode(path: Path) -> str:
     for module in _modules(path):
         if module.get("type", "").endswith("Pooling"):
             config = _read_json(path / module.get("path", "") / "config.json")
+            if config.get("pooling_mode") in ("cls", "mean", "max"):  # sentence-transformers 6 writes one key
+                return str(config["pooling_mode"])
             if config.get("pooling_mode_cls_token"):
                 return "cls"
             if config.get("pooling_mode_max_tokens"):

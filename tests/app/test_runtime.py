@@ -28,6 +28,19 @@ def test_plain_hf_folder_defaults_to_mean_pooling_without_normalisation(tiny_ber
     assert (info.pooling, info.normalize, info.max_tokens) == ("mean", False, 64)
 
 
+def test_pooling_is_read_from_either_sentence_transformers_config_form(tiny_bert, tmp_path):
+    import json
+    import shutil
+
+    for config, expected in (({"pooling_mode": "cls"}, "cls"), ({"pooling_mode_max_tokens": True}, "max")):
+        model = tmp_path / expected
+        shutil.copytree(tiny_bert, model, ignore=shutil.ignore_patterns("onnx"))
+        (model / "modules.json").write_text(json.dumps([{"idx": 1, "path": "1_Pooling", "type": "x.Pooling"}]))
+        (model / "1_Pooling").mkdir()
+        (model / "1_Pooling" / "config.json").write_text(json.dumps(config))
+        assert ModelInfo.read(model).pooling == expected
+
+
 def test_plan_batches_respects_token_budget_and_sorts_by_length():
     lengths = [5, 100, 7, 50, 6, 99]
     batches = plan_batches(lengths, max_batch_tokens=200, max_batch_size=8)
