@@ -78,7 +78,7 @@ def score_run(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> di
 
 
 def default_index_dir(data: Path, encoder: Any, backend: str) -> Path:
-    cache = Path(os.environ.get("CLOZE_CACHE", Path.home() / ".cache" / "cloze"))
+    cache = Path(os.environ.get("CLOZE_CACHE_DIR", Path.home() / ".cache" / "cloze-search"))
     return cache / "beir" / f"{data.resolve().name}-{encoder.info.fingerprint[:12]}-{backend}"
 
 
