@@ -8,7 +8,7 @@ import numpy as np
 
 from app.runtime.backends.base import Backend
 from app.runtime.model_dir import ModelInfo
-from app.runtime.tokenization import Encoded, TextTokenizer, plan_batches
+from app.runtime.tokenization import Encoded, TextTokenizer, TokenizedRuntime, plan_batches
 
 
 def pool(states: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
@@ -24,7 +24,7 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
-class EncoderRuntime:
+class EncoderRuntime(TokenizedRuntime):
     task = "embed"
 
     def __init__(
@@ -41,13 +41,6 @@ class EncoderRuntime:
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.dimension = int(self.run(self.encode(["dimension probe"]))[0].shape[0])
-
-    @property
-    def max_tokens(self) -> int:
-        return self.tokenizer.max_tokens
-
-    def encode(self, texts: list[str]) -> list[Encoded]:
-        return self.tokenizer.encode(texts)
 
     def run(self, items: list[Encoded]) -> list[np.ndarray]:
         """One padded forward pass over ``items``; pooled, not yet normalised (callers choose)."""

@@ -9,7 +9,7 @@ import numpy as np
 
 from app.runtime.backends.base import Backend
 from app.runtime.model_dir import ModelInfo
-from app.runtime.tokenization import Encoded, TextTokenizer
+from app.runtime.tokenization import Encoded, TextTokenizer, TokenizedRuntime
 
 
 class NoMaskToken(ValueError):
@@ -28,7 +28,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
-class FillMaskRuntime:
+class FillMaskRuntime(TokenizedRuntime):
     task = "fill-mask"
 
     def __init__(self, info: ModelInfo, tokenizer: TextTokenizer, backend: Backend):
@@ -39,13 +39,6 @@ class FillMaskRuntime:
         self.mask_id: int = tokenizer.hf.mask_token_id
         if self.mask_token is None:
             raise ValueError(f"{info.path} has no mask token: it is not a masked language model")
-
-    @property
-    def max_tokens(self) -> int:
-        return self.tokenizer.max_tokens
-
-    def encode(self, texts: list[str]) -> list[Encoded]:
-        return self.tokenizer.encode(texts)
 
     def run(self, items: list[Encoded]) -> list[np.ndarray]:
         """Probabilities [masks, vocab] per item, from one padded forward pass."""

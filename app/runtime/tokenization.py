@@ -50,6 +50,19 @@ class TextTokenizer:
         return {name: arrays[name] for name in self.input_names}
 
 
+class TokenizedRuntime:
+    """What every runtime offers the micro-batcher: texts -> ``Encoded`` items within ``max_tokens``."""
+
+    tokenizer: TextTokenizer
+
+    @property
+    def max_tokens(self) -> int:
+        return self.tokenizer.max_tokens
+
+    def encode(self, texts: list[str]) -> list[Encoded]:
+        return self.tokenizer.encode(texts)
+
+
 def plan_batches(
     lengths: list[int], max_batch_tokens: int, max_batch_size: int, max_padding: float = 0.25
 ) -> list[list[int]]:

@@ -1,6 +1,6 @@
-"""Thin torch wrappers that give every backend the same inputs and one output tensor.
+"""A thin torch wrapper that gives every backend the same inputs and one output tensor.
 
-The ONNX export traces these very modules, so the torch and ONNX backends compute the same function.
+The ONNX export traces this very module, so the torch and ONNX backends compute the same function.
 """
 
 from __future__ import annotations
@@ -11,15 +11,19 @@ import torch
 
 from app.runtime.backends.base import Task
 
+OUTPUT_OF_TASK = {"embed": "last_hidden_state", "fill-mask": "logits"}
 
-class TokenStates(torch.nn.Module):
-    """Inputs in the fixed order (input_ids, attention_mask[, token_type_ids]); models without token types
-    (``input_names`` of two) get two."""
 
-    def __init__(self, model: torch.nn.Module, input_names: tuple[str, ...]):
+class SingleOutput(torch.nn.Module):
+    """Inputs in the fixed order (input_ids, attention_mask[, token_type_ids]) -> one named model output.
+
+    Models without token types (``input_names`` of two) get two inputs."""
+
+    def __init__(self, model: torch.nn.Module, input_names: tuple[str, ...], output: str):
         super().__init__()
         self.model = model
         self.input_names = input_names
+        self.output = output
 
     def forward(
         self,
@@ -27,29 +31,16 @@ class TokenStates(torch.nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return self.model(**self._kwargs(input_ids, attention_mask, token_type_ids)).last_hidden_state
-
-    def _kwargs(self, *inputs: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        return {
+        inputs = (input_ids, attention_mask, token_type_ids)
+        kwargs = {
             name: value for name, value in zip(self.input_names, inputs, strict=False) if value is not None
         }
-
-
-class MaskedLMLogits(TokenStates):
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return self.model(**self._kwargs(input_ids, attention_mask, token_type_ids)).logits
+        return getattr(self.model(**kwargs), self.output)
 
 
 def load_module(path: Path, task: Task, input_names: tuple[str, ...]) -> torch.nn.Module:
     """The Hugging Face model in eval mode, wrapped for ``task``."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
-    if task == "embed":
-        return TokenStates(AutoModel.from_pretrained(path).eval(), input_names).eval()
-    model = AutoModelForMaskedLM.from_pretrained(path).eval()
-    return MaskedLMLogits(model, input_names).eval()
+    loader = AutoModel if task == "embed" else AutoModelForMaskedLM
+    return SingleOutput(loader.from_pretrained(path).eval(), input_names, OUTPUT_OF_TASK[task]).eval()
