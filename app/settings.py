@@ -22,6 +22,9 @@ class Settings(BaseSettings):
     )
     fill_mask_model: str = Field("", description="Fill-mask model folder; empty = the shipped default")
     index: Path = Field(Path("data/index"), description="Index folder (created empty when missing)")
+    index_read_only: bool = Field(
+        False, description="Open the index read-only (replicas on a read-only volume); writes answer 409"
+    )
     backend: Backend = Field("auto", description="auto | torch | onnx | onnx-int8")
     device: Device = Field("auto", description="auto (CUDA when usable) | cpu | cuda")
     onnx_cache: Path | None = Field(

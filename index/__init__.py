@@ -11,12 +11,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from index.records import Document, DocumentStoreError, IndexModelMismatch, SearchHit, UnknownFilterField
+    from index.records import (
+        Document,
+        DocumentStoreError,
+        IndexModelMismatch,
+        ReadOnlyIndex,
+        SearchHit,
+        UnknownFilterField,
+    )
     from index.search_index import SearchIndex
 
 _EXPORTS = {
     "Document": "index.records",
     "DocumentStoreError": "index.records",
+    "ReadOnlyIndex": "index.records",
     "IndexModelMismatch": "index.records",
     "SearchHit": "index.records",
     "UnknownFilterField": "index.records",
@@ -25,6 +33,7 @@ _EXPORTS = {
 __all__ = [
     "Document",
     "DocumentStoreError",
+    "ReadOnlyIndex",
     "IndexModelMismatch",
     "SearchHit",
     "SearchIndex",

@@ -39,5 +39,9 @@ class UnknownFilterField(IndexError_, ValueError):
     """A filter names a metadata field that no document has (almost always a typo)."""
 
 
+class ReadOnlyIndex(IndexError_):
+    """The index was opened read-only (a replica on a read-only volume): documents change through the indexer."""
+
+
 class DocumentStoreError(IndexError_):
     """The SQLite store is missing, corrupt or from an incompatible layout."""

@@ -30,7 +30,7 @@ from index.builder import (
     ingest,
 )
 from index.chunking import Chunk, Chunker
-from index.records import Document, IndexModelMismatch, SearchHit
+from index.records import Document, IndexModelMismatch, ReadOnlyIndex, SearchHit
 from index.store import ChunkRow, DocumentStore, query_terms
 from index.vectors import VectorIndex
 
@@ -79,20 +79,21 @@ class ReadWriteLock:
 class _Version:
     """One opened version: its store, its FAISS index and how far the changelog has been applied."""
 
-    def __init__(self, root: Path, number: int):
+    def __init__(self, root: Path, number: int, read_only: bool = False):
         self.number = number
+        self.read_only = read_only
         self.folder = layout.version_dir(root, number)
         manifest = layout.read_manifest(self.folder)
         if manifest is None:
             raise FileNotFoundError(f"index version {self.folder} has no manifest")
         self.manifest = manifest
-        self.store = DocumentStore(self.folder / layout.STORE, create=False)
+        self.store = DocumentStore(self.folder / layout.STORE, create=False, read_only=read_only)
         self.vectors, meta = VectorIndex.load(self.folder / layout.VECTORS)
         self.applied_seq = int(meta.get("synced_seq", 0))
         self.saved_seq = self.applied_seq
 
     def close(self, save: bool) -> None:
-        if save and self.applied_seq > self.saved_seq and self.folder.is_dir():
+        if save and not self.read_only and self.applied_seq > self.saved_seq and self.folder.is_dir():
             try:  # a fresher snapshot makes the next open cheaper; the changelog makes it optional
                 self.vectors.save(self.folder / layout.VECTORS, {"synced_seq": self.applied_seq})
             except OSError as exc:
@@ -125,20 +126,26 @@ class SearchIndex:
     # ---- lifecycle ----------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, root: Path, encoder: Any, *, create: bool = True) -> SearchIndex:
+    def open(cls, root: Path, encoder: Any, *, create: bool = True, read_only: bool = False) -> SearchIndex:
+        """``read_only``: for replicas on a read-only volume; SQLite is opened immutable, nothing is written
+        there, and a version's changes become visible when the indexer publishes the next version."""
         root = Path(root)
         number = layout.current_version(root)
         if number is None:
-            if not create:
+            if not create or read_only:
                 raise FileNotFoundError(f"no published index in {root}")
             number = _create_empty(root, encoder)
         manifest = layout.read_manifest(layout.version_dir(root, number)) or {}
         check_model(manifest, encoder, root)
-        version = _Version(root, number)
+        version = _Version(root, number, read_only)
         index = cls(root, encoder, version)
         with index._mutate:
             index._catch_up()
         return index
+
+    def _require_writable(self) -> None:
+        if self._live.read_only:
+            raise ReadOnlyIndex(f"index {self.root} is open read-only: change documents through the indexer")
 
     def close(self) -> None:
         with self._mutate, self._rw.write():
@@ -163,6 +170,7 @@ class SearchIndex:
 
     def upsert(self, docs: list[Document]) -> int:
         """Embed (outside any lock), commit to SQLite (durable), then apply to FAISS (searchable)."""
+        self._require_writable()
         unique = list({d.id: d for d in docs}.values())  # last one wins, as sequential upserts would
         items = embed_documents(self.encoder, self.chunker, unique)
         with self._mutate:
@@ -173,6 +181,7 @@ class SearchIndex:
         return len(unique)
 
     def delete(self, doc_id: str) -> bool:
+        self._require_writable()
         with self._mutate:
             store = self._live.store
             with store.transaction() as conn:
@@ -203,7 +212,7 @@ class SearchIndex:
         if number is not None and number != self._live.number:
             manifest = layout.read_manifest(layout.version_dir(self.root, number)) or {}
             check_model(manifest, self.encoder, self.root)
-            fresh = _Version(self.root, number)
+            fresh = _Version(self.root, number, self._live.read_only)
             with self._mutate:
                 old = self._swap(fresh)
                 self._catch_up()
@@ -223,6 +232,7 @@ class SearchIndex:
         Writes acknowledged during the rebuild are in the old store's changelog past the snapshot sequence;
         they are copied (with their vectors) into the new version under the writer lock, just before the swap.
         """
+        self._require_writable()
         with layout.build_lock(self.root):
             old = self._live
             snapshot_seq = old.store.max_seq()
@@ -240,7 +250,7 @@ class SearchIndex:
                     manifest = finish_version(folder, store, self.encoder, None, vector_index=vectors)
                     store.close()
                     layout.publish(self.root, number)
-                    fresh = _Version(self.root, number)
+                    fresh = _Version(self.root, number, self._live.read_only)
                     self._swap(fresh)
             except BaseException:
                 store.close()

@@ -102,8 +102,9 @@ def query_terms(text: str) -> list[str]:
 class DocumentStore:
     """Thread-safe access: one connection per thread for reads (WAL readers never block), one writer lock."""
 
-    def __init__(self, path: Path, create: bool = True):
+    def __init__(self, path: Path, create: bool = True, read_only: bool = False):
         self.path = Path(path)
+        self.read_only = read_only
         if not create and not self.path.is_file():
             raise DocumentStoreError(f"document store not found: {self.path}")
         self._local = threading.local()
@@ -111,7 +112,8 @@ class DocumentStore:
         self._connections_lock = threading.Lock()
         self.write_lock = threading.RLock()
         try:
-            self._conn().executescript(SCHEMA)
+            if not read_only:
+                self._conn().executescript(SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise DocumentStoreError(f"cannot open document store {self.path}: {exc}") from exc
         self._fields = {row[0] for row in self._conn().execute("SELECT name FROM fields")}
@@ -119,10 +121,14 @@ class DocumentStore:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA foreign_keys=OFF")
+            if self.read_only:  # writes nothing beside the file (no -wal/-shm): fits a read-only mount
+                uri = f"file:{self.path}?mode=ro&immutable=1"
+                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            else:
+                conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute("PRAGMA foreign_keys=OFF")
             self._local.conn = conn
             with self._connections_lock:
                 self._connections.append(conn)

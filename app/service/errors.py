@@ -9,6 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from index.records import ReadOnlyIndex
+
 log = logging.getLogger("cloze.service")
 
 
@@ -39,6 +41,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": str(exc.detail), "field": None}, exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(ReadOnlyIndex)
+    async def read_only(_: Request, exc: ReadOnlyIndex) -> JSONResponse:
+        return JSONResponse({"error": str(exc), "field": None}, 409)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -190,11 +190,6 @@ def test_replicas_serve_what_the_indexer_built(serving: Serving) -> None:
         assert found.status_code == 200 and "capital" in found.json()["text"], found.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="index/store.py opens every version's SQLite read-write in WAL mode (creates -wal/-shm); "
-    "under compose's read-only mount that fails: 'unable to open database file'",
-)
 def test_replicas_leave_the_read_only_index_volume_untouched(serving: Serving) -> None:
     """Compose mounts the index read-only into the api: anything the api writes there would fail in Docker."""
     assert tree(serving.index) == serving.index_before

@@ -173,3 +173,31 @@ def test_concurrent_threads_do_not_share_sqlite_connections(index: SearchIndex) 
     for thread in threads:
         thread.join()
     assert results == [5] * 8
+
+
+def test_read_only_replica_writes_nothing_and_refuses_writes(
+    index: SearchIndex, tiny_encoder, tmp_path
+) -> None:
+    """Compose mounts the index read-only into the api replicas: opening and searching must not touch it."""
+    from index import ReadOnlyIndex
+
+    corpus = docs(20)
+    index.upsert(corpus)
+    index.close()  # the writer is gone, as after `cloze index build`: SQLite has checkpointed its WAL
+    root = tmp_path / "idx"
+    before = {p: p.stat().st_mtime_ns for p in root.rglob("*")}
+    replica = SearchIndex.open(root, tiny_encoder, read_only=True)
+    target = corpus[5]
+    assert (
+        replica.search(vector(tiny_encoder, target.text), target.text, top_k=1, mode="hybrid")[0].id
+        == target.id
+    )
+    assert replica.get(target.id) == target and replica.stats()["documents"] == 20
+    with pytest.raises(ReadOnlyIndex):
+        replica.upsert([Document("new", "some text")])
+    with pytest.raises(ReadOnlyIndex):
+        replica.delete(target.id)
+    replica.close()
+    assert {p: p.stat().st_mtime_ns for p in root.rglob("*")} == before
+    with pytest.raises(FileNotFoundError):
+        SearchIndex.open(tmp_path / "empty", tiny_encoder, read_only=True)
