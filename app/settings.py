@@ -43,7 +43,9 @@ class Settings(BaseSettings):
     # Batching
     max_batch_tokens: int = Field(8192, ge=64, description="Token budget of one forward pass (padded)")
     max_batch_size: int = Field(64, ge=1, description="Most sequences in one forward pass")
-    max_wait_ms: float = Field(2.0, ge=0, description="How long a batch waits to fill")
+    max_wait_ms: float = Field(
+        0.0, ge=0, description="How long a batch waits to fill (0: it fills while the previous pass runs)"
+    )
     max_queue: int = Field(2048, ge=1, description="Most queued texts before answering 429")
     threads: int = Field(0, ge=0, description="Inference threads; 0 = all cores")
 

@@ -55,7 +55,7 @@ def concurrent_rate(runtime, sentences: list[str], max_batch_size: int) -> float
     from app.runtime import MicroBatcher
 
     async def scenario() -> float:
-        batcher = MicroBatcher(runtime.encode, runtime.run, max_batch_size=max_batch_size, max_wait_ms=2)
+        batcher = MicroBatcher(runtime.encode, runtime.run, max_batch_size=max_batch_size)
         queue = list(sentences)
 
         async def caller() -> None:

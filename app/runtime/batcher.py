@@ -42,7 +42,7 @@ class MicroBatcher:
         run: Callable[[list[Encoded]], list[Any]],
         max_batch_tokens: int = 8192,
         max_batch_size: int = 64,
-        max_wait_ms: float = 2.0,
+        max_wait_ms: float = 0.0,
         max_queue: int = 2048,
         on_batch: BatchObserver | None = None,
     ):
