@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -62,3 +63,18 @@ def env_project(tmp_path: Path) -> Path:
     """A project directory whose .env is .env.example, as an operator starts out."""
     (tmp_path / ".env").write_text((REPO / ".env.example").read_text())
     return tmp_path
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Put the deployment checks' own output in the CI log, not only in test-artifacts/."""
+    reports = sorted(ARTIFACTS.glob("hadolint-*.txt")) + sorted(ARTIFACTS.glob("compose-config-*.yml"))
+    if not reports:
+        return
+    terminalreporter.section("deployment checks (static: no Docker engine here)")
+    for report in reports:
+        if report.suffix == ".txt":
+            terminalreporter.write_line(" / ".join(report.read_text().strip().splitlines()))
+        else:
+            services = ", ".join(yaml.safe_load(report.read_text())["services"])
+            name = report.stem.removeprefix("compose-config-")
+            terminalreporter.write_line(f"docker compose config ({name}): valid; services {services}")
