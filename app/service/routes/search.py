@@ -149,13 +149,4 @@ async def job_status(job_id: Annotated[str, Path(max_length=64)], request: Reque
     job = request.app.state.jobs.get(job_id)
     if job is None:
         raise ApiError(404, f"no job {job_id!r}", "job_id")
-    return JobStatus(
-        job_id=job.job_id,
-        kind=job.kind,
-        status=job.status,
-        progress=job.progress,
-        done=job.done,
-        total=job.total,
-        error=job.error,
-        manifest=job.manifest,
-    )
+    return JobStatus.model_validate(job, from_attributes=True)
