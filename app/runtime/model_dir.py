@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 BUNDLED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -111,20 +112,30 @@ def _max_tokens(path: Path) -> int:
 
 
 def fingerprint(path: Path) -> str:
-    """SHA-256 of the files that define the model (weights, config, vocabulary), not of caches beside it."""
-    digest = hashlib.sha256()
+    """SHA-256 of the files that define the model (weights, config, vocabulary), not of caches beside it.
+
+    Loading asks for it several times (model info, ONNX cache stamp); the hash is reused while no file's
+    size or modification time has changed, so the weights are read once.
+    """
     files = sorted(
         p
-        for p in path.rglob("*")
+        for p in Path(path).rglob("*")
         if p.is_file()
         and "onnx" not in p.relative_to(path).parts
         and (p.suffix in _WEIGHT_SUFFIXES or p.name in _IDENTITY_FILES)
     )
     if not files:
         raise FileNotFoundError(f"no model files (config, weights) in {path}")
-    for file in files:
-        digest.update(str(file.relative_to(path)).encode())
-        with file.open("rb") as handle:
+    signature = tuple((str(f.relative_to(path)), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    return _hash_files(str(Path(path).resolve()), signature)
+
+
+@lru_cache(maxsize=32)
+def _hash_files(root: str, signature: tuple[tuple[str, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for name, _, _ in signature:
+        digest.update(name.encode())
+        with (Path(root) / name).open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()[:16]
