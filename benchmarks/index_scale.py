@@ -109,8 +109,8 @@ def main() -> None:
     store = DocumentStore(
         layout.version_dir(args.work / "index", manifest["version"]) / layout.STORE, create=False
     )
-    sample_ids = list(range(1, min(args.passages, 4096) + 1))
-    sample = [row.chunk_text for row in store.chunk_rows(sample_ids).values()]
+    sample_docs = store.chunks_of(f"p{i}" for i in range(min(args.passages, 4096)))
+    sample = [row.chunk_text for rows in sample_docs.values() for row in rows]
     started = time.perf_counter()
     encoder.embed(sample, normalize=True)
     offline_rate = len(sample) / (time.perf_counter() - started)

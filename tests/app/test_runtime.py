@@ -150,3 +150,30 @@ def test_fill_mask_past_truncation_is_reported(tiny_fill_mask):
 def test_overlong_embedding_input_is_truncated_and_flagged(bundled_torch):
     [item] = bundled_torch.encode(["word " * 1000])
     assert item.truncated and len(item) == bundled_torch.max_tokens
+
+
+@pytest.mark.parametrize("model_type", ["bert", "distilbert"])
+def test_export_fuses_bert_family_and_falls_back_unfused_otherwise(model_type, tiny_bert, tmp_path):
+    """BERT gets ORT's fused graph, a type the fuser doesn't know the plain torch.export one: both match torch."""
+    import json
+    import shutil
+
+    from transformers import DistilBertConfig, DistilBertModel
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_bert, model, ignore=shutil.ignore_patterns("onnx", "*.safetensors", "config.json"))
+    if model_type == "bert":
+        shutil.copy(tiny_bert / "config.json", model)
+        shutil.copy(tiny_bert / "model.safetensors", model)
+    else:
+        config = DistilBertConfig(vocab_size=64, dim=32, n_layers=2, n_heads=2, hidden_dim=64)
+        DistilBertModel(config).save_pretrained(model)
+        tokenizer_config = json.loads((model / "tokenizer_config.json").read_text())
+        tokenizer_config["model_input_names"] = ["input_ids", "attention_mask"]  # no token types
+        (model / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    texts = ["the cat sat on the mat .", "paris"]
+    torch_vectors = load_encoder(str(model), backend="torch").embed(texts)
+    onnx_vectors = load_encoder(str(model), backend="onnx", onnx_cache=tmp_path / "cache").embed(texts)
+    recipe = json.loads((tmp_path / "cache" / "embed.json").read_text())["recipe"]
+    assert recipe == ("fused" if model_type == "bert" else "unfused")
+    assert (torch_vectors * onnx_vectors).sum(axis=1).min() > 0.9999

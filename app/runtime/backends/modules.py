@@ -6,6 +6,7 @@ The ONNX export traces this very module, so the torch and ONNX backends compute 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -38,9 +39,12 @@ class SingleOutput(torch.nn.Module):
         return getattr(self.model(**kwargs), self.output)
 
 
-def load_module(path: Path, task: Task, input_names: tuple[str, ...]) -> torch.nn.Module:
+def load_module(
+    path: Path, task: Task, input_names: tuple[str, ...], **model_kwargs: Any
+) -> torch.nn.Module:
     """The Hugging Face model in eval mode, wrapped for ``task``."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
     loader = AutoModel if task == "embed" else AutoModelForMaskedLM
-    return SingleOutput(loader.from_pretrained(path).eval(), input_names, OUTPUT_OF_TASK[task]).eval()
+    model = loader.from_pretrained(path, **model_kwargs).eval()
+    return SingleOutput(model, input_names, OUTPUT_OF_TASK[task]).eval()
