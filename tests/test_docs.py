@@ -8,7 +8,9 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 
 def test_every_setting_is_documented():
-    missing = [f"CLOZE_{name.upper()}" for name in Settings.model_fields if f"`CLOZE_{name.upper()}`" not in README]
+    missing = [
+        f"CLOZE_{name.upper()}" for name in Settings.model_fields if f"`CLOZE_{name.upper()}`" not in README
+    ]
     assert not missing, f"README's configuration table lacks {missing}"
 
 
@@ -22,7 +24,9 @@ def test_cli_help_is_instant_and_lists_every_stage():
     import time
 
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "app.cli", "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     assert time.perf_counter() - started < 5
     for command in ("train", "eval", "index", "serve", "export"):
         assert command in out

@@ -35,7 +35,9 @@ def test_pooling_is_read_from_either_sentence_transformers_config_form(tiny_bert
     for config, expected in (({"pooling_mode": "cls"}, "cls"), ({"pooling_mode_max_tokens": True}, "max")):
         model = tmp_path / expected
         shutil.copytree(tiny_bert, model, ignore=shutil.ignore_patterns("onnx"))
-        (model / "modules.json").write_text(json.dumps([{"idx": 1, "path": "1_Pooling", "type": "x.Pooling"}]))
+        (model / "modules.json").write_text(
+            json.dumps([{"idx": 1, "path": "1_Pooling", "type": "x.Pooling"}])
+        )
         (model / "1_Pooling").mkdir()
         (model / "1_Pooling" / "config.json").write_text(json.dumps(config))
         assert ModelInfo.read(model).pooling == expected

@@ -39,9 +39,7 @@ class SingleOutput(torch.nn.Module):
         return getattr(self.model(**kwargs), self.output)
 
 
-def load_module(
-    path: Path, task: Task, input_names: tuple[str, ...], **model_kwargs: Any
-) -> torch.nn.Module:
+def load_module(path: Path, task: Task, input_names: tuple[str, ...], **model_kwargs: Any) -> torch.nn.Module:
     """The Hugging Face model in eval mode, wrapped for ``task``."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
