@@ -108,6 +108,7 @@ def evaluate_beir(
     )
     index = SearchIndex.open(index_dir, encoder, create=False)
     try:
+        index.wait_for_lexical()
         run = {}
         for query_id, vector in zip(ids, vectors, strict=True):
             hits = index.search(vector, queries[query_id], top_k=101, mode=mode)  # type: ignore[arg-type]

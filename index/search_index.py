@@ -30,6 +30,7 @@ from index.builder import (
     ingest,
 )
 from index.chunking import Chunk, Chunker
+from index.lexical import LexicalIndex
 from index.records import Document, IndexModelMismatch, ReadOnlyIndex, SearchHit
 from index.store import ChunkRow, DocumentStore, query_terms
 from index.vectors import VectorIndex
@@ -37,7 +38,9 @@ from index.vectors import VectorIndex
 log = logging.getLogger(__name__)
 Mode = Literal["dense", "bm25", "hybrid"]
 RRF_K = 60  # the constant of Cormack et al. (2009); robust across collections
-FUSION_DEPTH = 100  # candidates taken from each list before fusion
+# Candidates taken from each list before fusion: 3 x top_k, at least 30. SciFact nDCG@10 of hybrid at
+# top_k 10: 0.7132 with 30, 0.7137 with 100, for a third of the dense candidates to map to documents.
+FUSION_DEPTH, FUSION_PER_RESULT = 30, 3
 EXACT_FILTER_LIMIT = 20_000  # filtered sets up to this many chunks are scored exactly from SQLite
 
 
@@ -91,6 +94,14 @@ class _Version:
         self.vectors, meta = VectorIndex.load(self.folder / layout.VECTORS)
         self.applied_seq = int(meta.get("synced_seq", 0))
         self.saved_seq = self.applied_seq
+        self.lexical = LexicalIndex()
+        self.lexical.start(self.store)
+
+    def bm25(self, text: str, limit: int, filters: dict[str, Any] | None) -> list[tuple[str, float]]:
+        """In memory when built and unfiltered; FTS5 otherwise (same ranking function, same constants)."""
+        if self.lexical.ready and not filters:
+            return self.lexical.search(text, limit)
+        return self.store.bm25(text, limit, filters)
 
     def close(self, save: bool) -> None:
         if save and not self.read_only and self.applied_seq > self.saved_seq and self.folder.is_dir():
@@ -143,6 +154,10 @@ class SearchIndex:
             index._catch_up()
         return index
 
+    def wait_for_lexical(self, timeout: float | None = None) -> bool:
+        """Until the in-memory BM25 is built (FTS5 answers meanwhile): for runs that must score one ranker."""
+        return self._live.lexical.wait(timeout)
+
     def _require_writable(self) -> None:
         if self._live.read_only:
             raise ReadOnlyIndex(f"index {self.root} is open read-only: change documents through the indexer")
@@ -192,6 +207,7 @@ class SearchIndex:
     def _catch_up(self) -> int:
         """Apply changelog entries past ``applied_seq`` to FAISS (ours and other processes'). Caller holds _mutate."""
         live = self._live
+        live.lexical.sync(live.store)
         changes = live.store.changes_since(live.applied_seq)
         if not changes:
             return 0
@@ -310,11 +326,11 @@ class SearchIndex:
                 ranked = self._dense(live, query_vector, top_k, filters)
                 return self._hits(live, ranked[:top_k], query_vector, query_text)
             if mode == "bm25":
-                scored = live.store.bm25(query_text, top_k, filters)
+                scored = live.bm25(query_text, top_k, filters)
                 return self._hits(live, [(d, s, None) for d, s in scored], None, query_text)
-            depth = max(FUSION_DEPTH, top_k)
+            depth = max(FUSION_DEPTH, FUSION_PER_RESULT * top_k)
             dense = self._dense(live, query_vector, depth, filters)
-            sparse = live.store.bm25(query_text, depth, filters)
+            sparse = live.bm25(query_text, depth, filters)
             fused = reciprocal_rank_fusion([[(d, c) for d, _, c in dense], [(d, None) for d, _ in sparse]])
             return self._hits(live, fused[:top_k], query_vector, query_text)
 
@@ -352,14 +368,20 @@ class SearchIndex:
     def _per_document(
         live: _Version, ids: np.ndarray, scores: np.ndarray, top_k: int
     ) -> list[tuple[str, float, int | None]]:
+        """Best chunk per document, in score order. Owners are read in growing slices of the ranking: most
+        documents have few chunks, so the first 2 x top_k chunks usually name top_k documents already."""
         order = np.argsort(-scores)
-        owners = live.store.chunk_documents(ids[order[: max(top_k * 20, 200)]].tolist()) if len(order) else {}
         best: dict[str, tuple[float, int]] = {}
-        for position in order:
-            chunk_id = int(ids[position])
-            doc_id = owners.get(chunk_id)
-            if doc_id is not None and doc_id not in best:
-                best[doc_id] = (float(scores[position]), chunk_id)
+        start, size = 0, max(2 * top_k, 20)
+        while start < len(order) and len(best) < top_k:
+            window = order[start : start + size]
+            owners = live.store.chunk_documents(ids[window].tolist())
+            for position in window:
+                chunk_id = int(ids[position])
+                doc_id = owners.get(chunk_id)
+                if doc_id is not None and doc_id not in best:
+                    best[doc_id] = (float(scores[position]), chunk_id)
+            start, size = start + size, size * 2
         ranked = sorted(best.items(), key=lambda item: -item[1][0])
         return [(doc_id, score, chunk_id) for doc_id, (score, chunk_id) in ranked[:top_k]]
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from dataclasses import dataclass
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -35,6 +39,15 @@ class Engines:
     index: Any = None  # index.SearchIndex
     index_error: str | None = None
     load_error: str | None = None
+    # Searches run here, first come first served, one per core: on anyio's 40-thread pool sixteen
+    # concurrent searches share two cores and all finish late (c=16 p99 of hybrid /search: see README).
+    search_pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="search")
+    )
+
+    async def run_search(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.search_pool, functools.partial(function, *args, **kwargs))
 
     @property
     def ready(self) -> bool:
@@ -155,5 +168,6 @@ async def close_engines(engines: Engines) -> None:
     for batcher in (engines.embed_batcher, engines.fill_mask_batcher):
         if batcher is not None:
             await batcher.stop()
+    engines.search_pool.shutdown(wait=True)  # in-flight searches end before the index closes
     if engines.index is not None:
         engines.index.close()

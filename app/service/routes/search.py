@@ -61,7 +61,7 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
         _, vectors = await submit(batcher, [body.query])
         vector = encoder.finish(vectors, normalize=True)[0]
     try:
-        hits = await run_in_threadpool(
+        hits = await engines.run_search(
             index.search, vector, body.query, top_k=body.top_k, mode=body.mode, filters=body.filter
         )
     except UnknownFilterField as exc:

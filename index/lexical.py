@@ -1,0 +1,151 @@
+"""In-memory BM25 over a version's documents: the unfiltered BM25 path, about 20x faster than FTS5's ``bm25()``.
+
+FTS5 ranks an OR query by calling ``bm25()`` on every matching row (SciFact claims match a third of the
+corpus: ~5 ms a query, most of a hybrid search's CPU under load). Here each term's postings are flat arrays
+and a query is a few vectorised gathers. SQLite stays the source of truth: the index is built from the
+store in a background thread (FTS5 answers until it is ready) and follows the store through the same
+changelog that keeps FAISS current. Filtered BM25 stays on FTS5, which can join the metadata.
+
+Scoring is Okapi BM25 with FTS5's constants (k1 1.2, b 0.75) over Snowball-stemmed words; deleted or
+replaced documents leave dead slots, skipped at query time and compacted by a rebuild past half the slots.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from array import array
+from collections import Counter
+
+import numpy as np
+import Stemmer
+
+from index.store import _MAX_QUERY_TERMS, _STOPWORDS, _WORD, DocumentStore, query_terms
+
+log = logging.getLogger(__name__)
+K1, B = 1.2, 0.75
+_STEMMER_LOCK = threading.Lock()  # a PyStemmer object is not thread-safe
+
+
+class LexicalIndex:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stemmer = Stemmer.Stemmer("english")
+        self._stems: dict[str, str] = {}
+        self._builder: threading.Thread | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.ready = False
+        self.seq = 0
+        self._postings: dict[str, tuple[array, array]] = {}  # stem -> (slots, term frequencies)
+        self._slot_of: dict[str, int] = {}
+        self._doc_ids: list[str] = []
+        self._lengths = array("f")
+        self._alive = array("b")
+        self._alive_count = 0
+        self._alive_length = 0.0
+
+    # ---- building and following the store ------------------------------------------------------------
+
+    def start(self, store: DocumentStore) -> threading.Thread:
+        """Build in the background; queries use FTS5 until ``ready``."""
+        self._builder = threading.Thread(target=self.build, args=(store,), name="lexical-index", daemon=True)
+        self._builder.start()
+        return self._builder
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a background build ends (tests, benchmarks); True when ready."""
+        if self._builder is not None:
+            self._builder.join(timeout)
+        return self.ready
+
+    def build(self, store: DocumentStore) -> None:
+        try:
+            with self._lock:
+                self._reset()
+                self.seq = store.max_seq()  # before reading: later changes are replayed (idempotent)
+                for document in store.iter_documents():
+                    self._add(document.id, document.text)
+                self.ready = True
+            self.sync(store)
+            log.info("in-memory BM25 ready: %d documents, %d terms", self._alive_count, len(self._postings))
+        except Exception:  # the store went away (version swapped, closed): FTS5 keeps answering
+            log.warning("in-memory BM25 not built; BM25 stays on FTS5", exc_info=True)
+
+    def sync(self, store: DocumentStore) -> int:
+        """Apply changelog entries past ``seq``: each changed document is re-read as it is now."""
+        with self._lock:
+            if not self.ready:
+                return 0
+            changes = store.changes_since(self.seq)
+            if not changes:
+                return 0
+            doc_ids = list(dict.fromkeys(doc_id for _, doc_id, _, _ in changes))
+            for doc_id in doc_ids:
+                self._remove(doc_id)
+                document = store.get(doc_id)
+                if document is not None:
+                    self._add(document.id, document.text)
+            self.seq = changes[-1][0]
+            rebuild = len(self._doc_ids) > 1000 and self._alive_count < len(self._doc_ids) // 2
+        if rebuild:
+            self.start(store)
+        return len(doc_ids)
+
+    def _stem(self, words: list[str]) -> list[str]:
+        unknown = [w for w in set(words) if w not in self._stems]
+        if unknown:
+            with _STEMMER_LOCK:
+                self._stems.update(zip(unknown, self._stemmer.stemWords(unknown), strict=True))
+        return [self._stems[w] for w in words]
+
+    def _add(self, doc_id: str, text: str) -> None:
+        words = _WORD.findall(text.lower())
+        slot = len(self._doc_ids)
+        self._doc_ids.append(doc_id)
+        self._slot_of[doc_id] = slot
+        self._lengths.append(len(words))
+        self._alive.append(1)
+        self._alive_count += 1
+        self._alive_length += len(words)
+        indexed = [w for w in words if w not in _STOPWORDS]  # never query terms (see query_terms)
+        for stem, count in Counter(self._stem(indexed)).items():
+            slots, frequencies = self._postings.setdefault(stem, (array("i"), array("f")))
+            slots.append(slot)
+            frequencies.append(count)
+
+    def _remove(self, doc_id: str) -> None:
+        slot = self._slot_of.pop(doc_id, None)
+        if slot is not None and self._alive[slot]:
+            self._alive[slot] = 0
+            self._alive_count -= 1
+            self._alive_length -= self._lengths[slot]
+
+    # ---- search --------------------------------------------------------------------------------------
+
+    def search(self, text: str, limit: int) -> list[tuple[str, float]]:
+        """Top ``limit`` (doc_id, BM25 score), best first; only documents with a query term score."""
+        stems = list(dict.fromkeys(self._stem(query_terms(text))))[:_MAX_QUERY_TERMS]
+        with self._lock:
+            if not self._alive_count or limit <= 0:
+                return []
+            alive = np.frombuffer(self._alive, np.int8)
+            lengths = np.frombuffer(self._lengths, np.float32)
+            norm_scale = K1 * B / (self._alive_length / self._alive_count)
+            scores = np.zeros(len(self._doc_ids), np.float32)
+            for stem in stems:
+                if stem not in self._postings:
+                    continue
+                slots, frequencies = (np.frombuffer(a, a.typecode) for a in self._postings[stem])
+                live = alive[slots].astype(bool)
+                slots, tf = slots[live], np.frombuffer(frequencies, np.float32)[live]
+                df = len(slots)
+                idf = np.log(1.0 + (self._alive_count - df + 0.5) / (df + 0.5))
+                norm = K1 * (1 - B) + norm_scale * lengths[slots]
+                scores[slots] += idf * tf * (K1 + 1) / (tf + norm)
+            matched = np.flatnonzero(scores)
+            if len(matched) > limit:
+                matched = matched[np.argpartition(-scores[matched], limit - 1)[:limit]]
+            best = matched[np.argsort(-scores[matched], kind="stable")]
+            return [(self._doc_ids[slot], float(scores[slot])) for slot in best]
