@@ -78,6 +78,10 @@ class LexicalIndex:
         with self._lock:
             if not self.ready:
                 return 0
+            if self.seq < store.pruned_through():  # entries we needed are gone: read everything again
+                self.ready = False
+                self.start(store)
+                return 0
             changes = store.changes_since(self.seq)
             if not changes:
                 return 0

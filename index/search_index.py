@@ -41,6 +41,7 @@ RRF_K = 60  # the constant of Cormack et al. (2009); robust across collections
 # Candidates taken from each list before fusion: 3 x top_k, at least 30. SciFact nDCG@10 of hybrid at
 # top_k 10: 0.7132 with 30, 0.7137 with 100, for a third of the dense candidates to map to documents.
 FUSION_DEPTH, FUSION_PER_RESULT = 30, 3
+SNAPSHOT_EVERY = 10_000  # changelog entries between FAISS snapshots; the changelog is pruned behind each
 EXACT_FILTER_LIMIT = 20_000  # filtered sets up to this many chunks are scored exactly from SQLite
 
 
@@ -93,7 +94,14 @@ class _Version:
         self.store = DocumentStore(self.folder / layout.STORE, create=False, read_only=read_only)
         self.vectors, meta = VectorIndex.load(self.folder / layout.VECTORS)
         self.applied_seq = int(meta.get("synced_seq", 0))
+        if self.applied_seq < self.store.pruned_through():  # e.g. a crash between the two snapshot files
+            log.warning(
+                "FAISS snapshot of %s predates the pruned changelog: rebuilt from the store", self.folder
+            )
+            self.vectors = build_vectors(self.store, self.vectors.dimension, self.vectors.factory)
+            self.applied_seq = self.store.max_seq()
         self.saved_seq = self.applied_seq
+        self.pins: list[int] = []  # changelog points a running rebuild still needs
         self.lexical = LexicalIndex()
         self.lexical.start(self.store)
 
@@ -103,12 +111,25 @@ class _Version:
             return self.lexical.search(text, limit)
         return self.store.bm25(text, limit, filters)
 
+    def snapshot(self) -> None:
+        """Save FAISS as of ``applied_seq``, then prune the changelog behind it (and behind any rebuild's pin).
+
+        Bounds both the changelog's size and the replay after a crash. Caller holds the writer lock."""
+        if self.read_only or self.applied_seq <= self.saved_seq or not self.folder.is_dir():
+            return
+        if self.applied_seq < self.store.pruned_through():
+            return  # another process pruned past us: our copy is stale, its snapshot is the newer one
+        try:
+            self.vectors.save(self.folder / layout.VECTORS, {"synced_seq": self.applied_seq})
+        except OSError as exc:
+            log.warning("could not save the FAISS snapshot of %s: %s", self.folder, exc)
+            return
+        self.saved_seq = self.applied_seq
+        self.store.prune_changelog(min([self.saved_seq, *self.pins]))
+
     def close(self, save: bool) -> None:
-        if save and not self.read_only and self.applied_seq > self.saved_seq and self.folder.is_dir():
-            try:  # a fresher snapshot makes the next open cheaper; the changelog makes it optional
-                self.vectors.save(self.folder / layout.VECTORS, {"synced_seq": self.applied_seq})
-            except OSError as exc:
-                log.warning("could not save the FAISS snapshot of %s: %s", self.folder, exc)
+        if save:  # a fresher snapshot makes the next open cheaper; the changelog makes it optional
+            self.snapshot()
         self.store.close()
 
 
@@ -207,6 +228,10 @@ class SearchIndex:
     def _catch_up(self) -> int:
         """Apply changelog entries past ``applied_seq`` to FAISS (ours and other processes'). Caller holds _mutate."""
         live = self._live
+        if live.applied_seq < live.store.pruned_through():  # another writer pruned what we had not applied
+            log.info("changelog pruned past this copy of version %s: reloading it", live.number)
+            self._swap(_Version(self.root, live.number, live.read_only)).close(save=False)
+            live = self._live
         live.lexical.sync(live.store)
         changes = live.store.changes_since(live.applied_seq)
         if not changes:
@@ -220,6 +245,8 @@ class SearchIndex:
             live.vectors.remove(removed)
             live.vectors.add(ids, vectors)
             live.applied_seq = changes[-1][0]
+        if live.applied_seq - live.saved_seq >= SNAPSHOT_EVERY:
+            live.snapshot()
         return len(changes)
 
     def reload_if_changed(self) -> bool:
@@ -250,8 +277,10 @@ class SearchIndex:
         """
         self._require_writable()
         with layout.build_lock(self.root):
-            old = self._live
-            snapshot_seq = old.store.max_seq()
+            with self._mutate:
+                old = self._live
+                snapshot_seq = old.store.max_seq()
+                old.pins.append(snapshot_seq)  # snapshots must not prune what _copy_changes will read
             number = layout.next_version(self.root)
             folder = layout.version_dir(self.root, number)
             folder.mkdir(parents=True)
@@ -271,6 +300,9 @@ class SearchIndex:
             except BaseException:
                 store.close()
                 raise
+            finally:
+                with self._mutate:
+                    old.pins.remove(snapshot_seq)
         old.close(save=False)
         return manifest
 

@@ -395,7 +395,21 @@ class DocumentStore:
         return [(r[0], float(r[1])) for r in rows]
 
     def max_seq(self) -> int:
-        return int(self._conn().execute("SELECT COALESCE(MAX(seq), 0) FROM changelog").fetchone()[0])
+        """The last changelog sequence ever issued (AUTOINCREMENT's counter: pruning doesn't lower it)."""
+        row = self._conn().execute("SELECT seq FROM sqlite_sequence WHERE name = 'changelog'").fetchone()
+        return int(row[0]) if row else 0
+
+    def pruned_through(self) -> int:
+        """Changelog entries up to here are gone: a copy of the index behind this point must reload."""
+        return int(self.get_state("changelog_pruned_through", "0") or 0)
+
+    def prune_changelog(self, through: int) -> int:
+        """Drop entries up to ``through`` (already in a saved FAISS snapshot); returns how many went."""
+        with self.transaction() as conn:
+            deleted = conn.execute("DELETE FROM changelog WHERE seq <= ?", (through,)).rowcount
+            if through > self.pruned_through():
+                self.set_state(conn, "changelog_pruned_through", str(through))
+        return deleted
 
     def changes_since(self, seq: int) -> list[tuple[int, str, int, str]]:
         return (

@@ -77,7 +77,9 @@ def test_search_index_uses_it_unfiltered_and_fts5_filtered(tmp_path: Path, tiny_
         index.upsert([Document("a", "the king plays guitar", {"color": "red"})])
         index.upsert([Document("b", "the queen reads a book", {"color": "blue"})])
         live = index._live
-        assert index.wait_for_lexical(30) and live.lexical.seq == live.store.max_seq()  # synced by the upserts
+        assert (
+            index.wait_for_lexical(30) and live.lexical.seq == live.store.max_seq()
+        )  # synced by the upserts
         assert [h.id for h in index.search(None, "guitar", mode="bm25")] == ["a"]
         assert [h.id for h in index.search(None, "book", mode="bm25", filters={"color": "blue"})] == ["b"]
         assert index.search(None, "book", mode="bm25", filters={"color": "red"}) == []

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import Document, IndexModelMismatch, SearchIndex, UnknownFilterField, layout
+from index import Document, IndexModelMismatch, SearchIndex, UnknownFilterField, layout, search_index
 from tests.index.conftest import tiny_documents
 
 
@@ -124,9 +124,11 @@ def test_concurrent_searches_and_upserts(index: SearchIndex, tiny_encoder) -> No
     assert index.stats() == {"documents": 100, "chunks": 100, "vectors": 100}
 
 
+@pytest.mark.parametrize("snapshot_every", [10_000, 1])  # 1: a snapshot prunes after every write
 def test_rebuild_swaps_versions_without_losing_writes(
-    index: SearchIndex, tiny_encoder, tmp_path: Path
+    index: SearchIndex, tiny_encoder, tmp_path: Path, snapshot_every: int, monkeypatch
 ) -> None:
+    monkeypatch.setattr(search_index, "SNAPSHOT_EVERY", snapshot_every)
     corpus = docs(40)
     index.upsert(corpus)
     before = index.manifest["version"]
@@ -201,3 +203,74 @@ def test_read_only_replica_writes_nothing_and_refuses_writes(
     assert {p: p.stat().st_mtime_ns for p in root.rglob("*")} == before
     with pytest.raises(FileNotFoundError):
         SearchIndex.open(tmp_path / "empty", tiny_encoder, read_only=True)
+
+
+def changelog_rows(index: SearchIndex) -> int:
+    return len(index._live.store.changes_since(0))
+
+
+def test_changelog_is_pruned_behind_snapshots_and_reopening_loses_nothing(
+    tmp_path: Path, tiny_encoder, monkeypatch
+) -> None:
+    monkeypatch.setattr(search_index, "SNAPSHOT_EVERY", 5)
+    index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    corpus = docs(12)
+    for document in corpus:
+        index.upsert([document])
+    index.delete("d3")
+    store = index._live.store
+    assert store.pruned_through() >= 10 and changelog_rows(index) < 5  # 13 changes, pruned every 5
+    assert store.max_seq() == 13  # sequence numbers keep counting past the pruned rows
+    index.close()
+    reopened = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    try:
+        assert reopened.stats() == {"documents": 11, "chunks": 11, "vectors": 11}
+        for document in corpus[:3] + corpus[4:]:
+            assert reopened.search(vector(tiny_encoder, document.text), "", top_k=1)[0].id == document.id
+    finally:
+        reopened.close()
+
+
+def test_a_writer_behind_the_pruned_changelog_reloads(tmp_path: Path, tiny_encoder, monkeypatch) -> None:
+    monkeypatch.setattr(search_index, "SNAPSHOT_EVERY", 3)
+    first = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    second = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    try:
+        for document in docs(7):
+            first.upsert([document])
+        assert second._live.applied_seq < first._live.store.pruned_through()
+        assert second.reload_if_changed()
+        assert second.stats()["vectors"] == 7
+        assert second.search(vector(tiny_encoder, docs(7)[4].text), "", top_k=1)[0].id == "d4"
+        assert second.search(None, docs(7)[4].text, mode="bm25", top_k=1)[0].id == "d4"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_snapshot_older_than_the_pruned_changelog_is_rebuilt_from_the_store(
+    tmp_path: Path, tiny_encoder, monkeypatch
+) -> None:
+    import shutil
+
+    monkeypatch.setattr(search_index, "SNAPSHOT_EVERY", 3)
+    index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    corpus = docs(7)
+    index.upsert(corpus[:1])
+    index.upsert(corpus[1:3])  # third change: snapshot at 3, changelog pruned through 3
+    folder = index._live.folder
+    faiss_file = folder / layout.VECTORS
+    files = [faiss_file, faiss_file.with_suffix(".json")]
+    for path in files:
+        shutil.copy(path, tmp_path / path.name)
+    for document in corpus[3:]:
+        index.upsert([document])
+    index.close()  # snapshot at 7, pruned through 7
+    for path in files:  # a FAISS snapshot older than the pruned changelog (a restored backup, a torn save)
+        shutil.copy(tmp_path / path.name, path)
+    reopened = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    try:
+        assert reopened.stats()["vectors"] == 7
+        assert reopened.search(vector(tiny_encoder, corpus[5].text), "", top_k=1)[0].id == "d5"
+    finally:
+        reopened.close()
