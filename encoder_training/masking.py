@@ -27,6 +27,9 @@ class MaskingConfig:
     keep_prob: float = 0.1
     span_p: float = 0.2
     max_span: int = 10
+    # Content-word masking, a cheap cousin of REALM's salient-span masking: stop words and punctuation
+    # are never selected, so the loss goes to the words facts are made of (names, places, numbers).
+    content_words: bool = False
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -43,6 +46,18 @@ def continuation_table(vocab: dict[str, int], vocab_size: int | None = None) -> 
     table = torch.zeros(vocab_size or (max(vocab.values()) + 1), dtype=torch.bool)
     for token, index in vocab.items():
         if token.startswith("##") and index < table.numel():
+            table[index] = True
+    return table
+
+
+def function_word_table(vocab: dict[str, int], vocab_size: int | None = None) -> torch.Tensor:
+    """Bool per vocabulary id: True for English stop words and punctuation, never chosen by content-word masking."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    table = torch.zeros(vocab_size or (max(vocab.values()) + 1), dtype=torch.bool)
+    for token, index in vocab.items():
+        word = token[2:] if token.startswith("##") else token
+        if index < table.numel() and (not word.isalnum() or word.lower() in ENGLISH_STOP_WORDS):
             table[index] = True
     return table
 
@@ -64,17 +79,23 @@ def mask_tokens(
     special_ids: Iterable[int],
     config: MaskingConfig | None = None,
     continuation: torch.Tensor | None = None,
+    function_words: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mask a batch ``[batch, seq]``; returns ``(inputs, labels)`` with labels -100 where no loss is taken.
 
     ``special_ids`` (CLS, SEP, PAD, ...) are never selected. ``continuation`` is a per-vocabulary bool table
     (see ``continuation_table``) marking sub-word continuations; ``whole_word`` and ``span`` need it so
-    that every sub-token of a word shares one decision.
+    that every sub-token of a word shares one decision. ``function_words`` (see ``function_word_table``)
+    is needed by ``content_words`` masking.
     """
     config = config or MaskingConfig()
     specials = torch.tensor(sorted(set(special_ids)), dtype=input_ids.dtype, device=input_ids.device)
     candidate = ~torch.isin(input_ids, specials)
+    if config.content_words:
+        if function_words is None:
+            raise ValueError("content-word masking needs the function-word table")
+        candidate &= ~function_words.to(input_ids.device)[input_ids]
     if config.strategy == "token":
         selected = _bernoulli(candidate.shape, config.rate, generator, input_ids.device) & candidate
         unit = torch.arange(input_ids.numel(), device=input_ids.device).view_as(input_ids)

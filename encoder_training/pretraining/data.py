@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from encoder_training.masking import MaskingConfig, continuation_table, mask_tokens
+from encoder_training.masking import MaskingConfig, continuation_table, function_word_table, mask_tokens
 
 TEXT_SUFFIXES = (".txt", ".raw", ".gz", ".text", ".md")
 
@@ -84,6 +84,7 @@ class MaskingCollator:
     special_ids: tuple[int, ...]
     continuation: torch.Tensor
     masking: MaskingConfig
+    function_words: torch.Tensor | None = None
 
     @classmethod
     def for_tokenizer(
@@ -96,6 +97,9 @@ class MaskingCollator:
             special_ids=tuple(tokenizer.all_special_ids),
             continuation=continuation_table(tokenizer.get_vocab(), size),
             masking=masking,
+            function_words=function_word_table(tokenizer.get_vocab(), size)
+            if masking.content_words
+            else None,
         )
 
     def __call__(self, items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -107,5 +111,6 @@ class MaskingCollator:
             special_ids=self.special_ids,
             config=self.masking,
             continuation=self.continuation,
+            function_words=self.function_words,
         )
         return {"input_ids": inputs, "labels": labels}

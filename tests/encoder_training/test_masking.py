@@ -165,3 +165,30 @@ def test_rejects_bad_config() -> None:
         MaskingConfig(mask_prob=0.8, random_prob=0.2, keep_prob=0.1)
     with pytest.raises(ValueError):
         MaskingConfig(strategy="entity")
+
+
+@pytest.mark.parametrize("strategy", ["token", "whole_word", "span"])
+def test_content_word_masking_never_selects_function_words(strategy: str) -> None:
+    function_words = torch.zeros(VOCAB, dtype=torch.bool)
+    function_words[5:12] = True  # as if ids 5..11 were "the", ",", "of", ...
+    ids = make_batch(64, 64, seed=3)
+    _, labels = mask_tokens(
+        ids,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        special_ids=SPECIALS,
+        config=MaskingConfig(strategy=strategy, rate=0.3, content_words=True),
+        continuation=CONTINUATION,
+        function_words=function_words,
+        generator=torch.Generator().manual_seed(0),
+    )
+    chosen = labels[labels != IGNORE_INDEX]
+    assert len(chosen) > 200 and not function_words[chosen].any()
+
+
+def test_function_word_table_marks_stop_words_and_punctuation() -> None:
+    from encoder_training.masking import function_word_table
+
+    vocab = {"[PAD]": 0, "the": 1, ",": 2, "paris": 3, "##ing": 4, "1969": 5, "Of": 6}
+    table = function_word_table(vocab)
+    assert table.tolist() == [True, True, True, False, False, False, True]
