@@ -1,6 +1,6 @@
 """Index build at scale: an IVF-PQ index over N passages of real prose, measured end to end.
 
-Passages are 2-4 real sentences re-combined at random (seeded) from the public-domain prose in
+Passages are 1-2 (``--sentences``) real sentences re-combined at random (seeded) from the public-domain prose in
 ../shared/data (Gutenberg books, State of the Union and inaugural addresses); 1,000 other sentences,
 never used in a passage, are the held-out queries. Measured:
 
@@ -41,16 +41,21 @@ def prose_sentences() -> list[str]:
     return sentences
 
 
-def write_corpus(path: Path, passages: int, seed: int = 0) -> list[str]:
-    """Stream N passages to JSONL.gz; return the held-out query sentences."""
-    rng = random.Random(seed)
+def split_sentences(rng: random.Random) -> tuple[list[str], list[str]]:
+    """(held-out queries, passage pool): the same split for the same seed."""
     sentences = prose_sentences()
     rng.shuffle(sentences)
-    queries, pool = sentences[:QUERIES], sentences[QUERIES:]
+    return sentences[:QUERIES], sentences[QUERIES:]
+
+
+def write_corpus(path: Path, passages: int, lengths: tuple[int, int], seed: int = 0) -> list[str]:
+    """Stream N passages of ``lengths`` (min, max) consecutive pool sentences to JSONL.gz; return the held-out queries."""
+    rng = random.Random(seed)
+    queries, pool = split_sentences(rng)
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as handle:
         for i in range(passages):
             start = rng.randrange(len(pool) - 4)
-            text = " ".join(pool[start : start + rng.randint(2, 4)])
+            text = " ".join(pool[start : start + rng.randint(*lengths)])
             handle.write(json.dumps({"id": f"p{i}", "text": text, "source": i % 7}) + "\n")
     return queries
 
@@ -69,6 +74,54 @@ def exact_top(store, queries: np.ndarray, k: int, dimension: int) -> np.ndarray:
     return best_ids
 
 
+def measure_recall(args, encoder, queries: list[str], store) -> tuple[dict, float]:
+    """recall@10 against exact search, per (nprobe, rerank), on the published index; and its open time."""
+    from index import SearchIndex
+
+    query_vectors = encoder.embed(queries, normalize=True)
+    exact = exact_top(store, query_vectors, 10, encoder.dimension)
+    started = time.perf_counter()
+    index = SearchIndex.open(args.work / "index", encoder, create=False)
+    index.wait_for_lexical()  # the in-memory BM25 builds in the background: let it finish before timing
+    open_seconds = time.perf_counter() - started
+    live = index._live  # the benchmark varies nprobe on the loaded index, single-threaded
+    recall: dict[str, dict[str, float]] = {}
+    for nprobe in [int(p) for p in args.nprobe.split(",")]:
+        for rerank in (0, 10):
+            live.vectors.params.update(nprobe=nprobe, rerank=rerank)
+            found, t0 = 0, time.perf_counter()
+            for q, truth in zip(query_vectors, exact, strict=True):
+                ids, scores = index._candidates(live, q, 10, None)  # rerank: scores already exact
+                found += len(set(truth.tolist()) & set(ids[np.argsort(-scores)[:10]].tolist()))
+            recall[f"nprobe={nprobe},rerank={rerank}"] = {
+                "recall@10": round(found / (10 * len(queries)), 4),
+                "ms_per_query": round(1000 * (time.perf_counter() - t0) / len(queries), 2),
+            }
+    index.close()
+    return recall, open_seconds
+
+
+def recall_only(args) -> None:
+    """Add recall rows for other nprobe values to an earlier result, from its index (no rebuild)."""
+    from app.runtime import load_encoder
+    from index import layout
+    from index.store import DocumentStore
+
+    result = json.loads(args.out.read_text())
+    encoder = load_encoder(backend=result["backend"])
+    queries, _ = split_sentences(random.Random(0))
+    root = args.work / "index"
+    store = DocumentStore(layout.version_dir(root, layout.current_version(root)) / layout.STORE, create=False)
+    recall, _ = measure_recall(args, encoder, queries, store)
+    store.close()
+    result["recall_vs_exact"] |= recall
+    result.setdefault("command", f"python benchmarks/index_scale.py --passages {result['passages']}")
+    result["recall_added_by"] = f"python benchmarks/index_scale.py --recall-only --nprobe {args.nprobe}"
+    args.out.write_text(json.dumps(result, indent=2))
+    for name, row in recall.items():
+        print(f"{name:28} {row['recall@10']:10.4f} {row['ms_per_query']:9.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -78,11 +131,20 @@ def main() -> None:
     parser.add_argument("--factory", help="default: IVF<4 sqrt(n)>,PQ48x8")
     parser.add_argument("--work", type=Path, default=Path("/tmp/cloze-index-scale"))
     parser.add_argument("--nprobe", default="8,16,32,64,128")
+    parser.add_argument(
+        "--sentences", default="1-2", help="sentences per passage, min-max (1-2: about 40 tokens)"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "index_scale.json")
+    parser.add_argument(
+        "--recall-only", action="store_true", help="only add recall rows (--nprobe) from the index in --work"
+    )
     args = parser.parse_args()
+    if args.recall_only:
+        recall_only(args)
+        return
 
     from app.runtime import load_encoder
-    from index import SearchIndex, layout
+    from index import layout
     from index.builder import BuildOptions, build_from_input
     from index.store import DocumentStore
     from index.vectors import nlist_for, pq_segments
@@ -91,7 +153,8 @@ def main() -> None:
     args.work.mkdir(parents=True)
     corpus = args.work / "corpus.jsonl.gz"
     started = time.perf_counter()
-    queries = write_corpus(corpus, args.passages)
+    sentences = tuple(int(n) for n in args.sentences.split("-"))
+    queries = write_corpus(corpus, args.passages, sentences)  # type: ignore[arg-type]
     corpus_seconds = time.perf_counter() - started
 
     encoder = load_encoder(backend=args.backend)
@@ -114,28 +177,16 @@ def main() -> None:
     started = time.perf_counter()
     encoder.embed(sample, normalize=True)
     offline_rate = len(sample) / (time.perf_counter() - started)
+    mean_tokens = float(
+        np.mean([len(ids) for ids in encoder.tokenizer.hf(sample, truncation=True)["input_ids"]])
+    )
     embed_rate = manifest["chunks"] / stages["embed"]
 
-    query_vectors = encoder.embed(queries, normalize=True)
-    exact = exact_top(store, query_vectors, 10, encoder.dimension)
-    index = SearchIndex.open(args.work / "index", encoder, create=False)
-    live = index._live  # the benchmark varies nprobe on the loaded index, single-threaded
-    recall: dict[str, dict[str, float]] = {}
-    for nprobe in [int(p) for p in args.nprobe.split(",")]:
-        for rerank in (0, 10):
-            live.vectors.params.update(nprobe=nprobe, rerank=rerank)
-            found, t0 = 0, time.perf_counter()
-            for q, truth in zip(query_vectors, exact, strict=True):
-                ids, scores = index._candidates(live, q, 10, None)  # rerank: scores already exact
-                found += len(set(truth.tolist()) & set(ids[np.argsort(-scores)[:10]].tolist()))
-            recall[f"nprobe={nprobe},rerank={rerank}"] = {
-                "recall@10": round(found / (10 * len(queries)), 4),
-                "ms_per_query": round(1000 * (time.perf_counter() - t0) / len(queries), 2),
-            }
-    index.close()
+    recall, open_seconds = measure_recall(args, encoder, queries, store)
     store.close()
 
     result = {
+        "command": f"python benchmarks/index_scale.py --passages {args.passages} --sentences {args.sentences}",
         "passages": args.passages,
         "chunks": manifest["chunks"],
         "backend": args.backend,
@@ -152,8 +203,12 @@ def main() -> None:
         "index_dir_mb": round(
             sum(p.stat().st_size for p in (args.work / "index").rglob("*") if p.is_file()) / 2**20, 1
         ),
+        "open_with_lexical_seconds": round(open_seconds, 1),
+        "peak_rss_after_open_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "recall_vs_exact": recall,
         "queries": len(queries),
+        "sentences_per_passage": args.sentences,
+        "mean_chunk_tokens": round(mean_tokens, 1),
         "cpu_count": os.cpu_count(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -75,6 +75,8 @@ class LexicalIndex:
 
     def sync(self, store: DocumentStore) -> int:
         """Apply changelog entries past ``seq``: each changed document is re-read as it is now."""
+        if not self.ready:  # a build is running (it holds the lock): it replays the changelog when it ends
+            return 0
         with self._lock:
             if not self.ready:
                 return 0
