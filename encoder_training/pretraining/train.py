@@ -196,6 +196,7 @@ def pretrain(
     seconds = time.perf_counter() - started
     if args.world_size > 1:
         record_replica(model, out / "checkpoints", args.process_index)
+        leave_process_group()
     if not trainer.is_world_process_zero():
         return {}
     save_output(model, tokenizer, out)
@@ -217,6 +218,16 @@ def pretrain(
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     plot_loss(trainer.state.log_history, out / "loss_curve.png", cfg.objective)
     return metrics
+
+
+def leave_process_group() -> None:
+    """Every rank tears the process group down together: a rank that exits with gloo's threads still alive
+    (while rank 0 saves) can abort at interpreter exit ("terminate called without an active exception")."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def record_replica(model: torch.nn.Module, folder: Path, rank: int) -> None:
