@@ -33,6 +33,7 @@ class LexicalIndex:
         self._stemmer = Stemmer.Stemmer("english")
         self._stems: dict[str, str] = {}
         self._builder: threading.Thread | None = None
+        self._stopped = threading.Event()
         self._reset()
 
     def _reset(self) -> None:
@@ -48,8 +49,10 @@ class LexicalIndex:
 
     # ---- building and following the store ------------------------------------------------------------
 
-    def start(self, store: DocumentStore) -> threading.Thread:
+    def start(self, store: DocumentStore) -> threading.Thread | None:
         """Build in the background; queries use FTS5 until ``ready``."""
+        if self._stopped.is_set():
+            return None
         self._builder = threading.Thread(target=self.build, args=(store,), name="lexical-index", daemon=True)
         self._builder.start()
         return self._builder
@@ -60,12 +63,21 @@ class LexicalIndex:
             self._builder.join(timeout)
         return self.ready
 
+    def stop(self) -> None:
+        """End a background build before the store closes: closing a SQLite connection under a running
+        query crashes the process, not just the thread."""
+        self._stopped.set()
+        if self._builder is not None and self._builder is not threading.current_thread():
+            self._builder.join()
+
     def build(self, store: DocumentStore) -> None:
         try:
             with self._lock:
                 self._reset()
                 self.seq = store.max_seq()  # before reading: later changes are replayed (idempotent)
                 for document in store.iter_documents():
+                    if self._stopped.is_set():
+                        return
                     self._add(document.id, document.text)
                 self.ready = True
             self.sync(store)
@@ -75,7 +87,7 @@ class LexicalIndex:
 
     def sync(self, store: DocumentStore) -> int:
         """Apply changelog entries past ``seq``: each changed document is re-read as it is now."""
-        if not self.ready:  # a build is running (it holds the lock): it replays the changelog when it ends
+        if not self.ready or self._stopped.is_set():  # a running build replays the changelog when it ends
             return 0
         with self._lock:
             if not self.ready:

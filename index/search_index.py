@@ -130,6 +130,7 @@ class _Version:
     def close(self, save: bool) -> None:
         if save:  # a fresher snapshot makes the next open cheaper; the changelog makes it optional
             self.snapshot()
+        self.lexical.stop()
         self.store.close()
 
 

@@ -274,3 +274,15 @@ def test_a_snapshot_older_than_the_pruned_changelog_is_rebuilt_from_the_store(
         assert reopened.search(vector(tiny_encoder, corpus[5].text), "", top_k=1)[0].id == "d5"
     finally:
         reopened.close()
+
+
+def test_closing_stops_the_background_bm25_build_first(tmp_path: Path, tiny_encoder) -> None:
+    """Closing a SQLite connection under the builder's running query crashed the whole process (CI segfault)."""
+    writer = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    writer.upsert(docs(3000))
+    writer.close()
+    reopened = SearchIndex.open(tmp_path / "idx", tiny_encoder)  # starts a fresh background build
+    version = reopened._live
+    reopened.close()
+    assert version.lexical._builder is not None and not version.lexical._builder.is_alive()
+    assert version.lexical.start(version.store) is None  # nothing restarts it against the closed store
