@@ -67,10 +67,15 @@ class LexicalIndex:
         """End a background build before the store closes: closing a SQLite connection under a running
         query crashes the process, not just the thread."""
         self._stopped.set()
-        if self._builder is not None and self._builder is not threading.current_thread():
-            self._builder.join()
+        # A finishing build may hand over to a fresh one (sync -> start) while we wait: join until none runs.
+        while (builder := self._builder) is not None and builder is not threading.current_thread():
+            builder.join()
+            if self._builder is builder:
+                return
 
     def build(self, store: DocumentStore) -> None:
+        if self._stopped.is_set():
+            return
         try:
             with self._lock:
                 self._reset()
