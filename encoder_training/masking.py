@@ -7,6 +7,8 @@ loops over *rounds* (a handful per batch), each of which places one span in ever
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -14,6 +16,8 @@ import torch
 
 IGNORE_INDEX = -100
 STRATEGIES = ("token", "whole_word", "span")
+# Which words may be selected: any, content words (no stop words or punctuation), or salient words only.
+WORD_SETS = ("all", "content", "salient")
 
 
 @dataclass(frozen=True)
@@ -27,13 +31,16 @@ class MaskingConfig:
     keep_prob: float = 0.1
     span_p: float = 0.2
     max_span: int = 10
-    # Content-word masking, a cheap cousin of REALM's salient-span masking: stop words and punctuation
-    # are never selected, so the loss goes to the words facts are made of (names, places, numbers).
-    content_words: bool = False
+    # "content": stop words and punctuation are never selected, so the loss goes to the words facts are
+    # made of. "salient" (after REALM's salient-span masking): only names, the one-token words the corpus
+    # writes capitalised mid-sentence (places, people, languages, nationalities, organisations).
+    words: str = "all"
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, not {self.strategy!r}")
+        if self.words not in WORD_SETS:
+            raise ValueError(f"words must be one of {WORD_SETS}, not {self.words!r}")
         if not 0.0 < self.rate < 1.0:
             raise ValueError(f"rate must be in (0, 1), not {self.rate}")
         total = self.mask_prob + self.random_prob + self.keep_prob
@@ -62,6 +69,34 @@ def function_word_table(vocab: dict[str, int], vocab_size: int | None = None) ->
     return table
 
 
+# A word preceded by a lower-case letter, digit or clause punctuation and one space: mid-sentence, so
+# its capital (if any) is a name's, not the sentence's.
+_MID_SENTENCE_WORD = re.compile(r"(?<=[a-z0-9,;:)] )([A-Za-z]+)\b")
+
+
+def salient_word_table(
+    vocab: dict[str, int], documents: Iterable[str], vocab_size: int | None = None, min_count: int = 2
+) -> torch.Tensor:
+    """Bool per vocabulary id: True for every id salient masking never selects.
+
+    Salient are the whole-word vocabulary entries that ``documents`` write capitalised in at least half
+    of their mid-sentence uses (and at least ``min_count`` times): "france", "french", "london", but not
+    "may" or "new". The vocabulary may be uncased; the documents keep their case.
+    """
+    capitalised: Counter[str] = Counter()
+    lower: Counter[str] = Counter()
+    for document in documents:
+        for match in _MID_SENTENCE_WORD.finditer(document):
+            word = match.group(1)
+            (capitalised if word[0].isupper() else lower)[word.lower()] += 1
+    table = torch.ones(vocab_size or (max(vocab.values()) + 1), dtype=torch.bool)
+    for token, index in vocab.items():
+        key = token.lower()
+        if index < table.numel() and capitalised[key] >= max(min_count, lower[key]):
+            table[index] = False
+    return table
+
+
 def span_lengths(
     count: int, p: float = 0.2, max_span: int = 10, generator: torch.Generator | None = None
 ) -> torch.Tensor:
@@ -79,23 +114,26 @@ def mask_tokens(
     special_ids: Iterable[int],
     config: MaskingConfig | None = None,
     continuation: torch.Tensor | None = None,
-    function_words: torch.Tensor | None = None,
+    never_mask: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mask a batch ``[batch, seq]``; returns ``(inputs, labels)`` with labels -100 where no loss is taken.
 
     ``special_ids`` (CLS, SEP, PAD, ...) are never selected. ``continuation`` is a per-vocabulary bool table
     (see ``continuation_table``) marking sub-word continuations; ``whole_word`` and ``span`` need it so
-    that every sub-token of a word shares one decision. ``function_words`` (see ``function_word_table``)
-    is needed by ``content_words`` masking.
+    that every sub-token of a word shares one decision. ``never_mask`` is a per-vocabulary bool table of
+    ids never selected (``function_word_table`` for ``words="content"``, ``salient_word_table`` for
+    ``"salient"``); with a continuation table a word is selectable only if all its sub-tokens are.
     """
     config = config or MaskingConfig()
     specials = torch.tensor(sorted(set(special_ids)), dtype=input_ids.dtype, device=input_ids.device)
     candidate = ~torch.isin(input_ids, specials)
-    if config.content_words:
-        if function_words is None:
-            raise ValueError("content-word masking needs the function-word table")
-        candidate &= ~function_words.to(input_ids.device)[input_ids]
+    if config.words != "all":
+        if never_mask is None:
+            raise ValueError(f"{config.words}-word masking needs its never-mask table")
+        candidate = _selectable(
+            candidate, never_mask.to(input_ids.device)[input_ids], input_ids, continuation
+        )
     if config.strategy == "token":
         selected = _bernoulli(candidate.shape, config.rate, generator, input_ids.device) & candidate
         unit = torch.arange(input_ids.numel(), device=input_ids.device).view_as(input_ids)
@@ -117,6 +155,22 @@ def _bernoulli(
     shape: tuple[int, ...] | torch.Size, p: float, generator: torch.Generator | None, device: torch.device
 ) -> torch.Tensor:
     return torch.rand(shape, generator=generator, device=device) < p
+
+
+def _selectable(
+    candidate: torch.Tensor,
+    excluded: torch.Tensor,
+    input_ids: torch.Tensor,
+    continuation: torch.Tensor | None,
+) -> torch.Tensor:
+    """``candidate`` less the excluded positions, and less every word that has an excluded sub-token (so
+    "paris" in "paris ##ian" is not masked alone)."""
+    if continuation is None:
+        return candidate & ~excluded
+    word = _word_ids(candidate, continuation.to(input_ids.device)[input_ids])
+    broken = torch.zeros(int(word.max()) + 2, dtype=torch.bool, device=input_ids.device)
+    broken[word[excluded & candidate] + 1] = True
+    return candidate & ~excluded & ~broken[word + 1]
 
 
 def _word_ids(candidate: torch.Tensor, continues: torch.Tensor) -> torch.Tensor:

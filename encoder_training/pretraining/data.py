@@ -14,7 +14,13 @@ from pathlib import Path
 
 import torch
 
-from encoder_training.masking import MaskingConfig, continuation_table, function_word_table, mask_tokens
+from encoder_training.masking import (
+    MaskingConfig,
+    continuation_table,
+    function_word_table,
+    mask_tokens,
+    salient_word_table,
+)
 
 TEXT_SUFFIXES = (".txt", ".raw", ".gz", ".text", ".md")
 
@@ -84,12 +90,17 @@ class MaskingCollator:
     special_ids: tuple[int, ...]
     continuation: torch.Tensor
     masking: MaskingConfig
-    function_words: torch.Tensor | None = None
+    never_mask: torch.Tensor | None = None
 
     @classmethod
     def for_tokenizer(
-        cls, tokenizer, masking: MaskingConfig, vocab_size: int | None = None
+        cls,
+        tokenizer,
+        masking: MaskingConfig,
+        vocab_size: int | None = None,
+        documents: list[str] | None = None,
     ) -> MaskingCollator:
+        """``documents`` (the training text, with its case) are needed by salient-word masking only."""
         size = vocab_size or len(tokenizer)
         return cls(
             mask_token_id=tokenizer.mask_token_id,
@@ -97,9 +108,7 @@ class MaskingCollator:
             special_ids=tuple(tokenizer.all_special_ids),
             continuation=continuation_table(tokenizer.get_vocab(), size),
             masking=masking,
-            function_words=function_word_table(tokenizer.get_vocab(), size)
-            if masking.content_words
-            else None,
+            never_mask=never_mask_table(tokenizer.get_vocab(), size, masking.words, documents),
         )
 
     def __call__(self, items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -111,6 +120,19 @@ class MaskingCollator:
             special_ids=self.special_ids,
             config=self.masking,
             continuation=self.continuation,
-            function_words=self.function_words,
+            never_mask=self.never_mask,
         )
         return {"input_ids": inputs, "labels": labels}
+
+
+def never_mask_table(
+    vocab: dict[str, int], vocab_size: int, words: str, documents: list[str] | None
+) -> torch.Tensor | None:
+    """The per-vocabulary table of ids that ``words`` masking never selects (None for "all")."""
+    if words == "content":
+        return function_word_table(vocab, vocab_size)
+    if words == "salient":
+        if not documents:
+            raise ValueError("salient-word masking needs the training documents")
+        return salient_word_table(vocab, documents, vocab_size)
+    return None

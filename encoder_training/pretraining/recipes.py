@@ -29,7 +29,7 @@ class PretrainConfig:
     max_steps: int = 1000
     masking: str = "token"  # token | whole_word | span
     mask_rate: float = 0.15
-    mask_words: str = "all"  # all | content (stop words and punctuation never masked)
+    mask_words: str = "all"  # all | content (no stop words or punctuation) | salient (names only)
     mask_prob: float = 0.8
     random_prob: float = 0.1
     keep_prob: float = 0.1
@@ -53,13 +53,8 @@ class PretrainConfig:
             mask_prob=self.mask_prob,
             random_prob=self.random_prob,
             keep_prob=self.keep_prob,
-            content_words=self._content_words(),
+            words=self.mask_words,
         )
-
-    def _content_words(self) -> bool:
-        if self.mask_words not in ("all", "content"):
-            raise ValueError(f"mask_words must be 'all' or 'content', not {self.mask_words!r}")
-        return self.mask_words == "content"
 
 
 def recipe_names() -> list[str]:

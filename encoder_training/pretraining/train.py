@@ -137,14 +137,12 @@ def build_model(cfg: PretrainConfig, vocab_size: int) -> torch.nn.Module:
     return SparseBertForMaskedLM(bert_config(vocab_size, *shape))
 
 
-def split_corpus(cfg: PretrainConfig, inputs: list[str], tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
-    """Packed train and held-out blocks; held-out documents are a seeded random sample of paragraphs."""
+def split_documents(cfg: PretrainConfig, inputs: list[str]) -> tuple[list[str], list[str]]:
+    """Train and held-out paragraphs; the held-out ones are a seeded random sample."""
     documents = list(read_documents(inputs))
     random.Random(cfg.seed).shuffle(documents)
     cut = max(1, int(len(documents) * cfg.heldout_fraction))
-    return pack_blocks(tokenizer, documents[cut:], cfg.block_size), pack_blocks(
-        tokenizer, documents[:cut], cfg.block_size
-    )
+    return documents[cut:], documents[:cut]
 
 
 def training_arguments(cfg: PretrainConfig, out: Path, resume: bool) -> TrainingArguments:
@@ -176,9 +174,13 @@ def pretrain(
     """Train, save a Hugging Face folder in ``out`` and return the metrics written to ``metrics.json``."""
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(cfg, inputs, out, tokenizer_dir)
-    train_blocks, heldout = split_corpus(cfg, inputs, tokenizer)
+    train_documents, heldout_documents = split_documents(cfg, inputs)
+    train_blocks = pack_blocks(tokenizer, train_documents, cfg.block_size)
+    heldout = pack_blocks(tokenizer, heldout_documents, cfg.block_size)
     model = build_model(cfg, len(tokenizer))
-    collator = MaskingCollator.for_tokenizer(tokenizer, cfg.masking_config(), model_vocab_size(model))
+    collator = MaskingCollator.for_tokenizer(
+        tokenizer, cfg.masking_config(), model_vocab_size(model), train_documents
+    )
     args = training_arguments(cfg, out, resume)
     tokens_per_step = cfg.batch_size * cfg.block_size * cfg.grad_accum * max(1, args.world_size)
     callbacks = [Throughput(tokens_per_step, model)]

@@ -165,25 +165,72 @@ def test_rejects_bad_config() -> None:
         MaskingConfig(mask_prob=0.8, random_prob=0.2, keep_prob=0.1)
     with pytest.raises(ValueError):
         MaskingConfig(strategy="entity")
+    with pytest.raises(ValueError):
+        MaskingConfig(words="nouns")
 
 
 @pytest.mark.parametrize("strategy", ["token", "whole_word", "span"])
 def test_content_word_masking_never_selects_function_words(strategy: str) -> None:
     function_words = torch.zeros(VOCAB, dtype=torch.bool)
     function_words[5:12] = True  # as if ids 5..11 were "the", ",", "of", ...
-    ids = make_batch(64, 64, seed=3)
+    labels = restricted_labels(strategy, "content", function_words)
+    chosen = labels[labels != IGNORE_INDEX]
+    assert len(chosen) > 200 and not function_words[chosen].any()
+
+
+@pytest.mark.parametrize("strategy", ["whole_word", "span"])
+def test_restricted_masking_never_splits_a_word(strategy: str) -> None:
+    """A word with one never-mask sub-token (id 30 here, as "##ian" in "paris ##ian") is never selected."""
+    never_mask = torch.ones(VOCAB, dtype=torch.bool)
+    never_mask[5:25] = False  # every word start is salient, continuations other than 30 too
+    never_mask[25:30] = False
+    never_mask[31:] = False
+    ids = make_batch(64, 64, seed=5)
+    labels = restricted_labels(strategy, "salient", never_mask, ids)
+    word = word_numbers(ids)
+    with_30 = set(word[ids == 30].tolist())
+    selected_words = set(word[labels != IGNORE_INDEX].tolist())
+    assert len(selected_words) > 100 and not selected_words & with_30
+    assert (labels != IGNORE_INDEX).sum() > 200
+
+
+def test_restricted_masking_needs_its_table() -> None:
+    with pytest.raises(ValueError, match="salient"):
+        restricted_labels("token", "salient", None)
+
+
+def restricted_labels(
+    strategy: str, words: str, never_mask: torch.Tensor | None, ids: torch.Tensor | None = None
+) -> torch.Tensor:
     _, labels = mask_tokens(
-        ids,
+        make_batch(64, 64, seed=3) if ids is None else ids,
         mask_token_id=MASK,
         vocab_size=VOCAB,
         special_ids=SPECIALS,
-        config=MaskingConfig(strategy=strategy, rate=0.3, content_words=True),
+        config=MaskingConfig(strategy=strategy, rate=0.3, words=words),
         continuation=CONTINUATION,
-        function_words=function_words,
+        never_mask=never_mask,
         generator=torch.Generator().manual_seed(0),
     )
-    chosen = labels[labels != IGNORE_INDEX]
-    assert len(chosen) > 200 and not function_words[chosen].any()
+    return labels
+
+
+def word_numbers(ids: torch.Tensor) -> torch.Tensor:
+    """A word number per position: a word is a non-special start token and the continuations after it."""
+    starts = ~CONTINUATION[ids] | torch.isin(ids, torch.tensor(SPECIALS))
+    return torch.cumsum(starts.flatten(), 0).view_as(ids)
+
+
+def test_salient_word_table_keeps_names_the_text_capitalises() -> None:
+    from encoder_training.masking import salient_word_table
+
+    vocab = {"[PAD]": 0, "france": 1, "may": 2, "the": 3, "london": 4, "##ian": 5, "rare": 6}
+    documents = [
+        "He went to France in May, and to London. She may go to France too.",
+        "It is in London, they may say, and the Rare book is not rare, not rare at all.",
+    ]
+    table = salient_word_table(vocab, documents)
+    assert [index for index in range(7) if not table[index]] == [1, 4]
 
 
 def test_function_word_table_marks_stop_words_and_punctuation() -> None:
