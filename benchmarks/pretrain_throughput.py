@@ -2,8 +2,10 @@
 
 Same tiny-cpu config, same packed WikiText blocks, same batch. The baseline is ``BertForMaskedLM`` +
 ``DataCollatorForLanguageModeling`` as is (fp32, dense output layer over every token); the project's
-step is ``SparseBertForMaskedLM`` (output layer at masked positions only) + its own masking collator,
-at the recipe's ``auto`` precision (fp32 on CPU; bf16 autocast is timed beside it). Steps of the contenders are interleaved, so background
+step is ``SparseBertForMaskedLM`` (output layer and top layer at masked positions only) with the
+NumPy-drawn dropout of ``use_fast_dropout`` (as ``cloze train pretrain`` builds it) + its own masking
+collator, at the recipe's ``auto`` precision (fp32 on CPU; bf16 autocast is timed beside it). Every
+contender steps with fused AdamW, the Trainer's default. Steps of the contenders are interleaved, so background
 load on a shared machine hits all of them alike; the median step time is reported. On an
 oversubscribed machine use ``--threads 1``: OpenMP threads spin-waiting on descheduled siblings
 otherwise dominate every step (measured here: 3x slower with 2 threads at load 10 on 2 cores).
@@ -47,6 +49,7 @@ def contenders(cfg, tokenizer, blocks):
     from transformers import BertForMaskedLM, DataCollatorForLanguageModeling
 
     from encoder_training.pretraining.data import MaskingCollator
+    from encoder_training.pretraining.fast_dropout import use_fast_dropout
     from encoder_training.pretraining.models import ElectraPretrainer, SparseBertForMaskedLM, bert_config
     from encoder_training.pretraining.train import precision_flags
 
@@ -57,10 +60,10 @@ def contenders(cfg, tokenizer, blocks):
     torch.manual_seed(0)
     return {
         "hf_baseline_mlm": (BertForMaskedLM(bert_config(*shape)), hf, False),
-        "project_mlm": (SparseBertForMaskedLM(bert_config(*shape)), ours, bf16),
-        "project_mlm_bf16": (SparseBertForMaskedLM(bert_config(*shape)), ours, True),
+        "project_mlm": (use_fast_dropout(SparseBertForMaskedLM(bert_config(*shape))), ours, bf16),
+        "project_mlm_bf16": (use_fast_dropout(SparseBertForMaskedLM(bert_config(*shape))), ours, True),
         "project_electra": (
-            ElectraPretrainer.build(*shape, cfg.generator_fraction, cfg.disc_weight),
+            use_fast_dropout(ElectraPretrainer.build(*shape, cfg.generator_fraction, cfg.disc_weight)),
             ours,
             bf16,
         ),
@@ -82,7 +85,10 @@ def step(model, optimizer, collate, rows, autocast: bool) -> float:
 def measure(cfg, steps: int, work: Path) -> dict:
     tokenizer, blocks = make_blocks(work, cfg)
     models, bf16 = contenders(cfg, tokenizer, blocks)
-    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, (m, _, _) in models.items()}
+    # Fused AdamW: what the Hugging Face Trainer (and so this project's trainer) uses by default.
+    optimizers = {
+        name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True) for name, (m, _, _) in models.items()
+    }
     times: dict[str, list[float]] = {name: [] for name in models}
     for i in range(steps + 2):  # two warm-up steps each, then interleaved timing
         rows = blocks[(i * cfg.batch_size) % (len(blocks) - cfg.batch_size) :][: cfg.batch_size]

@@ -115,6 +115,13 @@ def resolve_init(name: str) -> Path:
 
 
 def build_model(cfg: PretrainConfig, vocab_size: int) -> torch.nn.Module:
+    """The model to train, with the CPU-fast dropout (same probabilities) swapped in."""
+    from encoder_training.pretraining.fast_dropout import use_fast_dropout
+
+    return use_fast_dropout(_new_model(cfg, vocab_size))
+
+
+def _new_model(cfg: PretrainConfig, vocab_size: int) -> torch.nn.Module:
     from encoder_training.pretraining.models import (
         ElectraPretrainer,
         SparseBertForMaskedLM,

@@ -64,19 +64,37 @@ def test_packing_fills_blocks_without_padding(corpus: Path, tokenizer_dir: Path)
     assert blocks[0, 1:-1].tolist() == stream[:62], "blocks are consecutive slices of the document stream"
 
 
-def test_sparse_head_loss_equals_dense_loss() -> None:
+@pytest.mark.parametrize("padded", [False, True])
+def test_sparse_top_loss_and_gradients_equal_the_dense_model(padded: bool) -> None:
+    """The sparse output layer and top encoder layer change nothing but the cost: a ragged selection (0 to
+    8 labels a row) gives the loss and gradients of the stock dense ``BertForMaskedLM`` computation."""
     torch.manual_seed(0)
     model = SparseBertForMaskedLM(bert_config(100, 32, 2, 2, 64, 64)).eval()
     ids = torch.randint(5, 100, (4, 16))
+    attention_mask = torch.ones_like(ids)
+    if padded:
+        attention_mask[1, 12:] = 0
+        attention_mask[3, 9:] = 0
     labels = torch.full_like(ids, IGNORE_INDEX)
-    labels[:, 3:6] = ids[:, 3:6]
-    sparse = model(input_ids=ids, labels=labels).loss
-    logits = model(input_ids=ids).logits  # no labels: the stock dense path
+    for row, picks in enumerate([[3, 4, 5], [], [0, 2, 7, 8, 9, 10, 11, 15], [1]]):
+        labels[row, picks] = ids[row, picks]
+
+    sparse = model(input_ids=ids, attention_mask=attention_mask, labels=labels).loss
+    sparse_grads = torch.autograd.grad(sparse, list(model.parameters()), allow_unused=True)
+    logits = model(input_ids=ids, attention_mask=attention_mask).logits  # no labels: the stock dense path
     dense = torch.nn.functional.cross_entropy(
         logits.view(-1, 100), labels.view(-1), ignore_index=IGNORE_INDEX
     )
+    dense_grads = torch.autograd.grad(dense, list(model.parameters()), allow_unused=True)
+
     assert torch.allclose(sparse, dense, atol=1e-5)
+    for s_grad, d_grad in zip(sparse_grads, dense_grads, strict=True):
+        if d_grad is None:
+            continue
+        assert s_grad is not None and torch.allclose(s_grad, d_grad, atol=1e-5)
     assert model(input_ids=ids, labels=labels).logits.shape == (12, 100)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the training step's precision where the CPU has bf16
+        assert torch.allclose(model(input_ids=ids, labels=labels).loss.float(), dense, atol=0.05)
 
 
 def test_recipes_load_and_override(tmp_path: Path) -> None:
