@@ -55,7 +55,12 @@ def concurrent_rate(runtime, sentences: list[str], max_batch_size: int) -> float
     from app.runtime import MicroBatcher
 
     async def scenario() -> float:
-        batcher = MicroBatcher(runtime.encode, runtime.run, max_batch_size=max_batch_size)
+        batcher = MicroBatcher(
+            runtime.encode,
+            runtime.run,
+            max_batch_size=max_batch_size,
+            parallel_passes=runtime.backend.parallel_passes,
+        )
         queue = list(sentences)
 
         async def caller() -> None:

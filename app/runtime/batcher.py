@@ -45,6 +45,7 @@ class MicroBatcher:
         max_wait_ms: float = 0.0,
         max_queue: int = 2048,
         on_batch: BatchObserver | None = None,
+        parallel_passes: int = 1,
     ):
         self._encode, self._run = encode, run
         self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
@@ -55,7 +56,11 @@ class MicroBatcher:
         self._admitted = 0  # texts accepted and not yet answered (the bound that makes 429s)
         self._wakeup = asyncio.Event()
         self._tokenizers = ThreadPoolExecutor(2, thread_name_prefix="tokenize")
-        self._inference = ThreadPoolExecutor(1, thread_name_prefix="inference")  # the backend owns the cores
+        # As many forward passes in flight as the backend runs well side by side (one per core for ONNX
+        # Runtime on a CPU, else one that owns every core); each takes what gathered while all were busy.
+        self.parallel_passes = parallel_passes
+        self._inference = ThreadPoolExecutor(parallel_passes, thread_name_prefix="inference")
+        self._in_flight: set[asyncio.Task] = set()
         self._worker: asyncio.Task | None = None
 
     @property
@@ -71,8 +76,9 @@ class MicroBatcher:
         while self._admitted:
             await asyncio.sleep(0.01)
         if self._worker:
-            self._worker.cancel()
-            await asyncio.gather(self._worker, return_exceptions=True)
+            for task in (self._worker, *self._in_flight):
+                task.cancel()
+            await asyncio.gather(self._worker, *self._in_flight, return_exceptions=True)
             self._worker = None
         self._tokenizers.shutdown(wait=False)
         self._inference.shutdown(wait=True)
@@ -95,14 +101,21 @@ class MicroBatcher:
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
+        free = asyncio.Semaphore(self.parallel_passes)
         while True:
             await self._wakeup.wait()
+            await free.acquire()
             await self._fill(loop)
             group = self._take()
             if not self._waiting:
                 self._wakeup.clear()
-            if group:
-                await self._answer(loop, group)
+            if not group:
+                free.release()
+                continue
+            task = asyncio.create_task(self._answer(loop, group))
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
+            task.add_done_callback(lambda _: free.release())
 
     async def _fill(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait up to ``max_wait`` for the budget to fill, so a burst shares a forward pass."""
@@ -121,23 +134,23 @@ class MicroBatcher:
         return group
 
     async def _answer(self, loop: asyncio.AbstractEventLoop, group: list[_Waiting]) -> None:
-        try:
-            outputs = await loop.run_in_executor(self._inference, self._run_sorted, [w.item for w in group])
-        except Exception as exc:  # a failed forward pass fails its requests, not the worker
-            log.exception("inference failed")
-            for waiting in group:
-                if not waiting.future.done():
-                    waiting.future.set_exception(exc)
-            return
-        for waiting, output in zip(group, outputs, strict=True):
-            if not waiting.future.done():
-                waiting.future.set_result(output)
-
-    def _run_sorted(self, items: list[Encoded]) -> list[Any]:
-        out: list[Any] = [None] * len(items)
-        for batch in plan_batches([len(i) for i in items], self.max_batch_tokens, self.max_batch_size):
-            for index, output in zip(batch, self._run([items[i] for i in batch]), strict=True):
-                out[index] = output
+        """Run ``group`` as length-sorted padded batches, answering each batch's callers as soon as it is
+        done: they can send their next request while the rest of the group runs, so the backend never
+        waits for a whole group's callers to come back."""
+        lengths = [len(w.item) for w in group]
+        for batch in plan_batches(lengths, self.max_batch_tokens, self.max_batch_size):
+            waiting = [group[i] for i in batch]
+            try:
+                outputs = await loop.run_in_executor(self._inference, self._run, [w.item for w in waiting])
+            except Exception as exc:  # a failed forward pass fails its requests, not the worker
+                log.exception("inference failed")
+                outputs = [exc] * len(waiting)
             if self._on_batch:
-                self._on_batch(len(batch), len(batch) * max(len(items[i]) for i in batch))
-        return out
+                self._on_batch(len(batch), len(batch) * max(lengths[i] for i in batch))
+            for one, output in zip(waiting, outputs, strict=True):
+                if one.future.done():
+                    continue
+                if isinstance(output, Exception):
+                    one.future.set_exception(output)
+                else:
+                    one.future.set_result(output)

@@ -58,11 +58,8 @@ class EncoderRuntime(TokenizedRuntime):
         return l2_normalize(matrix) if (self.info.normalize if normalize is None else normalize) else matrix
 
     def embed_encoded(self, items: list[Encoded], normalize: bool | None = None) -> np.ndarray:
-        out: list[np.ndarray] = [np.empty(0)] * len(items)
-        for batch in plan_batches([len(item) for item in items], self.max_batch_tokens, self.max_batch_size):
-            for index, vector in zip(batch, self.run([items[i] for i in batch]), strict=True):
-                out[index] = vector
-        return self.finish(out, normalize)
+        batches = plan_batches([len(item) for item in items], self.max_batch_tokens, self.max_batch_size)
+        return self.finish(self.run_batches(items, batches), normalize)
 
     def embed(self, texts: list[str], normalize: bool | None = None) -> np.ndarray:
         """float32 [n, d]: sorted by length and batched by tokens, returned in the caller's order."""

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from app.runtime.backends.base import Backend
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -54,6 +59,31 @@ class TokenizedRuntime:
     """What every runtime offers the micro-batcher: texts -> ``Encoded`` items within ``max_tokens``."""
 
     tokenizer: TextTokenizer
+    backend: Backend
+    _passes: ThreadPoolExecutor | None = None
+
+    def run_batches(self, items: list[Encoded], batches: list[list[int]]) -> list[Any]:
+        """``run`` over each batch of indices into ``items``, as many side by side as the backend runs
+        well; one output per item, in ``items``' order."""
+
+        def run(batch: list[int]) -> list[Any]:
+            return self.run([items[i] for i in batch])
+
+        parallel = getattr(self.backend, "parallel_passes", 1)
+        if parallel > 1 and len(batches) > 1:
+            if self._passes is None:
+                self._passes = ThreadPoolExecutor(parallel, thread_name_prefix="forward")
+            results = list(self._passes.map(run, batches))
+        else:
+            results = [run(batch) for batch in batches]
+        out: list[Any] = [None] * len(items)
+        for batch, outputs in zip(batches, results, strict=True):
+            for index, output in zip(batch, outputs, strict=True):
+                out[index] = output
+        return out
+
+    def run(self, items: list[Encoded]) -> list[Any]:
+        raise NotImplementedError
 
     @property
     def max_tokens(self) -> int:
@@ -64,13 +94,15 @@ class TokenizedRuntime:
 
 
 def plan_batches(
-    lengths: list[int], max_batch_tokens: int, max_batch_size: int, max_padding: float = 0.25
+    lengths: list[int], max_batch_tokens: int, max_batch_size: int, max_padding: float = 0.1
 ) -> list[list[int]]:
     """Group indices sorted by length so each padded batch (count x longest) stays within the budget.
 
     Sorting is what cuts padding: neighbours have similar lengths. A batch is also cut when padding would
     exceed ``max_padding`` of its real tokens: on a CPU a forward pass costs little beyond its tokens, so
-    a mixed crowd is cheaper as a few length buckets than as one batch padded to its longest member.
+    a mixed crowd is cheaper as a few length buckets than as one batch padded to its longest member
+    (64 concurrent callers, int8, one single-threaded pass per core: 0.9x the offline rate at 0.1, 0.83x at
+    0.25, 0.69x at 0.5).
     """
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     batches: list[list[int]] = []

@@ -89,6 +89,7 @@ def _batcher(
         max_wait_ms=settings.max_wait_ms,
         max_queue=settings.max_queue,
         on_batch=metrics.batch_observer(name),
+        parallel_passes=runtime.backend.parallel_passes,
     )
     metrics.watch_queue(name, lambda: batcher.depth)
     return batcher

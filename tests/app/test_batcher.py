@@ -98,3 +98,41 @@ def test_a_failing_forward_pass_fails_its_requests_not_the_worker():
         return out
 
     assert asyncio.run(scenario()) == [0]
+
+
+@pytest.mark.parametrize("parallel_passes", [1, 2])
+def test_passes_in_flight_never_exceed_what_the_backend_runs_well(parallel_passes: int):
+    """With ``parallel_passes`` 2 a second pass starts while the first runs (one per core for ONNX Runtime
+    on a CPU); with 1 never. Every caller still gets its own answer."""
+    from app.runtime.tokenization import Encoded
+
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def run(items):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        threading.Event().wait(0.05)
+        with lock:
+            running[0] -= 1
+        return [item.ids[0] for item in items]
+
+    async def scenario() -> list:
+        batcher = MicroBatcher(
+            lambda texts: [Encoded((int(t),), False) for t in texts],
+            run,
+            max_wait_ms=0,
+            parallel_passes=parallel_passes,
+        )
+
+        async def caller(number: int) -> int:
+            await asyncio.sleep(0.01 * (number % 4))  # arrivals spread over the first pass
+            return (await batcher.submit([str(number)]))[1][0]
+
+        answers = await asyncio.gather(*(caller(n) for n in range(16)))
+        await batcher.stop()
+        return answers
+
+    assert asyncio.run(scenario()) == list(range(16))
+    assert most[0] == parallel_passes

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -91,6 +93,9 @@ def test_onnx_int8_keeps_quality_on_real_text(bundled_torch, onnx_pair, shared_d
     assert cosine.mean() >= 0.99
     assert onnx_pair[1].backend.name == "onnx-int8"
     assert onnx_pair[1].backend.provider == "CPUExecutionProvider"
+    # On a CPU: one single-threaded pass per core, side by side, offline as in the micro-batcher.
+    assert onnx_pair[1].backend.parallel_passes == (os.cpu_count() or 1)
+    assert onnx_pair[1].backend.session.get_session_options().intra_op_num_threads == 1
 
 
 def test_onnx_cache_is_reused_and_refreshed_when_the_model_changes(tiny_bert, tmp_path):

@@ -16,5 +16,8 @@ class Backend(Protocol):
     name: BackendName
     provider: str  # what actually runs: "cpu", "cuda", "CPUExecutionProvider", ...
     input_names: tuple[str, ...]
+    # Forward passes it runs well side by side: ONNX Runtime on a CPU runs one single-threaded pass per
+    # core (no thread hand-offs inside a pass); torch and GPUs take one pass at a time, using every core.
+    parallel_passes: int
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray: ...

@@ -23,9 +23,15 @@ class OnnxBackend:
         self.input_names = input_names
         requested, warning = devices.choose_onnx_providers(device, ort.get_available_providers())
         devices.warn(warning)
+        cores = threads or os.cpu_count() or 1
+        on_cpu = requested[0] == "CPUExecutionProvider"
+        # On a CPU, one single-threaded pass per core beats one pass split over the cores: a pass of a small
+        # batch is dozens of short operators, and each hands work to and from the other threads (measured
+        # here, int8, 2 cores: 742 vs 695 sentences/s sorted offline, 645 vs 532 in windows of 64 callers).
+        self.parallel_passes = cores if on_cpu else 1
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = threads or os.cpu_count() or 1
+        options.intra_op_num_threads = 1 if on_cpu else cores
         options.inter_op_num_threads = 1
         # Spinning workers burn the cores the event loop and tokenisers need between forward passes
         # (measured side by side here: 2-5x lower served throughput with spinning on).
