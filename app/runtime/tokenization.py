@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from app.runtime.backends.base import Backend
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_POOL_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,9 @@ class TokenizedRuntime:
 
         parallel = getattr(self.backend, "parallel_passes", 1)
         if parallel > 1 and len(batches) > 1:
-            if self._passes is None:
-                self._passes = ThreadPoolExecutor(parallel, thread_name_prefix="forward")
+            with _POOL_LOCK:  # the index worker and the service may embed from several threads
+                if self._passes is None:
+                    self._passes = ThreadPoolExecutor(parallel, thread_name_prefix="forward")
             results = list(self._passes.map(run, batches))
         else:
             results = [run(batch) for batch in batches]

@@ -71,7 +71,7 @@ def attend(
     )  # scale the smaller
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-    weights = globals()["dropout"](torch.softmax(scores, dim=-1), dropout_p)
+    weights = dropout(torch.softmax(scores, dim=-1), dropout_p)
     return torch.matmul(weights, value)
 
 
