@@ -353,7 +353,7 @@ def main() -> None:
     log = args.work / "commands.log"
     result_path = RESULTS / "electra_vs_mlm.json"
     result = json.loads(result_path.read_text()) if result_path.is_file() else {}
-    result["machine"] = f"{os.cpu_count()} CPU cores, shared with other jobs while measured"
+    result["machine"] = f"{os.cpu_count()} CPU cores"
     if args.only != "electra":
         result["minilm_regression"] = minilm_regression(args.work, args, log)
     if args.only != "minilm":
