@@ -45,28 +45,36 @@ def make_blocks(work: Path, cfg):
 
 
 def contenders(cfg, tokenizer, blocks):
-    """name -> (model, collate, autocast) for the steps compared (and the project's step under bf16 autocast)."""
+    """name -> (model, collate, autocast) for the steps compared (and the project's step under bf16 autocast).
+
+    The project's models come from ``build_model``, exactly as ``cloze train pretrain`` builds them."""
+    from dataclasses import replace
+
     from transformers import BertForMaskedLM, DataCollatorForLanguageModeling
 
     from encoder_training.pretraining.data import MaskingCollator
-    from encoder_training.pretraining.fast_dropout import use_fast_dropout
-    from encoder_training.pretraining.models import ElectraPretrainer, SparseBertForMaskedLM, bert_config
-    from encoder_training.pretraining.train import precision_flags
+    from encoder_training.pretraining.models import bert_config
+    from encoder_training.pretraining.train import build_model, precision_flags
 
-    shape = (len(tokenizer), cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.intermediate_size, 512)
+    vocab = len(tokenizer)
+    shape = (
+        vocab,
+        cfg.hidden_size,
+        cfg.num_layers,
+        cfg.num_heads,
+        cfg.intermediate_size,
+        max(512, cfg.block_size),
+    )
     bf16 = precision_flags(cfg.precision)["bf16"]
     ours = MaskingCollator.for_tokenizer(tokenizer, cfg.masking_config())
     hf = DataCollatorForLanguageModeling(tokenizer, mlm_probability=cfg.mask_rate)
+    mlm, electra = replace(cfg, objective="mlm"), replace(cfg, objective="electra")
     torch.manual_seed(0)
     return {
         "hf_baseline_mlm": (BertForMaskedLM(bert_config(*shape)), hf, False),
-        "project_mlm": (use_fast_dropout(SparseBertForMaskedLM(bert_config(*shape))), ours, bf16),
-        "project_mlm_bf16": (use_fast_dropout(SparseBertForMaskedLM(bert_config(*shape))), ours, True),
-        "project_electra": (
-            use_fast_dropout(ElectraPretrainer.build(*shape, cfg.generator_fraction, cfg.disc_weight)),
-            ours,
-            bf16,
-        ),
+        "project_mlm": (build_model(mlm, vocab), ours, bf16),
+        "project_mlm_bf16": (build_model(mlm, vocab), ours, True),
+        "project_electra": (build_model(electra, vocab), ours, bf16),
     }, bf16
 
 

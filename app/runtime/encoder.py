@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,8 @@ class EncoderRuntime(TokenizedRuntime):
         self.backend = backend
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
+        if backend.parallel_passes > 1:
+            self._passes = ThreadPoolExecutor(backend.parallel_passes, thread_name_prefix="forward")
         self.dimension = int(self.run(self.encode(["dimension probe"]))[0].shape[0])
 
     def run(self, items: list[Encoded]) -> list[np.ndarray]:

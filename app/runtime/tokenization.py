@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,6 @@ if TYPE_CHECKING:
     from app.runtime.backends.base import Backend
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-_POOL_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -62,6 +60,8 @@ class TokenizedRuntime:
 
     tokenizer: TextTokenizer
     backend: Backend
+    # Threads for ``backend.parallel_passes`` passes side by side (None: one pass at a time); the executor
+    # starts its threads only when first used.
     _passes: ThreadPoolExecutor | None = None
 
     def run_batches(self, items: list[Encoded], batches: list[list[int]]) -> list[Any]:
@@ -71,11 +71,7 @@ class TokenizedRuntime:
         def run(batch: list[int]) -> list[Any]:
             return self.run([items[i] for i in batch])
 
-        parallel = getattr(self.backend, "parallel_passes", 1)
-        if parallel > 1 and len(batches) > 1:
-            with _POOL_LOCK:  # the index worker and the service may embed from several threads
-                if self._passes is None:
-                    self._passes = ThreadPoolExecutor(parallel, thread_name_prefix="forward")
+        if self._passes is not None and len(batches) > 1:
             results = list(self._passes.map(run, batches))
         else:
             results = [run(batch) for batch in batches]

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from encoder_training.pretraining.data import BlockDataset, MaskingCollator, pack_blocks, read_documents
 from encoder_training.pretraining.recipes import PretrainConfig
@@ -184,6 +184,7 @@ def pretrain(
     train_documents, heldout_documents = split_documents(cfg, inputs)
     train_blocks = pack_blocks(tokenizer, train_documents, cfg.block_size)
     heldout = pack_blocks(tokenizer, heldout_documents, cfg.block_size)
+    set_seed(cfg.seed)  # the Trainer seeds only after the model exists: without this, its init was random
     model = build_model(cfg, len(tokenizer))
     collator = MaskingCollator.for_tokenizer(
         tokenizer, cfg.masking_config(), model_vocab_size(model), train_documents
