@@ -60,6 +60,7 @@ def concurrent_rate(runtime, sentences: list[str], max_batch_size: int) -> float
             runtime.run,
             max_batch_size=max_batch_size,
             parallel_passes=runtime.backend.parallel_passes,
+            max_padding=runtime.backend.max_padding,
         )
         queue = list(sentences)
 

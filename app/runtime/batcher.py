@@ -1,9 +1,9 @@
 """MicroBatcher: gathers concurrent requests into token-budgeted forward passes (TEI's dynamic batching).
 
-Requests are tokenised off the event loop, queued, and taken in arrival order up to ``max_batch_tokens``
-real tokens; each taken group is sorted by length and split into padded batches within the same budget.
-The queue is bounded: past ``max_queue`` texts a request fails fast with ``Overloaded`` (HTTP 429).
-"""
+Requests are tokenised off the event loop (together with whatever else arrived meanwhile), then queued.
+Each free forward pass takes one batch planned over the whole queue: the oldest request and those nearest
+its length, within ``max_batch_tokens`` padded tokens. The queue is bounded: past ``max_queue`` texts a
+request fails fast with ``Overloaded`` (HTTP 429)."""
 
 from __future__ import annotations
 
@@ -46,16 +46,20 @@ class MicroBatcher:
         max_queue: int = 2048,
         on_batch: BatchObserver | None = None,
         parallel_passes: int = 1,
+        max_padding: float = 0.1,
     ):
         self._encode, self._run = encode, run
         self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
         self.max_wait = max_wait_ms / 1000
         self.max_queue = max_queue
+        self.max_padding = max_padding
         self._on_batch = on_batch
         self._waiting: deque[_Waiting] = deque()
         self._admitted = 0  # texts accepted and not yet answered (the bound that makes 429s)
         self._wakeup = asyncio.Event()
-        self._tokenizers = ThreadPoolExecutor(2, thread_name_prefix="tokenize")
+        self._tokenizers = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
+        self._to_tokenize: list[tuple[list[str], asyncio.Future]] = []
+        self._tokenizing: asyncio.Task | None = None
         # As many forward passes in flight as the backend runs well side by side (one per core for ONNX
         # Runtime on a CPU, else one that owns every core); each takes what gathered while all were busy.
         self.parallel_passes = parallel_passes
@@ -91,13 +95,46 @@ class MicroBatcher:
         self._admitted += len(texts)
         try:
             loop = asyncio.get_running_loop()
-            items = await loop.run_in_executor(self._tokenizers, self._encode, texts)
+            items = await self._tokenized(loop, texts)
             futures = [loop.create_future() for _ in items]
             self._waiting.extend(_Waiting(item, future) for item, future in zip(items, futures, strict=True))
             self._wakeup.set()
             return items, list(await asyncio.gather(*futures))
         finally:
             self._admitted -= len(texts)
+
+    async def _tokenized(self, loop: asyncio.AbstractEventLoop, texts: list[str]) -> list[Encoded]:
+        """``texts`` tokenised off the event loop, in one tokenizer call with whatever else arrived meanwhile:
+        a thread hop per request cost more than the tokenising itself (64 callers: 0.89 vs 0.94 of offline)."""
+        tokenized = loop.create_future()
+        self._to_tokenize.append((texts, tokenized))
+        if self._tokenizing is None or self._tokenizing.done():
+            self._tokenizing = asyncio.create_task(self._tokenize_pending(loop))
+        return await tokenized
+
+    async def _tokenize_pending(self, loop: asyncio.AbstractEventLoop) -> None:
+        while self._to_tokenize:
+            pending, self._to_tokenize = self._to_tokenize, []
+            texts = [text for request, _ in pending for text in request]
+            try:
+                items = await loop.run_in_executor(self._tokenizers, self._encode, texts)
+            except Exception:  # a text the tokenizer refuses fails its own request, not its neighbours'
+                await self._tokenize_one_by_one(loop, pending)
+                continue
+            start = 0
+            for request, future in pending:
+                if not future.done():
+                    future.set_result(items[start : start + len(request)])
+                start += len(request)
+
+    async def _tokenize_one_by_one(self, loop: asyncio.AbstractEventLoop, pending: list) -> None:
+        for request, future in pending:
+            try:
+                items = await loop.run_in_executor(self._tokenizers, self._encode, request)
+            except Exception as exc:
+                items = exc
+            if not future.done():
+                future.set_exception(items) if isinstance(items, Exception) else future.set_result(items)
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -106,16 +143,15 @@ class MicroBatcher:
             await self._wakeup.wait()
             await free.acquire()
             await self._fill(loop)
-            group = self._take()
+            batch = self._take()
             if not self._waiting:
                 self._wakeup.clear()
-            if not group:
+            if not batch:
                 free.release()
                 continue
-            task = asyncio.create_task(self._answer(loop, group))
+            task = asyncio.create_task(self._answer(loop, batch, free))
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
-            task.add_done_callback(lambda _: free.release())
 
     async def _fill(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait up to ``max_wait`` for the budget to fill, so a burst shares a forward pass."""
@@ -124,33 +160,37 @@ class MicroBatcher:
             await asyncio.sleep(min(0.0005, max(deadline - loop.time(), 0)))
 
     def _take(self) -> list[_Waiting]:
-        group: list[_Waiting] = []
-        tokens = 0
-        while self._waiting and (not group or tokens + len(self._waiting[0].item) <= self.max_batch_tokens):
-            waiting = self._waiting.popleft()
-            if not waiting.future.cancelled():
-                group.append(waiting)
-                tokens += len(waiting.item)
-        return group
+        """One forward pass: the oldest waiting request and the waiting ones nearest its length, planned over
+        everything queued (a bigger pool gives fuller, less padded batches; the oldest first bounds waits)."""
+        live = [w for w in self._waiting if not w.future.cancelled()]
+        if not live:
+            self._waiting.clear()
+            return []
+        lengths = [len(w.item) for w in live]
+        plan = plan_batches(lengths, self.max_batch_tokens, self.max_batch_size, self.max_padding)
+        chosen = next(batch for batch in plan if 0 in batch)
+        taken = set(chosen)
+        self._waiting = deque(w for i, w in enumerate(live) if i not in taken)
+        return [live[i] for i in chosen]
 
-    async def _answer(self, loop: asyncio.AbstractEventLoop, group: list[_Waiting]) -> None:
-        """Run ``group`` as length-sorted padded batches, answering each batch's callers as soon as it is
-        done: they can send their next request while the rest of the group runs, so the backend never
-        waits for a whole group's callers to come back."""
-        lengths = [len(w.item) for w in group]
-        for batch in plan_batches(lengths, self.max_batch_tokens, self.max_batch_size):
-            waiting = [group[i] for i in batch]
-            try:
-                outputs = await loop.run_in_executor(self._inference, self._run, [w.item for w in waiting])
-            except Exception as exc:  # a failed forward pass fails its requests, not the worker
-                log.exception("inference failed")
-                outputs = [exc] * len(waiting)
-            if self._on_batch:
-                self._on_batch(len(batch), len(batch) * max(lengths[i] for i in batch))
-            for one, output in zip(waiting, outputs, strict=True):
-                if one.future.done():
-                    continue
-                if isinstance(output, Exception):
-                    one.future.set_exception(output)
-                else:
-                    one.future.set_result(output)
+    async def _answer(
+        self, loop: asyncio.AbstractEventLoop, batch: list[_Waiting], free: asyncio.Semaphore
+    ) -> None:
+        try:
+            outputs = await loop.run_in_executor(self._inference, self._run, [w.item for w in batch])
+        except Exception as exc:  # a failed forward pass fails its requests, not the worker
+            log.exception("inference failed")
+            outputs = [exc] * len(batch)
+        finally:
+            # Free the pass before answering: the next batch is dispatched ahead of these callers' wake-ups,
+            # so the core doesn't idle while they run.
+            free.release()
+        if self._on_batch:
+            self._on_batch(len(batch), len(batch) * max(len(w.item) for w in batch))
+        for one, output in zip(batch, outputs, strict=True):
+            if one.future.done():
+                continue
+            if isinstance(output, Exception):
+                one.future.set_exception(output)
+            else:
+                one.future.set_result(output)

@@ -61,7 +61,12 @@ class EncoderRuntime(TokenizedRuntime):
         return l2_normalize(matrix) if (self.info.normalize if normalize is None else normalize) else matrix
 
     def embed_encoded(self, items: list[Encoded], normalize: bool | None = None) -> np.ndarray:
-        batches = plan_batches([len(item) for item in items], self.max_batch_tokens, self.max_batch_size)
+        batches = plan_batches(
+            [len(item) for item in items],
+            self.max_batch_tokens,
+            self.max_batch_size,
+            self.backend.max_padding,
+        )
         return self.finish(self.run_batches(items, batches), normalize)
 
     def embed(self, texts: list[str], normalize: bool | None = None) -> np.ndarray:

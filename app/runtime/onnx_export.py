@@ -21,7 +21,7 @@ from app.runtime.model_dir import fingerprint
 log = logging.getLogger(__name__)
 OPSET = 18
 # Part of the cache stamp: a cache made by an older export recipe is exported again.
-EXPORTER = 2
+EXPORTER = 3
 
 
 def default_cache_dir(model_path: Path, explicit: Path | None = None) -> Path:
@@ -158,6 +158,7 @@ def _export_fused(model_path: Path, task: Task, input_names: tuple[str, ...], ou
             model_type="bert",
             num_heads=config.num_attention_heads,
             hidden_size=config.hidden_size,
+            optimization_options=_fusion_options(),
         )
         fused = optimized.get_fused_operator_statistics()
         if fused.get("Attention", 0) != config.num_hidden_layers:
@@ -167,6 +168,14 @@ def _export_fused(model_path: Path, task: Task, input_names: tuple[str, ...], ou
         optimized.save_model_to_file(str(staged))
         _check_fused(model_path, task, input_names, staged)
         os.replace(staged, out)
+
+
+def _fusion_options():
+    from onnxruntime.transformers.fusion_options import FusionOptions
+
+    options = FusionOptions("bert")
+    options.enable_skip_layer_norm = options.enable_bias_skip_layer_norm = False
+    return options
 
 
 FUSABLE_MODEL_TYPES = {"bert", "roberta", "xlm-roberta", "electra"}

@@ -90,6 +90,7 @@ def _batcher(
         max_queue=settings.max_queue,
         on_batch=metrics.batch_observer(name),
         parallel_passes=runtime.backend.parallel_passes,
+        max_padding=runtime.backend.max_padding,
     )
     metrics.watch_queue(name, lambda: batcher.depth)
     return batcher

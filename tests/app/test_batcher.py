@@ -136,3 +136,41 @@ def test_passes_in_flight_never_exceed_what_the_backend_runs_well(parallel_passe
 
     assert asyncio.run(scenario()) == list(range(16))
     assert most[0] == parallel_passes
+
+
+def test_concurrent_requests_share_tokenizer_calls_and_a_refused_text_fails_only_its_request():
+    """Requests that arrive while the tokenizer is busy are tokenised together (one thread hop, not one
+    each); a text the tokenizer refuses fails its own request, and its neighbours are still answered."""
+    from app.runtime.tokenization import Encoded
+
+    calls: list[list[str]] = []
+
+    def encode(texts):
+        calls.append(list(texts))
+        threading.Event().wait(0.02)
+        if "bad" in texts:
+            raise ValueError("refused")
+        return [Encoded((len(text),), False) for text in texts]
+
+    async def scenario():
+        batcher = MicroBatcher(encode, lambda items: [item.ids[0] for item in items], max_wait_ms=0)
+
+        async def wave(requests, delay):
+            await asyncio.sleep(delay)
+            return await asyncio.gather(*(batcher.submit(r) for r in requests), return_exceptions=True)
+
+        good = [["a"], ["bb", "ccc"]] + [["e" * n] for n in range(5, 15)]
+        mixed = [["x"], ["bad"], ["yy"]]
+        waves = [[good[0]], good[1:], mixed]
+        answers = await asyncio.gather(wave(waves[0], 0), wave(waves[1], 0.005), wave(waves[2], 0.1))
+        await batcher.stop()
+        return [r for w in waves for r in w], [a for w in answers for a in w]
+
+    requests, answers = asyncio.run(scenario())
+    for request, answer in zip(requests, answers, strict=True):
+        if request == ["bad"]:
+            assert isinstance(answer, ValueError)
+        else:
+            assert answer[1] == [len(text) for text in request]
+    assert ["bb", "ccc", "eeeee", "eeeeee"] == calls[1][:4], calls  # wave 2 in one call
+    assert len(calls) == 1 + 1 + 1 + 3, calls  # wave 3: one refused call, then one call per request

@@ -55,6 +55,16 @@ def test_plan_batches_respects_token_budget_and_sorts_by_length():
     assert flat == sorted(flat)
 
 
+@pytest.mark.parametrize("max_padding", [0.0, 0.02, 0.1, 0.5])
+def test_plan_batches_keeps_padding_within_its_bound(max_padding: float):
+    lengths = [10, 11, 12, 12, 13, 20, 21, 40, 41, 41, 44]
+    batches = plan_batches(lengths, max_batch_tokens=10_000, max_batch_size=64, max_padding=max_padding)
+    for batch in batches:
+        real = sum(lengths[i] for i in batch)
+        assert len(batch) * max(lengths[i] for i in batch) <= (1 + max_padding) * real
+    assert len(batches) == {0.0: 9, 0.02: 8, 0.1: 4, 0.5: 2}[max_padding]
+
+
 def test_batched_embeddings_equal_one_by_one(bundled_torch, shared_data):
     texts = sts_sentences(shared_data, 40)
     batched = bundled_torch.embed(texts)
@@ -96,6 +106,7 @@ def test_onnx_int8_keeps_quality_on_real_text(bundled_torch, onnx_pair, shared_d
     # On a CPU: one single-threaded pass per core, side by side, offline as in the micro-batcher.
     assert onnx_pair[1].backend.parallel_passes == (os.cpu_count() or 1)
     assert onnx_pair[1].backend.session.get_session_options().intra_op_num_threads == 1
+    assert onnx_pair[1].backend.max_padding < bundled_torch.backend.max_padding  # short batches per core
 
 
 def test_onnx_cache_is_reused_and_refreshed_when_the_model_changes(tiny_bert, tmp_path):
@@ -184,3 +195,26 @@ def test_export_fuses_bert_family_and_falls_back_unfused_otherwise(model_type, t
     recipe = json.loads((tmp_path / "cache" / "embed.json").read_text())["recipe"]
     assert recipe == ("fused" if model_type == "bert" else "unfused")
     assert (torch_vectors * onnx_vectors).sum(axis=1).min() > 0.9999
+
+
+def test_cpu_sessions_keep_add_and_layer_norm_apart(tiny_bert, tmp_path):
+    """ORT's CPU SkipLayerNormalization is ~6x slower than Add + LayerNormalization: the fused export leaves
+    them apart, and with the backend's disabled optimisers a CPU session doesn't fuse them again."""
+    import onnx
+    import onnxruntime as ort
+
+    from app.runtime.backends.onnx_backend import SLOW_CPU_FUSIONS
+
+    load_encoder(str(tiny_bert), backend="onnx", onnx_cache=tmp_path / "cache").embed(["a cat"])
+    exported = tmp_path / "cache" / "embed.onnx"
+
+    def ops_after_session(disabled) -> set[str]:
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
+        ort.InferenceSession(str(exported), options, ["CPUExecutionProvider"], disabled_optimizers=disabled)
+        return {node.op_type for node in onnx.load(tmp_path / "optimised.onnx").graph.node}
+
+    assert "LayerNormalization" in {node.op_type for node in onnx.load(exported).graph.node}
+    assert "SkipLayerNormalization" in ops_after_session(None)  # what ORT does unless told not to
+    kept_apart = ops_after_session(SLOW_CPU_FUSIONS)
+    assert "SkipLayerNormalization" not in kept_apart and "LayerNormalization" in kept_apart

@@ -19,5 +19,8 @@ class Backend(Protocol):
     # Forward passes it runs well side by side: ONNX Runtime on a CPU runs one single-threaded pass per
     # core (no thread hand-offs inside a pass); torch and GPUs take one pass at a time, using every core.
     parallel_passes: int
+    # Padding a batch may carry, as a fraction of its real tokens (``plan_batches``): single-threaded CPU
+    # passes run short batches best (see there); one pass over many threads wants fuller batches.
+    max_padding: float
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray: ...

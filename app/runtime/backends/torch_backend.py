@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 class TorchBackend:
     name = "torch"
     parallel_passes = 1
+    max_padding = 0.1
 
     def __init__(self, path: Path, task: Task, input_names: tuple[str, ...], device: str, threads: int = 0):
         if threads:
