@@ -132,9 +132,11 @@ class MicroBatcher:
             try:
                 items = await loop.run_in_executor(self._tokenizers, self._encode, request)
             except Exception as exc:
-                items = exc
+                if not future.done():
+                    future.set_exception(exc)
+                continue
             if not future.done():
-                future.set_exception(items) if isinstance(items, Exception) else future.set_result(items)
+                future.set_result(items)
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()

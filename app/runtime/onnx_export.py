@@ -61,7 +61,7 @@ def ensure_onnx(
 def export_fp32(model_path: Path, task: Task, input_names: tuple[str, ...], out: Path) -> str:
     """Export ``task``'s wrapper with dynamic batch and sequence axes; returns the recipe that made it.
 
-    BERT-family encoders get ONNX Runtime's operator fusion (Attention, SkipLayerNormalization, BiasGelu:
+    BERT-family encoders get ONNX Runtime's operator fusion (Attention, BiasGelu, the embedding layer norm:
     1.3x the int8 throughput of the unfused graph on this project's 2-core CPU); anything the fusion
     doesn't recognise, or whose fused graph disagrees with torch, is exported unfused with torch.export.
     """
@@ -171,6 +171,8 @@ def _export_fused(model_path: Path, task: Task, input_names: tuple[str, ...], ou
 
 
 def _fusion_options():
+    """Every BERT fusion but SkipLayerNormalization, whose CPU kernel is slower than what it fuses (see
+    ``SLOW_CPU_FUSIONS``); a CUDA session fuses it itself when it loads the graph."""
     from onnxruntime.transformers.fusion_options import FusionOptions
 
     options = FusionOptions("bert")
