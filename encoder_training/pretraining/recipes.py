@@ -42,7 +42,7 @@ class PretrainConfig:
     heldout_fraction: float = 0.02
     init_from: str = ""  # an existing BERT folder ("bundled" = all-MiniLM-L6-v2) to continue from
     train_top_layers: int = 0  # with init_from: train only the top N layers and the MLM head (0 = all)
-    max_time_minutes: float = 0.0  # stop after this long (0 = no limit), for time-boxed runs
+    max_time_minutes: float = 0.0  # stop after this long (0 = no limit), the learning rate reaching 0 then
 
     def masking_config(self):
         from encoder_training.masking import MaskingConfig

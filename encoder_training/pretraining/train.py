@@ -68,18 +68,50 @@ class Throughput(TrainerCallback):
 
 
 class TimeBox(TrainerCallback):
-    """Stops training after a wall-clock budget, so a time-boxed run still saves and reports."""
+    """Stops training after a wall-clock budget, so a time-boxed run still saves and reports; its clock
+    starts with training and also drives ``budget_schedule``."""
 
     def __init__(self, minutes: float):
-        self.deadline = time.perf_counter() + minutes * 60
+        self.budget = minutes * 60
+        self.started: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.perf_counter()
+
+    def fraction_used(self) -> float:
+        if self.started is None:
+            return 0.0
+        return min(1.0, (time.perf_counter() - self.started) / self.budget)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if time.perf_counter() > self.deadline:
+        if self.fraction_used() >= 1.0:
             control.should_training_stop = True
 
 
+def budget_schedule(optimizer, warmup_steps: int, time_box: TimeBox):
+    """Linear warm-up over steps, then linear decay to zero at the end of the wall-clock budget (Cramming,
+    Geiping & Goldstein 2022): a step-count schedule never decays in a run stopped by its clock."""
+    from torch.optim.lr_scheduler import LambdaLR
+
+    def factor(step: int) -> float:
+        return min(1.0, (step + 1) / max(1, warmup_steps)) * (1.0 - time_box.fraction_used())
+
+    return LambdaLR(optimizer, factor)
+
+
 class PretrainTrainer(Trainer):
-    """Saves ELECTRA's tied weights without tripping safetensors' shared-tensor check."""
+    """The Trainer with a wall-clock learning-rate schedule for time-boxed runs, saving ELECTRA's tied
+    weights without tripping safetensors' shared-tensor check."""
+
+    def __init__(self, *args, time_box: TimeBox | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.time_box = time_box
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.time_box is None or self.lr_scheduler is not None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        self.lr_scheduler = budget_schedule(optimizer or self.optimizer, self.args.warmup_steps, self.time_box)
+        return self.lr_scheduler
 
     def _save(self, output_dir: str | None = None, state_dict=None):
         from encoder_training.pretraining.models import ElectraPretrainer
@@ -191,15 +223,15 @@ def pretrain(
     )
     args = training_arguments(cfg, out, resume)
     tokens_per_step = cfg.batch_size * cfg.block_size * cfg.grad_accum * max(1, args.world_size)
-    callbacks = [Throughput(tokens_per_step, model)]
-    if cfg.max_time_minutes:
-        callbacks.append(TimeBox(cfg.max_time_minutes))
+    time_box = TimeBox(cfg.max_time_minutes) if cfg.max_time_minutes else None
+    callbacks = [Throughput(tokens_per_step, model), *([time_box] if time_box else [])]
     trainer = PretrainTrainer(
         model=model,
         args=args,
         train_dataset=BlockDataset(train_blocks),
         data_collator=collator,
         callbacks=callbacks,
+        time_box=time_box,
     )
     started = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume or None)

@@ -195,3 +195,24 @@ def test_config_rejects_unknown_objective() -> None:
 
     with pytest.raises(ValueError):
         build_model(PretrainConfig(objective="clm", **TINY), 100)
+
+
+def test_time_boxed_run_decays_the_learning_rate_to_zero_at_its_deadline(corpus: Path, tmp_path: Path) -> None:
+    """With ``--max-time-minutes`` the clock ends the run, so the schedule follows the clock: a step-count
+    schedule over ``--max-steps`` would still be at its peak when time runs out."""
+    from encoder_training.pretraining.train import TimeBox, budget_schedule
+
+    box = TimeBox(minutes=1.0)
+    schedule = budget_schedule(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0), 4, box)
+    assert schedule.get_last_lr() == [0.25]  # warming up: step 1 of 4, clock not started
+    box.started = __import__("time").perf_counter() - 45  # three quarters of the budget gone
+    for _ in range(5):
+        schedule.step()
+    assert schedule.get_last_lr()[0] == pytest.approx(0.25, abs=0.01)
+
+    argv = ["train", "pretrain", "--objective", "mlm", "--input", str(corpus), "--out", str(tmp_path / "m")]
+    flags = [*tiny_flags(100_000), "--vocab-size=500", "--max-time-minutes=0.1", "--learning-rate=1e-3"]
+    metrics = run_cli([*argv, *flags])
+    rates = [e["learning_rate"] for e in metrics["log_history"] if "learning_rate" in e]
+    assert metrics["steps"] < 100_000 and len(rates) > 3
+    assert rates[-1] < 0.25 * max(rates), rates
