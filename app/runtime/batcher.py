@@ -105,7 +105,8 @@ class MicroBatcher:
 
     async def _tokenized(self, loop: asyncio.AbstractEventLoop, texts: list[str]) -> list[Encoded]:
         """``texts`` tokenised off the event loop, in one tokenizer call with whatever else arrived meanwhile:
-        a thread hop per request cost more than the tokenising itself (64 callers: 0.89 vs 0.94 of offline)."""
+        a thread hop per request cost more than the tokenising itself (64 callers: 0.91x the offline rate
+        instead of 0.89x; 0.94x with the tokenising taken away altogether)."""
         tokenized = loop.create_future()
         self._to_tokenize.append((texts, tokenized))
         if self._tokenizing is None or self._tokenizing.done():

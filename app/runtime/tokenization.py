@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from app.runtime.backends.base import Backend
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-PARALLEL_TOKENIZE_FROM = 256  # texts in one call
 
 
 @dataclass(frozen=True)
@@ -40,14 +39,10 @@ class TextTokenizer:
         self._fast.enable_truncation(max_length=max_tokens)
 
     def encode(self, texts: list[str]) -> list[Encoded]:
-        # encode_batch hands the texts to the tokenizers library's thread pool, whose threads then steal the
-        # cores from the forward passes; a few texts (what the micro-batcher sends) are quicker in this
-        # thread (64 concurrent callers, int8: 0.93-0.99x of the offline rate instead of 0.90-0.93x).
-        if len(texts) < PARALLEL_TOKENIZE_FROM:
-            encodings = [self._fast.encode(text, add_special_tokens=True) for text in texts]
-        else:
-            encodings = self._fast.encode_batch(texts, add_special_tokens=True)
-        return [Encoded(tuple(encoding.ids), bool(encoding.overflowing)) for encoding in encodings]
+        return [
+            Encoded(tuple(encoding.ids), bool(encoding.overflowing))
+            for encoding in self._fast.encode_batch(texts, add_special_tokens=True)
+        ]
 
     def pad(self, batch: list[Encoded]) -> dict[str, np.ndarray]:
         width = max(len(item) for item in batch)
@@ -106,8 +101,8 @@ def plan_batches(
     exceed ``max_padding`` of its real tokens: on a CPU a forward pass costs little beyond its tokens (int8
     MiniLM, one thread: 440 sentences/s one at a time, 495 in batches of 4, 452 in batches of 32), so a
     mixed crowd is cheaper as several length buckets than as one batch padded to its longest member (64
-    concurrent callers, int8, one pass per core: 827-870 sentences/s at 0.02, 797-808 at 0.1, 0.83x of that
-    at 0.25; offline, 2,000 sentences: 947 at 0.02, 877 at 0.1).
+    concurrent callers, int8, one pass per core: 827-870 sentences/s at 0.02, 797-808 at 0.1; offline,
+    2,000 sentences: 947 at 0.02, 877 at 0.1).
     """
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     batches: list[list[int]] = []
