@@ -55,13 +55,7 @@ def concurrent_rate(runtime, sentences: list[str], max_batch_size: int) -> float
     from app.runtime import MicroBatcher
 
     async def scenario() -> float:
-        batcher = MicroBatcher(
-            runtime.encode,
-            runtime.run,
-            max_batch_size=max_batch_size,
-            parallel_passes=runtime.backend.parallel_passes,
-            max_padding=runtime.backend.max_padding,
-        )
+        batcher = MicroBatcher.for_runtime(runtime, max_batch_size=max_batch_size)
         queue = list(sentences)
 
         async def caller() -> None:

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from app.runtime.tokenization import Encoded, plan_batches
+from app.runtime.tokenization import Encoded, TokenizedRuntime, plan_batches
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,18 @@ class MicroBatcher:
         self._inference = ThreadPoolExecutor(parallel_passes, thread_name_prefix="inference")
         self._in_flight: set[asyncio.Task] = set()
         self._worker: asyncio.Task | None = None
+
+    @classmethod
+    def for_runtime(cls, runtime: TokenizedRuntime, **settings: Any) -> MicroBatcher:
+        """A batcher over ``runtime``, shaped as its backend runs best (passes side by side, padding bound)."""
+        backend = runtime.backend
+        return cls(
+            runtime.encode,
+            runtime.run,
+            parallel_passes=backend.parallel_passes,
+            max_padding=backend.max_padding,
+            **settings,
+        )
 
     @property
     def depth(self) -> int:

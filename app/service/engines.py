@@ -81,16 +81,13 @@ async def submit(batcher: MicroBatcher, texts: list[str]) -> tuple[list, list]:
 def _batcher(
     runtime: EncoderRuntime | FillMaskRuntime, settings: Settings, metrics: Metrics, name: str
 ) -> MicroBatcher:
-    batcher = MicroBatcher(
-        runtime.encode,
-        runtime.run,
+    batcher = MicroBatcher.for_runtime(
+        runtime,
         max_batch_tokens=settings.max_batch_tokens,
         max_batch_size=settings.max_batch_size,
         max_wait_ms=settings.max_wait_ms,
         max_queue=settings.max_queue,
         on_batch=metrics.batch_observer(name),
-        parallel_passes=runtime.backend.parallel_passes,
-        max_padding=runtime.backend.max_padding,
     )
     metrics.watch_queue(name, lambda: batcher.depth)
     return batcher

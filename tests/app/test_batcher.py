@@ -17,9 +17,8 @@ def test_concurrent_callers_get_the_same_vectors_as_offline(bundled_torch, share
     passes: list[int] = []
 
     async def scenario() -> list[np.ndarray]:
-        batcher = MicroBatcher(
-            bundled_torch.encode,
-            bundled_torch.run,
+        batcher = MicroBatcher.for_runtime(
+            bundled_torch,
             max_wait_ms=5,
             on_batch=lambda n, tokens: passes.append(n),
         )

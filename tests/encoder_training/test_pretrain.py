@@ -197,7 +197,9 @@ def test_config_rejects_unknown_objective() -> None:
         build_model(PretrainConfig(objective="clm", **TINY), 100)
 
 
-def test_time_boxed_run_decays_the_learning_rate_to_zero_at_its_deadline(corpus: Path, tmp_path: Path) -> None:
+def test_time_boxed_run_decays_the_learning_rate_to_zero_at_its_deadline(
+    corpus: Path, tmp_path: Path
+) -> None:
     """With ``--max-time-minutes`` the clock ends the run, so the schedule follows the clock: a step-count
     schedule over ``--max-steps`` would still be at its peak when time runs out."""
     from encoder_training.pretraining.train import TimeBox, budget_schedule

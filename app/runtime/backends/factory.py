@@ -15,7 +15,7 @@ def onnxruntime_installed() -> bool:
 
 
 def resolve_backend_name(requested: str, task: Task, device: str, has_onnxruntime: bool) -> str:
-    """``auto``: torch fp16 on a GPU; on CPU, int8 ONNX for embeddings (1.7x the torch runtime here, cosine >= 0.99) and
+    """``auto``: torch fp16 on a GPU; on CPU, int8 ONNX for embeddings (2.4x the torch runtime here, cosine >= 0.99) and
     torch for fill-mask, whose top tokens int8 can reorder. Without onnxruntime, torch."""
     if requested != "auto":
         if requested.startswith("onnx") and not has_onnxruntime:
