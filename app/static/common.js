@@ -126,7 +126,11 @@ async function api(path, { method = "GET", body, signal } = {}) {
     if (error.name === "AbortError") throw error;
     throw new ApiError(0, "The server did not answer: is it running?", null, null);
   }
-  const data = await response.json().catch(() => null);
+  // An abort can also land while the body is read: it must stay an abort, not become an empty answer.
+  const data = await response.json().catch((error) => {
+    if (error.name === "AbortError") throw error;
+    return null;
+  });
   if (response.ok) return data;
   const retryAfter = Number(response.headers.get("Retry-After")) || null;
   throw new ApiError(response.status, explain(response.status, data, retryAfter), data && data.field, retryAfter);
