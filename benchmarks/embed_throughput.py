@@ -131,6 +131,10 @@ def report(rows: dict, sentences: list[str], out: str) -> None:
         / rows[f"one request per pass onnx-int8, {CALLERS} callers"]["sentences_per_s"],
         "microbatched_vs_offline_torch": rows[f"micro-batched torch, {CALLERS} callers"]["sentences_per_s"]
         / rows["runtime torch"]["sentences_per_s"],
+        "microbatched_vs_one_per_pass_torch": rows[f"micro-batched torch, {CALLERS} callers"][
+            "sentences_per_s"
+        ]
+        / rows[f"one request per pass torch, {CALLERS} callers"]["sentences_per_s"],
     }
     result = {
         "command": "python benchmarks/embed_throughput.py",

@@ -60,8 +60,8 @@ class MicroBatcher:
         self._tokenizers = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
         self._to_tokenize: list[tuple[list[str], asyncio.Future]] = []
         self._tokenizing: asyncio.Task | None = None
-        # As many forward passes in flight as the backend runs well side by side (one per core for ONNX
-        # Runtime on a CPU, else one that owns every core); each takes what gathered while all were busy.
+        # As many forward passes in flight as the backend runs well side by side (one per core
+        # on a CPU, one on a GPU); each takes what gathered while all were busy.
         self.parallel_passes = parallel_passes
         self._inference = ThreadPoolExecutor(parallel_passes, thread_name_prefix="inference")
         self._in_flight: set[asyncio.Task] = set()

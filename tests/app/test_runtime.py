@@ -109,6 +109,23 @@ def test_onnx_int8_keeps_quality_on_real_text(bundled_torch, onnx_pair, shared_d
     assert onnx_pair[1].backend.max_padding < bundled_torch.backend.max_padding  # short batches per core
 
 
+def test_torch_on_a_cpu_runs_one_single_threaded_pass_per_core(bundled_torch):
+    """Each pass runs on one OpenMP thread, and only inside the pass: the caller's setting is left as it was."""
+    import torch
+
+    backend = bundled_torch.backend
+    assert backend.parallel_passes == (os.cpu_count() or 1)
+    seen = []
+    hook = backend.module.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+    torch.set_num_threads(2)
+    try:
+        bundled_torch.embed(["one pass", "and another text to embed"])
+        assert torch.get_num_threads() == 2
+    finally:
+        hook.remove()
+    assert seen and set(seen) == {1}
+
+
 def test_onnx_cache_is_reused_and_refreshed_when_the_model_changes(tiny_bert, tmp_path):
     import json
     import shutil

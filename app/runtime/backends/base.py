@@ -16,8 +16,8 @@ class Backend(Protocol):
     name: BackendName
     provider: str  # what actually runs: "cpu", "cuda", "CPUExecutionProvider", ...
     input_names: tuple[str, ...]
-    # Forward passes it runs well side by side: ONNX Runtime on a CPU runs one single-threaded pass per
-    # core (no thread hand-offs inside a pass); torch and GPUs take one pass at a time, using every core.
+    # Forward passes it runs well side by side: on a CPU one single-threaded pass per core (no thread
+    # hand-offs inside a pass); a GPU takes one pass at a time.
     parallel_passes: int
     # Padding a batch may carry, as a fraction of its real tokens (``plan_batches``): single-threaded CPU
     # passes run short batches best (see there); one pass over many threads wants fuller batches.
