@@ -198,10 +198,11 @@ def test_config_rejects_unknown_objective() -> None:
 
 
 def test_time_boxed_run_decays_the_learning_rate_to_zero_at_its_deadline(
-    corpus: Path, tmp_path: Path
+    corpus: Path, tmp_path: Path, capfd: pytest.CaptureFixture
 ) -> None:
     """With ``--max-time-minutes`` the clock ends the run, so the schedule follows the clock: a step-count
-    schedule over ``--max-steps`` would still be at its peak when time runs out."""
+    schedule over ``--max-steps`` would still be at its peak when time runs out. The progress bar counts
+    the budget's seconds too."""
     from encoder_training.pretraining.train import TimeBox, budget_schedule
 
     box = TimeBox(minutes=1.0)
@@ -218,3 +219,6 @@ def test_time_boxed_run_decays_the_learning_rate_to_zero_at_its_deadline(
     rates = [e["learning_rate"] for e in metrics["log_history"] if "learning_rate" in e]
     assert metrics["steps"] < 100_000 and len(rates) > 3
     assert rates[-1] < 0.25 * max(rates), rates
+    bar = capfd.readouterr().err
+    assert "/6 [" in bar and f"step={metrics['steps']}" in bar  # 0.1 minutes: a bar of 6 seconds
+    assert "/100000" not in bar
