@@ -1,14 +1,16 @@
 """MicroBatcher: gathers concurrent requests into token-budgeted forward passes (TEI's dynamic batching).
 
 Requests are tokenised off the event loop (together with whatever else arrived meanwhile), then queued.
-Each free forward pass takes one batch planned over the whole queue: the oldest request and those nearest
-its length, within ``max_batch_tokens`` padded tokens. The queue is bounded: past ``max_queue`` texts a
-request fails fast with ``Overloaded`` (HTTP 429)."""
+Each inference thread, as soon as its last pass ends, takes one batch planned over the whole queue: the
+oldest request and those nearest its length, within ``max_batch_tokens`` padded tokens. The queue is
+bounded: past ``max_queue`` texts a request fails fast with ``Overloaded`` (HTTP 429)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -54,18 +56,20 @@ class MicroBatcher:
         self.max_queue = max_queue
         self.max_padding = max_padding
         self._on_batch = on_batch
-        self._waiting: deque[_Waiting] = deque()
         self._admitted = 0  # texts accepted and not yet answered (the bound that makes 429s)
-        self._wakeup = asyncio.Event()
         self._tokenizers = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
         self._to_tokenize: list[tuple[list[str], asyncio.Future]] = []
         self._tokenizing: asyncio.Task | None = None
-        # As many forward passes in flight as the backend runs well side by side (one per core
-        # on a CPU, one on a GPU); each takes what gathered while all were busy.
+        # As many inference threads as the backend runs passes well side by side (one per core on a CPU,
+        # one on a GPU). Each plans its own next batch under this lock the moment its pass ends: handing
+        # that to the event loop left the core idle for a round trip per pass (int8, 64 callers: 0.88x the
+        # offline rate that way, 0.91-0.95x this way).
         self.parallel_passes = parallel_passes
-        self._inference = ThreadPoolExecutor(parallel_passes, thread_name_prefix="inference")
-        self._in_flight: set[asyncio.Task] = set()
-        self._worker: asyncio.Task | None = None
+        self._queue = threading.Condition()
+        self._waiting: deque[_Waiting] = deque()  # guarded by ``_queue``
+        self._stopping = False
+        self._threads: list[threading.Thread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     def for_runtime(cls, runtime: TokenizedRuntime, **settings: Any) -> MicroBatcher:
@@ -84,20 +88,26 @@ class MicroBatcher:
         return self._admitted
 
     async def start(self) -> None:
-        if self._worker is None:
-            self._worker = asyncio.create_task(self._serve(), name="micro-batcher")
+        if self._threads:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._threads = [
+            threading.Thread(target=self._infer, name=f"inference-{i}", daemon=True)
+            for i in range(self.parallel_passes)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     async def stop(self) -> None:
-        """Drain: answer everything admitted, then stop the worker."""
+        """Drain: answer everything admitted, then stop the inference threads."""
         while self._admitted:
             await asyncio.sleep(0.01)
-        if self._worker:
-            for task in (self._worker, *self._in_flight):
-                task.cancel()
-            await asyncio.gather(self._worker, *self._in_flight, return_exceptions=True)
-            self._worker = None
+        with self._queue:
+            self._stopping = True
+            self._queue.notify_all()
+        for thread in self._threads:
+            await asyncio.to_thread(thread.join)
         self._tokenizers.shutdown(wait=False)
-        self._inference.shutdown(wait=True)
 
     async def submit(self, texts: list[str]) -> tuple[list[Encoded], list[Any]]:
         """Tokens and outputs for ``texts``, in order; raises ``Overloaded`` instead of queueing without end."""
@@ -109,8 +119,11 @@ class MicroBatcher:
             loop = asyncio.get_running_loop()
             items = await self._tokenized(loop, texts)
             futures = [loop.create_future() for _ in items]
-            self._waiting.extend(_Waiting(item, future) for item, future in zip(items, futures, strict=True))
-            self._wakeup.set()
+            with self._queue:
+                self._waiting.extend(
+                    _Waiting(item, future) for item, future in zip(items, futures, strict=True)
+                )
+                self._queue.notify()
             return items, list(await asyncio.gather(*futures))
         finally:
             self._admitted -= len(texts)
@@ -151,32 +164,45 @@ class MicroBatcher:
             if not future.done():
                 future.set_result(items)
 
-    async def _serve(self) -> None:
-        loop = asyncio.get_running_loop()
-        free = asyncio.Semaphore(self.parallel_passes)
+    def _infer(self) -> None:
+        """An inference thread: take a batch, run it, hand the answers to the event loop; until stopped."""
         while True:
-            await self._wakeup.wait()
-            await free.acquire()
-            await self._fill(loop)
-            batch = self._take()
-            if not self._waiting:
-                self._wakeup.clear()
+            with self._queue:
+                while not self._waiting and not self._stopping:
+                    self._queue.wait()
+                if self._stopping:
+                    return
+                self._fill()
+                batch = self._take()
+                if self._waiting:
+                    self._queue.notify()  # what this pass left behind is for a thread that is free
             if not batch:
-                free.release()
                 continue
-            task = asyncio.create_task(self._answer(loop, batch, free))
-            self._in_flight.add(task)
-            task.add_done_callback(self._in_flight.discard)
+            try:
+                self._loop.call_soon_threadsafe(self._answer, batch, self._outputs(batch))
+            except RuntimeError:  # the event loop has closed: no caller is left to answer
+                return
 
-    async def _fill(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait up to ``max_wait`` for the budget to fill, so a burst shares a forward pass."""
-        deadline = loop.time() + self.max_wait
-        while sum(len(w.item) for w in self._waiting) < self.max_batch_tokens and loop.time() < deadline:
-            await asyncio.sleep(min(0.0005, max(deadline - loop.time(), 0)))
+    def _fill(self) -> None:
+        """Wait up to ``max_wait`` for the budget to fill, so a burst shares a forward pass (lock held)."""
+        deadline = time.monotonic() + self.max_wait
+        while sum(len(w.item) for w in self._waiting) < self.max_batch_tokens and not self._stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._queue.wait(left)
+
+    def _outputs(self, batch: list[_Waiting]) -> list[Any]:
+        try:
+            return self._run([w.item for w in batch])
+        except Exception as exc:  # a failed forward pass fails its requests, not the thread
+            log.exception("inference failed")
+            return [exc] * len(batch)
 
     def _take(self) -> list[_Waiting]:
         """One forward pass: the oldest waiting request and the waiting ones nearest its length, planned over
-        everything queued (a bigger pool gives fuller, less padded batches; the oldest first bounds waits)."""
+        everything queued (a bigger pool gives fuller, less padded batches; the oldest first bounds waits).
+        Called with the lock held; a future cancelled meanwhile is read racily, and at worst runs once more."""
         live = [w for w in self._waiting if not w.future.cancelled()]
         if not live:
             self._waiting.clear()
@@ -188,18 +214,8 @@ class MicroBatcher:
         self._waiting = deque(w for i, w in enumerate(live) if i not in taken)
         return [live[i] for i in chosen]
 
-    async def _answer(
-        self, loop: asyncio.AbstractEventLoop, batch: list[_Waiting], free: asyncio.Semaphore
-    ) -> None:
-        try:
-            outputs = await loop.run_in_executor(self._inference, self._run, [w.item for w in batch])
-        except Exception as exc:  # a failed forward pass fails its requests, not the worker
-            log.exception("inference failed")
-            outputs = [exc] * len(batch)
-        finally:
-            # Free the pass before answering: the next batch is dispatched ahead of these callers' wake-ups,
-            # so the core doesn't idle while they run.
-            free.release()
+    def _answer(self, batch: list[_Waiting], outputs: list[Any]) -> None:
+        """On the event loop: each caller gets its own output (or its pass's exception)."""
         if self._on_batch:
             self._on_batch(len(batch), len(batch) * max(len(w.item) for w in batch))
         for one, output in zip(batch, outputs, strict=True):

@@ -137,6 +137,38 @@ def test_passes_in_flight_never_exceed_what_the_backend_runs_well(parallel_passe
     assert most[0] == parallel_passes
 
 
+def test_what_one_pass_leaves_behind_goes_to_a_free_thread_at_once():
+    """One request whose texts can't share a batch (lengths 1 and 8, no padding allowed) runs as two passes
+    side by side, not one after the other: the thread that takes the first wakes another for the rest."""
+    from app.runtime.tokenization import Encoded
+
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def run(items):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        threading.Event().wait(0.1)
+        with lock:
+            running[0] -= 1
+        return [len(item) for item in items]
+
+    async def scenario() -> list:
+        batcher = MicroBatcher(
+            lambda texts: [Encoded((7,) * len(text), False) for text in texts],
+            run,
+            parallel_passes=2,
+            max_padding=0.0,
+        )
+        _, answers = await batcher.submit(["a", "abcdefgh"])
+        await batcher.stop()
+        return answers
+
+    assert asyncio.run(scenario()) == [1, 8]
+    assert most[0] == 2
+
+
 def test_concurrent_requests_share_tokenizer_calls_and_a_refused_text_fails_only_its_request():
     """Requests that arrive while the tokenizer is busy are tokenised together (one thread hop, not one
     each); a text the tokenizer refuses fails its own request, and its neighbours are still answered."""
