@@ -99,23 +99,32 @@ def test_a_failing_forward_pass_fails_its_requests_not_the_worker():
     assert asyncio.run(scenario()) == [0]
 
 
+class _TimedPasses:
+    """A forward pass that takes ``seconds`` and answers each item with ``answer(item)``; it records the most
+    passes that ran at once."""
+
+    def __init__(self, answer, seconds: float):
+        self.answer, self.seconds = answer, seconds
+        self.running = self.most = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, items):
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        threading.Event().wait(self.seconds)
+        with self._lock:
+            self.running -= 1
+        return [self.answer(item) for item in items]
+
+
 @pytest.mark.parametrize("parallel_passes", [1, 2])
 def test_passes_in_flight_never_exceed_what_the_backend_runs_well(parallel_passes: int):
     """With ``parallel_passes`` 2 a second pass starts while the first runs (one per core for ONNX Runtime
     on a CPU); with 1 never. Every caller still gets its own answer."""
     from app.runtime.tokenization import Encoded
 
-    running, most = [0], [0]
-    lock = threading.Lock()
-
-    def run(items):
-        with lock:
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        threading.Event().wait(0.05)
-        with lock:
-            running[0] -= 1
-        return [item.ids[0] for item in items]
+    run = _TimedPasses(lambda item: item.ids[0], 0.05)
 
     async def scenario() -> list:
         batcher = MicroBatcher(
@@ -134,7 +143,7 @@ def test_passes_in_flight_never_exceed_what_the_backend_runs_well(parallel_passe
         return answers
 
     assert asyncio.run(scenario()) == list(range(16))
-    assert most[0] == parallel_passes
+    assert run.most == parallel_passes
 
 
 def test_what_one_pass_leaves_behind_goes_to_a_free_thread_at_once():
@@ -142,17 +151,7 @@ def test_what_one_pass_leaves_behind_goes_to_a_free_thread_at_once():
     side by side, not one after the other: the thread that takes the first wakes another for the rest."""
     from app.runtime.tokenization import Encoded
 
-    running, most = [0], [0]
-    lock = threading.Lock()
-
-    def run(items):
-        with lock:
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        threading.Event().wait(0.1)
-        with lock:
-            running[0] -= 1
-        return [len(item) for item in items]
+    run = _TimedPasses(len, 0.1)
 
     async def scenario() -> list:
         batcher = MicroBatcher(
@@ -166,7 +165,7 @@ def test_what_one_pass_leaves_behind_goes_to_a_free_thread_at_once():
         return answers
 
     assert asyncio.run(scenario()) == [1, 8]
-    assert most[0] == 2
+    assert run.most == 2
 
 
 def test_concurrent_requests_share_tokenizer_calls_and_a_refused_text_fails_only_its_request():
