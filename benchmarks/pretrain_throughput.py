@@ -10,13 +10,11 @@ load on a shared machine hits all of them alike; the median step time is reporte
 oversubscribed machine use ``--threads 1``: OpenMP threads spin-waiting on descheduled siblings
 otherwise dominate every step (measured here: 3x slower with 2 threads at load 10 on 2 cores).
 
-Page faults per step are reported too: the baseline's [tokens, vocabulary] logits (134 MB) are above
-glibc's 32 MB mmap ceiling, so each step maps them afresh, and on this VM a fresh page costs enough that
-the baseline's step time follows the machine's page-fault cost (0.88-1.48 s between runs of the same
-code). For the compute-only ratio run both under an allocator that keeps freed memory:
-
-    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
-        python benchmarks/pretrain_throughput.py --out pretrain_throughput_jemalloc.json
+The whole process keeps freed memory (``keep_freed_memory``, as ``cloze train pretrain`` does), for every
+contender alike: without it glibc maps the baseline's [tokens, vocabulary] logits (134 MB) afresh each step,
+and on a VM, where a fresh page costs ~10 us, the baseline's step followed the machine's page-fault cost
+(0.88-1.57 s between runs of the same code; ratios of 2.3-4.2x). So the ratio below is compute against
+compute; page faults per step are still reported, to show it.
 
     python benchmarks/pretrain_throughput.py [--steps 12] [--run-minutes 30]
 
@@ -149,7 +147,10 @@ def timed_run(minutes: float, work: Path) -> dict:
     subprocess.run(cmd, check=True, cwd=ROOT)
     metrics = json.loads((out / "metrics.json").read_text())
     shutil.copy(out / "loss_curve.png", RESULTS / "pretrain_tiny_cpu_loss.png")
-    return {k: metrics[k] for k in ("steps", "train_seconds", "tokens_per_s", "final_loss", "heldout")}
+    return {
+        k: metrics[k]
+        for k in ("steps", "train_seconds", "tokens_per_s", "final_loss", "peak_rss_mb", "heldout")
+    }
 
 
 def main() -> None:
@@ -161,7 +162,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    from encoder_training.pretraining.allocator import keep_freed_memory
     from encoder_training.pretraining.recipes import load_recipe
+
+    kept = keep_freed_memory()
 
     cfg = load_recipe("tiny-cpu")
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,6 +174,7 @@ def main() -> None:
             "steps_timed": args.steps,
             "threads": torch.get_num_threads(),
             "ld_preload": os.environ.get("LD_PRELOAD", ""),
+            "freed_memory_kept": kept,
             **measure(cfg, args.steps, Path(tmp)),
         }
         if args.run_minutes:

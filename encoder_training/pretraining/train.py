@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import resource
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -280,12 +282,19 @@ def pretrain(
         "tokens_per_s": round(result.global_step * tokens_per_step / seconds, 1),
         "final_loss": last_loss(trainer.state.log_history),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "peak_rss_mb": peak_rss_mb(),
         "heldout": heldout_metrics(model, heldout, collator),
         "log_history": trainer.state.log_history,
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     plot_loss(trainer.state.log_history, out / "loss_curve.png", cfg.objective)
     return metrics
+
+
+def peak_rss_mb() -> int:
+    """This process's peak resident memory in MB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // 2**20 if sys.platform == "darwin" else peak // 2**10  # bytes on macOS, KiB on Linux
 
 
 def leave_process_group() -> None:

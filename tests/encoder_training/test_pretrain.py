@@ -136,7 +136,7 @@ def test_mlm_pretrain_cli_learns_and_saves_a_bert_folder(corpus: Path, tmp_path:
     metrics = run_cli([*argv, "--out", str(out), "--vocab-size=500", "--learning-rate=2e-3", *tiny_flags(40)])
     losses = [e["loss"] for e in metrics["log_history"] if "loss" in e]
     assert losses[-1] < losses[0] - 0.15, losses
-    assert metrics["steps"] == 40 and metrics["tokens_per_s"] > 0
+    assert metrics["steps"] == 40 and metrics["tokens_per_s"] > 0 and metrics["peak_rss_mb"] > 100
     assert 0.0 <= metrics["heldout"]["accuracy"] <= 1.0 and metrics["heldout"]["masked_tokens"] > 0
     assert (out / "loss_curve.png").stat().st_size > 1000
     assert any(e.get("tokens_per_s") for e in metrics["log_history"])
