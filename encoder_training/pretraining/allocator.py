@@ -1,11 +1,11 @@
 """Keep freed heap memory in the training process instead of handing it back to the kernel every step.
 
-glibc's malloc serves a large allocation with a fresh mapping (above a threshold that grows to 32 MB)
-and trims the top of its heap on free, so a training step, which allocates the same activations every
-time, takes many of its pages afresh: one page fault per 4 KB. On the VMs this project was measured on a
-fault costs ~10 us, and the tiny-cpu steps took up to 8,000 (MLM) and 40,000 (ELECTRA) of them, 8% and 20%
-of the step (``benchmarks/pretrain_throughput.py`` counts them). This is what jemalloc or tcmalloc do for
-PyTorch on a CPU, set from Python instead of through ``LD_PRELOAD``.
+glibc's malloc gives large allocations their own mapping (above a threshold that adapts up to 32 MB) and
+trims the top of its heap on free, so a training step, which allocates the same activations every time,
+takes many of its pages afresh: a page fault every 4 KB, ~10 us each on the VMs this was measured on.
+``benchmarks/pretrain_throughput.py`` counts them: up to 8,000 per tiny-cpu MLM step and 40,000 per ELECTRA
+step with glibc as it comes, 8% and 20% of the step. jemalloc (``LD_PRELOAD``) does better still where it
+is installed; these settings are what glibc offers from Python.
 """
 
 from __future__ import annotations
@@ -14,19 +14,24 @@ import ctypes
 import sys
 
 M_TRIM_THRESHOLD = -1  # malloc.h: free memory at the heap top kept before it is returned
-M_MMAP_MAX = -4  # malloc.h: how many allocations may be served by their own mapping
+M_MMAP_THRESHOLD = -3  # malloc.h: allocations this large or larger get their own mapping
+M_MMAP_MAX = -4  # malloc.h: how many allocations may have their own mapping at once
+_MMAP_CEILING = 32 * 2**20  # the largest threshold glibc accepts on 64-bit
 _NEVER_TRIM = 2**31 - 1  # mallopt takes an int
 
 
-def keep_freed_memory() -> bool:
-    """Serve every allocation from the heap and never trim it; False where the C library is not glibc.
+def keep_freed_memory(heap_only: bool = False) -> bool:
+    """Serve allocations below 32 MB from the heap and never trim it; False where the C library is not glibc.
 
-    Process-wide and for the process's lifetime: the heap stays at its peak, which for a training
-    process is the working set it will need again at the next step.
+    ``heap_only`` serves larger ones from the heap too: no step then faults at all, but the heap
+    fragments more (peak memory measured 33% higher on a tiny-cpu run), so only the benchmark uses it.
+    Process-wide and for the process's lifetime.
     """
     if not sys.platform.startswith("linux"):
         return False
     libc = ctypes.CDLL(None)  # the C library this process already uses
     if not hasattr(libc, "gnu_get_libc_version"):  # musl and others: their mallopt differs or is a no-op
         return False
-    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, _NEVER_TRIM))
+    settings = [(M_MMAP_THRESHOLD, _MMAP_CEILING), (M_TRIM_THRESHOLD, _NEVER_TRIM)]
+    settings += [(M_MMAP_MAX, 0)] if heap_only else []
+    return all(libc.mallopt(option, value) == 1 for option, value in settings)
