@@ -15,8 +15,8 @@ and six warm-up steps each let that heap settle. Without it glibc maps the basel
 logits (134 MB) afresh each step, and on a VM, where a fresh page costs ~10 us, the baseline's step followed
 the machine's page-fault cost (0.88-1.57 s between runs of the same code; ratios of 2.3-4.2x), and ELECTRA's
 (40,000 faults a step in one run) pushed it to 1.62x the MLM step. So the ratios below are compute against
-compute; page faults per step are still reported, to show it. (``cloze train pretrain`` keeps allocations
-under 32 MB only: heap-only fragments more, measured at 33% more peak memory over a tiny-cpu run.)
+compute; page faults per step are still reported, to show it. (The trainer leaves glibc's
+defaults: ``encoder_training/pretraining/allocator.py`` says why.)
 
     python benchmarks/pretrain_throughput.py [--steps 12] [--run-minutes 30]
 

@@ -52,12 +52,9 @@ def _add_pretrain(train: argparse._SubParsersAction) -> None:
 
 
 def _pretrain(args: argparse.Namespace) -> None:
-    from encoder_training.pretraining.allocator import keep_freed_memory
     from encoder_training.pretraining.recipes import load_recipe
     from encoder_training.pretraining.train import pretrain
 
-    # process-wide, so set here where the process is ours: each step reuses the last one's pages
-    keep_freed_memory()
     cfg = load_recipe(args.recipe, vars(args))
     metrics = pretrain(cfg, args.input, args.out, args.tokenizer, args.resume)
     if metrics:
