@@ -6,9 +6,10 @@ takes many of its pages afresh: a page fault every 4 KB, ~10 us each on the VMs 
 ``benchmarks/pretrain_throughput.py`` counts them: up to 8,000 per tiny-cpu MLM step and 40,000 per ELECTRA
 step with glibc as it comes, 8% and 20% of the step, and for the Hugging Face baseline (134 MB of logits a
 step) far more. The benchmark sets this so that it compares compute with compute. The trainer leaves glibc as
-it is: in single runs the heap these settings keep grew to a higher peak (4.8 GB after a 30-minute tiny-cpu
-run, against 2.9 GB heap-only and 2.2-2.4 GB for 500 steps either way); jemalloc through ``LD_PRELOAD`` is
-the better cure where it is installed (flat at 1.1 GB over 500 steps).
+it is: single 30-minute tiny-cpu runs disagreed (glibc's defaults 4,048 steps at a 4.5 GB peak; these
+settings 4,202 steps, 4.8 GB; heap-only 4,298 steps, 2.9 GB, but 3.2 GB against 2.4 GB for glibc over 500
+steps), so no default changes on them. jemalloc through ``LD_PRELOAD`` is the cure where it is installed:
+flat at 1.1 GB over 500 steps.
 """
 
 from __future__ import annotations
