@@ -10,13 +10,15 @@ load on a shared machine hits all of them alike; the median step time is reporte
 oversubscribed machine use ``--threads 1``: OpenMP threads spin-waiting on descheduled siblings
 otherwise dominate every step (measured here: 3x slower with 2 threads at load 10 on 2 cores).
 
-Every contender's allocations come from a heap that is never trimmed (``keep_freed_memory(heap_only=True)``),
-and six warm-up steps each let that heap settle. Without it glibc maps the baseline's [tokens, vocabulary]
-logits (134 MB) afresh each step, and on a VM, where a fresh page costs ~10 us, the baseline's step followed
-the machine's page-fault cost (0.88-1.57 s between runs of the same code; ratios of 2.3-4.2x), and ELECTRA's
-(40,000 faults a step in one run) pushed it to 1.62x the MLM step. So the ratios below are compute against
-compute; page faults per step are still reported, to show it. (The trainer leaves glibc's
-defaults: ``encoder_training/pretraining/allocator.py`` says why.)
+Every contender's allocations come from a heap that is never trimmed (``keep_freed_memory``), and six
+warm-up steps each let that heap settle. Without it glibc maps the baseline's [tokens, vocabulary] logits
+(134 MB, above its 32 MB mmap ceiling) afresh each step, and on a VM, where a fresh page costs ~10 us, the
+baseline's step followed the machine's page-fault cost (0.88-1.57 s between runs of the same code; ratios of
+2.3-4.2x), and ELECTRA's (40,000 faults a step in one run) pushed it to 1.62x the MLM step. So the ratios
+below are compute against compute; page faults per step are still reported, to show it. The trainer keeps
+glibc's defaults: single 30-minute tiny-cpu runs disagreed on what a kept heap costs in memory (defaults
+4,048 steps at a 4.5 GB peak, heap-only 4,298 steps at 2.9 GB, yet 3.2 GB against 2.4 GB over 500 steps);
+jemalloc through ``LD_PRELOAD`` stayed flat at 1.1 GB over 500 steps.
 
     python benchmarks/pretrain_throughput.py [--steps 12] [--run-minutes 30]
 
@@ -27,6 +29,7 @@ reports its held-out masked-token accuracy (writes ``results/pretrain_tiny_cpu_l
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import resource
@@ -44,6 +47,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
 WARMUP = 6  # steps each before timing: the heap grows for the first few, then is reused
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
+
+
+def keep_freed_memory() -> bool:
+    """Serve every allocation from a heap that is never trimmed (process-wide); False unless glibc."""
+    libc = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
+    if libc is None or not hasattr(libc, "gnu_get_libc_version"):
+        return False
+    return libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1
 
 
 def make_blocks(work: Path, cfg):
@@ -165,10 +177,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from encoder_training.pretraining.allocator import keep_freed_memory
     from encoder_training.pretraining.recipes import load_recipe
 
-    kept = keep_freed_memory(heap_only=True)
+    kept = keep_freed_memory()
 
     cfg = load_recipe("tiny-cpu")
     with tempfile.TemporaryDirectory() as tmp:
