@@ -35,8 +35,8 @@ test: install browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check app index encoder_training tests benchmarks
-	$(VENV)/bin/ruff format --check app index encoder_training tests benchmarks
+	$(VENV)/bin/ruff check app encoder_training index encoder_runtime tests benchmarks
+	$(VENV)/bin/ruff format --check app encoder_training index encoder_runtime tests benchmarks
 
 clean:
 	rm -rf $(VENV) data/demo-index

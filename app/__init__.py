@@ -1,1 +1,1 @@
-"""cloze-search: the service (``app.service``) and the FastAPI-free inference runtime (``app.runtime``)."""
+"""cloze-search's service: the FastAPI app (``app.service``), its settings and the ``cloze`` CLI root."""

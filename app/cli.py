@@ -64,7 +64,7 @@ def _add_export(top: argparse._SubParsersAction) -> None:
 
 def _export(args: argparse.Namespace) -> None:
     if args.target == "onnx":
-        from app.runtime.onnx_export import export_all
+        from encoder_runtime.onnx_export import export_all
 
         for path in export_all(args.model, args.task):
             print(path)

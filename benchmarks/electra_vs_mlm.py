@@ -252,7 +252,7 @@ def electra_vs_mlm(work: Path, args: argparse.Namespace, log: Path) -> dict:
 
 def minilm_regression(work: Path, args: argparse.Namespace, log: Path) -> dict:
     """Further MNRL fine-tuning of the bundled model must not cost more than 0.01 STS-B test Spearman."""
-    from app.runtime.model_dir import bundled_model_path
+    from encoder_runtime.model_dir import bundled_model_path
 
     before = cached(work / "minilm.sts-before.json", lambda: cloze("eval", "sts", log=log))
     out = work / "minilm-ft"

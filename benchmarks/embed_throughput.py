@@ -52,7 +52,7 @@ def timed(fn, *args) -> tuple[float, object]:
 
 def concurrent_rate(runtime, sentences: list[str], max_batch_size: int) -> float:
     """Sentences/s for CALLERS concurrent callers, each sending one sentence at a time."""
-    from app.runtime import MicroBatcher
+    from encoder_runtime import MicroBatcher
 
     async def scenario() -> float:
         batcher = MicroBatcher.for_runtime(runtime, max_batch_size=max_batch_size)
@@ -81,8 +81,8 @@ def main() -> None:
 
     from sentence_transformers import SentenceTransformer
 
-    from app.runtime import load_encoder
-    from app.runtime.model_dir import bundled_model_path
+    from encoder_runtime import load_encoder
+    from encoder_runtime.model_dir import bundled_model_path
 
     sentences = real_sentences(args.sentences)
     baseline_model = SentenceTransformer(str(bundled_model_path()), device="cpu")

@@ -110,7 +110,7 @@ def measure_recall(args, encoder, queries: list[str], store) -> tuple[dict, floa
 
 def recall_only(args) -> None:
     """Add recall rows for other nprobe values to an earlier result, from its index (no rebuild)."""
-    from app.runtime import load_encoder
+    from encoder_runtime import load_encoder
     from index import layout
     from index.store import DocumentStore
 
@@ -150,7 +150,7 @@ def main() -> None:
         recall_only(args)
         return
 
-    from app.runtime import load_encoder
+    from encoder_runtime import load_encoder
     from index import layout
     from index.builder import BuildOptions, build_from_input
     from index.store import DocumentStore

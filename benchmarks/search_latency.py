@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 def scifact_index(backend: str) -> Path:
     """The same index `cloze eval beir` builds for SciFact (reused when input and model are unchanged)."""
-    from app.runtime import load_encoder
+    from encoder_runtime import load_encoder
     from index.beir import corpus_file, default_index_dir
     from index.builder import BuildOptions
     from index.cli import build_if_needed

@@ -2,7 +2,7 @@
 
 It holds the sentence-transformers model (encoder + pooling + normalisation), the ONNX fp32 and
 per-channel int8 files in the runtime's own cache layout (``onnx/embed*.onnx`` + ``embed.json``,
-written by ``app.runtime.onnx_export`` so there is one exporter), and a model card
+written by ``encoder_runtime.onnx_export`` so there is one exporter), and a model card
 (``card.json`` for programs, ``README.md`` for people) saying how the model was trained and what it
 measured. A score that could not be measured says so instead of being left out.
 """
@@ -38,7 +38,7 @@ def export_model(
     data_dir: Path | None = None,
 ) -> Path:
     """Write the ST folder, ONNX files and card to ``out``; return ``out``."""
-    from app.runtime.model_dir import resolve_model_path
+    from encoder_runtime.model_dir import resolve_model_path
 
     source, out = resolve_model_path(str(model)), Path(out)
     save_sentence_transformer(source, out)
@@ -63,7 +63,7 @@ def save_sentence_transformer(source: Path, out: Path) -> None:
 
 
 def export_onnx(out: Path) -> dict[str, str]:
-    from app.runtime.onnx_export import export_all
+    from encoder_runtime.onnx_export import export_all
 
     fp32, int8 = export_all(str(out), "embed")
     return {"fp32": str(fp32.relative_to(out)), "int8": str(int8.relative_to(out))}
@@ -71,7 +71,7 @@ def export_onnx(out: Path) -> dict[str, str]:
 
 def int8_agreement(out: Path) -> float:
     """Mean cosine between int8 and fp32 ONNX embeddings of a few sentences: the cost of quantising."""
-    from app.runtime import load_encoder
+    from encoder_runtime import load_encoder
 
     fp32 = load_encoder(str(out), backend="onnx").embed(PROBE_SENTENCES, normalize=True)
     int8 = load_encoder(str(out), backend="onnx-int8").embed(PROBE_SENTENCES, normalize=True)
@@ -181,7 +181,7 @@ def _flatten(value: dict, prefix: str = "") -> dict:
 
 
 def build_card(out: Path, source: Path, model_id: str, onnx_files: dict, scores: dict) -> dict:
-    from app.runtime.model_dir import ModelInfo
+    from encoder_runtime.model_dir import ModelInfo
     from encoder_training.finetuning.train import TRAINING_RECORD
 
     info = ModelInfo.read(out)
@@ -219,7 +219,7 @@ def render_readme(card: dict) -> str:
         f"# {card['model_id']}",
         "",
         "Sentence encoder exported by `cloze export`: a sentence-transformers folder with ONNX fp32 and",
-        "per-channel int8 files under `onnx/`, loadable by `cloze serve` and `app.runtime.load_encoder`.",
+        "per-channel int8 files under `onnx/`, loadable by `cloze serve` and `encoder_runtime.load_encoder`.",
         "",
         f"- dimension {card['dimension']}, pooling `{card['pooling']}`, normalised: {card['normalize']}, "
         f"max tokens {card['max_tokens']}",

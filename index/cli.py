@@ -75,14 +75,14 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _encoder(args: argparse.Namespace) -> Any:
-    from app.runtime import load_encoder
+    from encoder_runtime import load_encoder
 
     return load_encoder(args.model or None, backend=args.backend)
 
 
 def is_current(out: Path, input_path: Path, model: str) -> bool:
     """Published index at ``out`` built from these input bytes and this model (cheap: no model is loaded)."""
-    from app.runtime.model_dir import ModelInfo, resolve_model_path
+    from encoder_runtime.model_dir import ModelInfo, resolve_model_path
     from index import layout
     from index.ingest import corpus_checksum
 

@@ -28,7 +28,7 @@ class ChunkEmbedder:
     """A Ray actor: one encoder per actor, reused for every batch it is given."""
 
     def __init__(self, model: str, backend: str):
-        from app.runtime import load_encoder
+        from encoder_runtime import load_encoder
 
         self.encoder = load_encoder(model, backend=backend)
 

@@ -48,7 +48,7 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def bundled_path() -> Path:
-    from app.runtime.model_dir import bundled_model_path
+    from encoder_runtime.model_dir import bundled_model_path
 
     return bundled_model_path()
 
@@ -56,7 +56,7 @@ def bundled_path() -> Path:
 @pytest.fixture(scope="session")
 def bundled_torch():
     """The real all-MiniLM-L6-v2 on the torch backend, loaded once."""
-    from app.runtime import load_encoder
+    from encoder_runtime import load_encoder
 
     return load_encoder(backend="torch")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from app.runtime import (
+from encoder_runtime import (
     EncoderRuntime,
     FillMaskRuntime,
     MicroBatcher,

@@ -1,6 +1,6 @@
 """Semantic textual similarity: Spearman correlation between cosine similarity and human scores.
 
-The model is embedded through the inference runtime (``app.runtime.load_encoder``), so the number
+The model is embedded through the inference runtime (``encoder_runtime.load_encoder``), so the number
 measured is the number the service would give, on whichever backend is asked for. STS-B test is
 the headline; SICK-R and SemEval STS 2012-2016 are evaluation-only extras (STS-B is built from them,
 so they are never training data here).
@@ -96,7 +96,7 @@ def evaluate_sts(
     limit: int | None = None,
 ) -> dict:
     """Spearman per set; ``spearman`` and ``pairs`` describe the first set (STS-B test by default)."""
-    from app.runtime import load_encoder
+    from encoder_runtime import load_encoder
 
     runtime = load_encoder(str(model) if model else None, backend=backend)
     results = {

@@ -61,7 +61,7 @@ def build_model(model: str, pooling: str = "mean", normalize: bool = True, max_s
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
-    from app.runtime.model_dir import resolve_model_path
+    from encoder_runtime.model_dir import resolve_model_path
 
     path = resolve_model_path(model)
     if (path / "modules.json").is_file():
@@ -189,7 +189,7 @@ def stamp_legacy_pooling(out: Path) -> None:
 def write_record(
     out: Path, config: FinetuneConfig, rows: dict, steps: int, wall: float, history: list, final_dev: dict
 ) -> None:
-    from app.runtime.model_dir import fingerprint, resolve_model_path
+    from encoder_runtime.model_dir import fingerprint, resolve_model_path
 
     base = resolve_model_path(config.model)
     record = {

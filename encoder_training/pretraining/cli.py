@@ -99,7 +99,7 @@ def _eval_lama(args: argparse.Namespace) -> None:
     if args.model:
         model = Path(args.model)
     else:
-        from app.runtime.default_fill_mask import default_fill_mask_path
+        from encoder_runtime.default_fill_mask import default_fill_mask_path
 
         model = default_fill_mask_path()
     print(json.dumps(evaluate_lama(model, args.data or default_lama_dir(), limit=args.limit)))

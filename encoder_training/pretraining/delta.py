@@ -2,7 +2,7 @@
 
 With ``train_top_layers`` only the top encoder layers and the MLM head transform/bias move; the
 embeddings (and the tied output layer) and lower layers are the base model's. Shipping just those
-tensors in fp16 keeps the default fill-mask model a few MB; ``app.runtime.default_fill_mask``
+tensors in fp16 keeps the default fill-mask model a few MB; ``encoder_runtime.default_fill_mask``
 re-assembles the full folder from the base at first use.
 """
 
@@ -34,7 +34,7 @@ def extract_delta(
     import torch
     from safetensors.torch import load_file, save_file
 
-    from app.runtime.model_dir import fingerprint
+    from encoder_runtime.model_dir import fingerprint
 
     config = json.loads((model_dir / "config.json").read_text())
     state = load_file(str(model_dir / "model.safetensors"))
@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--top-layers", type=int, default=2)
     parser.add_argument("--extra", type=Path, help="a JSON file of facts (recipe, metrics) for the manifest")
     args = parser.parse_args()
-    from app.runtime.model_dir import bundled_model_path
+    from encoder_runtime.model_dir import bundled_model_path
 
     extra = json.loads(args.extra.read_text()) if args.extra else None
     print(extract_delta(args.model, bundled_model_path(), args.out, args.top_layers, extra))

@@ -3,7 +3,7 @@
 Interpolating a model with its own further-trained descendant keeps much of what each knows (WiSE-FT,
 Wortsman et al. 2022): here the content-word fill-mask model and its salient-word continuation, each
 better on different LAMA relations, average into one model better than either (README of
-``app/models/fill-mask-delta``). The first folder's config and tokenizer are kept.
+``encoder_runtime/models/fill-mask-delta``). The first folder's config and tokenizer are kept.
 """
 
 from __future__ import annotations

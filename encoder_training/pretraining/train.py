@@ -166,7 +166,7 @@ def load_tokenizer(cfg: PretrainConfig, inputs: list[str], out: Path, tokenizer_
 
 def resolve_init(name: str) -> Path:
     if name == "bundled":
-        from app.runtime.model_dir import bundled_model_path
+        from encoder_runtime.model_dir import bundled_model_path
 
         return bundled_model_path()
     return Path(name)

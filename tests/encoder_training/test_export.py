@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.runtime import load_encoder
+from encoder_runtime import load_encoder
 from encoder_training import export
 
 SENTENCES = ["a cat sat on the mat", "the king of france", "a long sentence with many words in it", "dog"]
@@ -52,7 +52,7 @@ def test_export_writes_the_runtime_onnx_cache_layout_and_a_card(exported: Path, 
     assert "not measured" in card["scores"]["all"]
     readme = (exported / "README.md").read_text()
     assert "# my-encoder" in readme and "steps 2" in readme
-    from app.runtime.model_dir import fingerprint
+    from encoder_runtime.model_dir import fingerprint
 
     assert json.loads((exported / "onnx" / "embed.json").read_text())["fingerprint"] == fingerprint(exported)
 

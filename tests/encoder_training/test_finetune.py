@@ -114,7 +114,7 @@ def test_finetune_cli_trains_and_saves_a_sentence_transformer(
 def test_finetune_cosine_loss_with_cls_pooling_is_read_by_the_runtime(
     tiny_bert: Path, shared_data: Path, tmp_path: Path
 ) -> None:
-    from app.runtime import load_encoder
+    from encoder_runtime import load_encoder
 
     out = tmp_path / "cls"
     main(

@@ -13,7 +13,7 @@ from tests.conftest import TINY_WORDS
 
 @pytest.fixture(scope="session")
 def tiny_encoder(tiny_bert: Path):
-    from app.runtime import load_encoder
+    from encoder_runtime import load_encoder
 
     return load_encoder(tiny_bert, backend="torch")
 

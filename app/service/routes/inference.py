@@ -8,7 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.runtime.encoder import l2_normalize
+from encoder_runtime.encoder import l2_normalize
 from app.service.auth import require_read
 from app.service.engines import submit
 from app.service.errors import ApiError

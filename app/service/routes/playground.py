@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from app.runtime.tokenization import TextTokenizer
+from encoder_runtime.tokenization import TextTokenizer
 from app.service.auth import require_read
 from app.service.errors import ApiError
 

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from app.runtime.tokenization import Encoded, TokenizedRuntime, plan_batches
+from encoder_runtime.tokenization import Encoded, TokenizedRuntime, plan_batches
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from app.runtime.backends.base import Backend
+    from encoder_runtime.backends.base import Backend
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 

@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from app.runtime import NoMaskToken, load_encoder, load_fill_mask
-from app.runtime.model_dir import ModelInfo
-from app.runtime.tokenization import plan_batches
+from encoder_runtime import NoMaskToken, load_encoder, load_fill_mask
+from encoder_runtime.model_dir import ModelInfo
+from encoder_runtime.tokenization import plan_batches
 from tests.conftest import sts_sentences
 
 
@@ -219,7 +219,7 @@ def test_cpu_sessions_keep_add_and_layer_norm_apart(tiny_bert, tmp_path):
     import onnx
     import onnxruntime as ort
 
-    from app.runtime.backends.onnx_backend import SLOW_CPU_FUSIONS
+    from encoder_runtime.backends.onnx_backend import SLOW_CPU_FUSIONS
 
     load_encoder(str(tiny_bert), backend="onnx", onnx_cache=tmp_path / "cache").embed(["a cat"])
     exported = tmp_path / "cache" / "embed.onnx"

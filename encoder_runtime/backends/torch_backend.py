@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from app.runtime.backends.base import Task
-from app.runtime.backends.modules import load_module
+from encoder_runtime.backends.base import Task
+from encoder_runtime.backends.modules import load_module
 
 log = logging.getLogger(__name__)
 

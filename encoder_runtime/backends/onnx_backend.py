@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.runtime import devices
+from encoder_runtime import devices
 
 log = logging.getLogger(__name__)
 

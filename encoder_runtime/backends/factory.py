@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from app.runtime import devices
-from app.runtime.backends.base import Backend, Task
-from app.runtime.onnx_export import default_cache_dir, ensure_onnx
+from encoder_runtime import devices
+from encoder_runtime.backends.base import Backend, Task
+from encoder_runtime.onnx_export import default_cache_dir, ensure_onnx
 
 
 def onnxruntime_installed() -> bool:
@@ -41,10 +41,10 @@ def create_backend(
     devices.warn(choice.warning)
     name = resolve_backend_name(backend, task, choice.device, onnxruntime_installed())
     if name == "torch":
-        from app.runtime.backends.torch_backend import TorchBackend
+        from encoder_runtime.backends.torch_backend import TorchBackend
 
         return TorchBackend(model_path, task, input_names, choice.device, threads)
-    from app.runtime.backends.onnx_backend import OnnxBackend
+    from encoder_runtime.backends.onnx_backend import OnnxBackend
 
     int8 = name == "onnx-int8"
     cache = default_cache_dir(model_path, onnx_cache)

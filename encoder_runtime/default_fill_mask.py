@@ -3,7 +3,7 @@
 all-MiniLM-L6-v2 has no MLM head. This project trained one (``cloze train pretrain --init-from
 bundled --train-top-layers 2``): the top two encoder layers and the MLM head transform moved, the
 embeddings (tied to the output layer) and lower layers stayed. Only those tensors ship, in fp16,
-under ``app/models/fill-mask-delta``; the full ``BertForMaskedLM`` folder is assembled from the
+under ``encoder_runtime/models/fill-mask-delta``; the full ``BertForMaskedLM`` folder is assembled from the
 bundled model at first use into a cache directory keyed by the delta's content, so it is built once.
 """
 
@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-DELTA_DIR = Path(__file__).resolve().parents[1] / "models" / "fill-mask-delta"
+DELTA_DIR = Path(__file__).resolve().parent / "models" / "fill-mask-delta"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 MODEL_ID = "cloze-search/minilm-l6-fill-mask"
 
@@ -62,7 +62,7 @@ def _assemble(target: Path) -> None:
     import numpy as np
     from safetensors.numpy import load_file, save_file
 
-    from app.runtime.model_dir import bundled_model_path, fingerprint
+    from encoder_runtime.model_dir import bundled_model_path, fingerprint
 
     base = bundled_model_path()
     manifest = json.loads((DELTA_DIR / "manifest.json").read_text())

@@ -15,8 +15,8 @@ import types
 import warnings
 from pathlib import Path
 
-from app.runtime.backends.base import Task
-from app.runtime.model_dir import fingerprint
+from encoder_runtime.backends.base import Task
+from encoder_runtime.model_dir import fingerprint
 
 log = logging.getLogger(__name__)
 OPSET = 18
@@ -97,7 +97,7 @@ def _example_inputs(input_names: tuple[str, ...], vocab_size: int) -> tuple:
 def _export_unfused(model_path: Path, task: Task, input_names: tuple[str, ...], out: Path) -> None:
     import torch
 
-    from app.runtime.backends.modules import load_module
+    from encoder_runtime.backends.modules import load_module
 
     module = load_module(model_path, task, input_names)
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
@@ -127,7 +127,7 @@ def _export_fused(model_path: Path, task: Task, input_names: tuple[str, ...], ou
     from onnxruntime.transformers.optimizer import optimize_model
     from transformers import AttentionInterface
 
-    from app.runtime.backends.modules import load_module
+    from encoder_runtime.backends.modules import load_module
 
     AttentionInterface.register(_FUSABLE_ATTENTION, _classic_attention)
     try:
@@ -207,7 +207,7 @@ def _check_fused(model_path: Path, task: Task, input_names: tuple[str, ...], onn
     import onnxruntime as ort
     import torch
 
-    from app.runtime.backends.modules import load_module
+    from encoder_runtime.backends.modules import load_module
 
     module = load_module(model_path, task, input_names)
     inputs = _example_inputs(input_names, module.model.config.vocab_size)
@@ -253,8 +253,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def export_all(model: str, task: Task = "embed", cache_dir: Path | None = None) -> list[Path]:
     """`cloze export onnx`: fp32 and int8 ahead of time, so the first request doesn't pay for them."""
-    from app.runtime.model_dir import resolve_model_path
-    from app.runtime.tokenization import TextTokenizer
+    from encoder_runtime.model_dir import resolve_model_path
+    from encoder_runtime.tokenization import TextTokenizer
 
     path = resolve_model_path(model)
     input_names = TextTokenizer(path, 8).input_names

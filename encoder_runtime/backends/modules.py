@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from app.runtime.backends.base import Task
+from encoder_runtime.backends.base import Task
 
 OUTPUT_OF_TASK = {"embed": "last_hidden_state", "fill-mask": "logits"}
 

@@ -1,7 +1,7 @@
 """Device and provider selection: the logic CI can check without a GPU."""
 
-from app.runtime import devices
-from app.runtime.backends.factory import resolve_backend_name
+from encoder_runtime import devices
+from encoder_runtime.backends.factory import resolve_backend_name
 
 
 def test_auto_takes_cuda_when_available_and_cpu_otherwise():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from app.runtime import default_fill_mask as dfm
+from encoder_runtime import default_fill_mask as dfm
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def assembled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_delta_is_small_and_names_its_base(bundled_path: Path) -> None:
-    from app.runtime.model_dir import fingerprint
+    from encoder_runtime.model_dir import fingerprint
 
     size = (dfm.DELTA_DIR / "delta.safetensors").stat().st_size
     assert size < 8.5 * 2**20, f"shipped delta is {size / 2**20:.1f} MiB"
@@ -54,7 +54,7 @@ def test_assembled_folder_is_reused(assembled: Path, monkeypatch: pytest.MonkeyP
 
 def test_default_model_knows_paris_is_in_france(assembled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real quality assertion on the shipped weights, through the service's runtime."""
-    from app.runtime import load_fill_mask
+    from encoder_runtime import load_fill_mask
 
     monkeypatch.setenv("CLOZE_CACHE_DIR", str(assembled.parents[1]))
     runtime = load_fill_mask(backend="torch")

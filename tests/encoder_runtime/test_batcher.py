@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from app.runtime import MicroBatcher, Overloaded
+from encoder_runtime import MicroBatcher, Overloaded
 from tests.conftest import sts_sentences
 
 
@@ -57,7 +57,7 @@ def test_full_queue_answers_overloaded_instead_of_growing():
         return [len(item) for item in items]
 
     def encode(texts):
-        from app.runtime.tokenization import Encoded
+        from encoder_runtime.tokenization import Encoded
 
         return [Encoded((1, 2, 3), False) for _ in texts]
 
@@ -78,7 +78,7 @@ def test_full_queue_answers_overloaded_instead_of_growing():
 
 
 def test_a_failing_forward_pass_fails_its_requests_not_the_worker():
-    from app.runtime.tokenization import Encoded
+    from encoder_runtime.tokenization import Encoded
 
     calls = {"n": 0}
 
@@ -122,7 +122,7 @@ class _TimedPasses:
 def test_passes_in_flight_never_exceed_what_the_backend_runs_well(parallel_passes: int):
     """With ``parallel_passes`` 2 a second pass starts while the first runs (one per core for ONNX Runtime
     on a CPU); with 1 never. Every caller still gets its own answer."""
-    from app.runtime.tokenization import Encoded
+    from encoder_runtime.tokenization import Encoded
 
     run = _TimedPasses(lambda item: item.ids[0], 0.05)
 
@@ -149,7 +149,7 @@ def test_passes_in_flight_never_exceed_what_the_backend_runs_well(parallel_passe
 def test_what_one_pass_leaves_behind_goes_to_a_free_thread_at_once():
     """One request whose texts can't share a batch (lengths 1 and 8, no padding allowed) runs as two passes
     side by side, not one after the other: the thread that takes the first wakes another for the rest."""
-    from app.runtime.tokenization import Encoded
+    from encoder_runtime.tokenization import Encoded
 
     run = _TimedPasses(len, 0.1)
 
@@ -171,7 +171,7 @@ def test_what_one_pass_leaves_behind_goes_to_a_free_thread_at_once():
 def test_concurrent_requests_share_tokenizer_calls_and_a_refused_text_fails_only_its_request():
     """Requests that arrive while the tokenizer is busy are tokenised together (one thread hop, not one
     each); a text the tokenizer refuses fails its own request, and its neighbours are still answered."""
-    from app.runtime.tokenization import Encoded
+    from encoder_runtime.tokenization import Encoded
 
     calls: list[list[str]] = []
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.runtime.backends.base import Backend
-from app.runtime.model_dir import ModelInfo
-from app.runtime.tokenization import Encoded, TextTokenizer, TokenizedRuntime, plan_batches
+from encoder_runtime.backends.base import Backend
+from encoder_runtime.model_dir import ModelInfo
+from encoder_runtime.tokenization import Encoded, TextTokenizer, TokenizedRuntime, plan_batches
 
 
 def pool(states: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
@@ -83,8 +83,8 @@ def load_encoder(
     max_batch_tokens: int = 8192,
     max_batch_size: int = 64,
 ) -> EncoderRuntime:
-    from app.runtime.backends.factory import create_backend
-    from app.runtime.model_dir import resolve_model_path
+    from encoder_runtime.backends.factory import create_backend
+    from encoder_runtime.model_dir import resolve_model_path
 
     info = ModelInfo.read(resolve_model_path(model))
     tokenizer = TextTokenizer(info.path, info.max_tokens)
