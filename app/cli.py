@@ -8,12 +8,12 @@ made here; a handler is ``args.handler(args)``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
 
-STAGE_CLIS = ("index.cli", "encoder_training.cli")
+from encoder_training import cli as training_cli
+from index import cli as index_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,8 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
         groups[group] = sub.add_subparsers(dest=f"{group}_command", required=True, metavar="COMMAND")
     _add_serve(top)
     _add_export(top)
-    for module in STAGE_CLIS:
-        importlib.import_module(module).register(groups)
+    index_cli.register(groups)
+    training_cli.register(groups)
     return parser
 
 
@@ -64,7 +64,7 @@ def _add_export(top: argparse._SubParsersAction) -> None:
 
 def _export(args: argparse.Namespace) -> None:
     if args.target == "onnx":
-        from encoder_runtime.onnx_export import export_all
+        from encoder_runtime.backends.onnx_export import export_all
 
         for path in export_all(args.model, args.task):
             print(path)

@@ -83,7 +83,7 @@ def exact_top(store, queries: np.ndarray, k: int, dimension: int) -> np.ndarray:
 
 def measure_recall(args, encoder, queries: list[str], store) -> tuple[dict, float]:
     """recall@10 against exact search, per (nprobe, rerank), on the published index; and its open time."""
-    from index import SearchIndex
+    from index.search_index import SearchIndex
 
     query_vectors = encoder.embed(queries, normalize=True)
     exact = exact_top(store, query_vectors, 10, encoder.dimension)

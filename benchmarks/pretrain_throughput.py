@@ -75,7 +75,7 @@ def contenders(cfg, tokenizer, blocks):
 
     from transformers import BertForMaskedLM, DataCollatorForLanguageModeling
 
-    from encoder_training.pretraining.data import MaskingCollator
+    from encoder_training.pretraining.data import MaskingCollator, masking_config
     from encoder_training.pretraining.models import bert_config
     from encoder_training.pretraining.train import build_model, precision_flags
 
@@ -89,7 +89,7 @@ def contenders(cfg, tokenizer, blocks):
         max(512, cfg.block_size),
     )
     bf16 = precision_flags(cfg.precision)["bf16"]
-    ours = MaskingCollator.for_tokenizer(tokenizer, cfg.masking_config())
+    ours = MaskingCollator.for_tokenizer(tokenizer, masking_config(cfg))
     hf = DataCollatorForLanguageModeling(tokenizer, mlm_probability=cfg.mask_rate)
     mlm, electra = replace(cfg, objective="mlm"), replace(cfg, objective="electra")
     torch.manual_seed(0)

@@ -30,9 +30,8 @@ sys.path.insert(0, str(ROOT))
 def scifact_index(backend: str) -> Path:
     """The same index `cloze eval beir` builds for SciFact (reused when input and model are unchanged)."""
     from encoder_runtime import load_encoder
-    from index.beir import corpus_file, default_index_dir
-    from index.builder import BuildOptions
-    from index.cli import build_if_needed
+    from encoder_training.evaluation.beir import corpus_file, default_index_dir
+    from index.builder import BuildOptions, build_if_needed
 
     encoder = load_encoder(backend=backend)
     folder = default_index_dir(SCIFACT, encoder, backend)

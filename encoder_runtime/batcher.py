@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from encoder_runtime.tokenization import Encoded, TokenizedRuntime, plan_batches
+from encoder_runtime.tokenization import Encoded, plan_batches
+from encoder_runtime.tokenized_runtime import TokenizedRuntime
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,8 @@ class MicroBatcher:
         self._tokenizing: asyncio.Task | None = None
         # As many inference threads as the backend runs passes well side by side (one per core on a CPU,
         # one on a GPU). Each plans its own next batch under this lock the moment its pass ends: handing
-        # that to the event loop left the core idle for a round trip per pass (int8, 64 callers: 0.88x the
-        # offline rate that way, 0.91-0.95x this way).
+        # that to the event loop left the core idle for a round trip per pass (benchmarks/results/
+        # embed_throughput.json has the served-to-offline ratio this buys; docs/benchmarks.md the history).
         self.parallel_passes = parallel_passes
         self._queue = threading.Condition()
         self._waiting: deque[_Waiting] = deque()  # guarded by ``_queue``
@@ -130,8 +131,8 @@ class MicroBatcher:
 
     async def _tokenized(self, loop: asyncio.AbstractEventLoop, texts: list[str]) -> list[Encoded]:
         """``texts`` tokenised off the event loop, in one tokenizer call with whatever else arrived meanwhile:
-        a thread hop per request cost more than the tokenising itself (64 callers: 0.91x the offline rate
-        instead of 0.89x; 0.94x with the tokenising taken away altogether)."""
+        a thread hop per request cost more than the tokenising itself (docs/benchmarks.md, "Design
+        measurements")."""
         tokenized = loop.create_future()
         self._to_tokenize.append((texts, tokenized))
         if self._tokenizing is None or self._tokenizing.done():

@@ -16,6 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from encoder_runtime.model_dir import bundled_model_path, fingerprint
+
 DELTA_DIR = Path(__file__).resolve().parent / "models" / "fill-mask-delta"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 MODEL_ID = "cloze-search/minilm-l6-fill-mask"
@@ -61,8 +63,6 @@ def _assemble(target: Path) -> None:
     """Base weights with a ``bert.`` prefix, the delta on top, the base tokenizer; atomic rename."""
     import numpy as np
     from safetensors.numpy import load_file, save_file
-
-    from encoder_runtime.model_dir import bundled_model_path, fingerprint
 
     base = bundled_model_path()
     manifest = json.loads((DELTA_DIR / "manifest.json").read_text())

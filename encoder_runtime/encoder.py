@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from encoder_runtime.backends.base import Backend
-from encoder_runtime.model_dir import ModelInfo
-from encoder_runtime.tokenization import Encoded, TextTokenizer, TokenizedRuntime, plan_batches
+from encoder_runtime.backends.factory import create_backend
+from encoder_runtime.model_dir import ModelInfo, resolve_model_path
+from encoder_runtime.tokenization import Encoded, TextTokenizer, plan_batches
+from encoder_runtime.tokenized_runtime import TokenizedRuntime
 
 
 def pool(states: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
@@ -83,8 +85,6 @@ def load_encoder(
     max_batch_tokens: int = 8192,
     max_batch_size: int = 64,
 ) -> EncoderRuntime:
-    from encoder_runtime.backends.factory import create_backend
-    from encoder_runtime.model_dir import resolve_model_path
 
     info = ModelInfo.read(resolve_model_path(model))
     tokenizer = TextTokenizer(info.path, info.max_tokens)

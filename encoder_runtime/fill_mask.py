@@ -8,8 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from encoder_runtime.backends.base import Backend
-from encoder_runtime.model_dir import ModelInfo
-from encoder_runtime.tokenization import Encoded, TextTokenizer, TokenizedRuntime
+from encoder_runtime.backends.factory import create_backend
+from encoder_runtime.default_fill_mask import default_fill_mask_path
+from encoder_runtime.model_dir import ModelInfo, resolve_model_path
+from encoder_runtime.tokenization import Encoded, TextTokenizer
+from encoder_runtime.tokenized_runtime import TokenizedRuntime
 
 
 class NoMaskToken(ValueError):
@@ -105,9 +108,6 @@ def load_fill_mask(
     threads: int = 0,
     onnx_cache: Path | None = None,
 ) -> FillMaskRuntime:
-    from encoder_runtime.backends.factory import create_backend
-    from encoder_runtime.default_fill_mask import default_fill_mask_path
-    from encoder_runtime.model_dir import resolve_model_path
 
     path = resolve_model_path(model) if model else default_fill_mask_path()
     info = ModelInfo.read(path)

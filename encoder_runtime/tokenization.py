@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from encoder_runtime.backends.base import Backend
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -55,54 +50,15 @@ class TextTokenizer:
         return {name: arrays[name] for name in self.input_names}
 
 
-class TokenizedRuntime:
-    """What every runtime offers the micro-batcher: texts -> ``Encoded`` items within ``max_tokens``."""
-
-    tokenizer: TextTokenizer
-    backend: Backend
-    # Threads for ``backend.parallel_passes`` passes side by side (None: one pass at a time); the executor
-    # starts its threads only when first used.
-    _passes: ThreadPoolExecutor | None = None
-
-    def run_batches(self, items: list[Encoded], batches: list[list[int]]) -> list[Any]:
-        """``run`` over each batch of indices into ``items``, as many side by side as the backend runs
-        well; one output per item, in ``items``' order."""
-
-        def run(batch: list[int]) -> list[Any]:
-            return self.run([items[i] for i in batch])
-
-        if self._passes is not None and len(batches) > 1:
-            results = list(self._passes.map(run, batches))
-        else:
-            results = [run(batch) for batch in batches]
-        out: list[Any] = [None] * len(items)
-        for batch, outputs in zip(batches, results, strict=True):
-            for index, output in zip(batch, outputs, strict=True):
-                out[index] = output
-        return out
-
-    def run(self, items: list[Encoded]) -> list[Any]:
-        raise NotImplementedError
-
-    @property
-    def max_tokens(self) -> int:
-        return self.tokenizer.max_tokens
-
-    def encode(self, texts: list[str]) -> list[Encoded]:
-        return self.tokenizer.encode(texts)
-
-
 def plan_batches(
     lengths: list[int], max_batch_tokens: int, max_batch_size: int, max_padding: float = 0.1
 ) -> list[list[int]]:
     """Group indices sorted by length so each padded batch (count x longest) stays within the budget.
 
     Sorting is what cuts padding: neighbours have similar lengths. A batch is also cut when padding would
-    exceed ``max_padding`` of its real tokens: on a CPU a forward pass costs little beyond its tokens (int8
-    MiniLM, one thread: 440 sentences/s one at a time, 495 in batches of 4, 452 in batches of 32), so a
-    mixed crowd is cheaper as several length buckets than as one batch padded to its longest member (64
-    concurrent callers, int8, one pass per core: 827-870 sentences/s at 0.02, 797-808 at 0.1; offline,
-    2,000 sentences: 947 at 0.02, 877 at 0.1).
+    exceed ``max_padding`` of its real tokens: on a CPU a forward pass costs little beyond its tokens, so a
+    mixed crowd is cheaper as several length buckets than as one batch padded to its longest member (the
+    figures behind both: docs/benchmarks.md, "Design measurements").
     """
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     batches: list[list[int]] = []

@@ -1,13 +1,12 @@
-"""Sub-commands of the training stage, registered into the groups of ``app.cli``.
-
-Pre-training (``cloze train tokenizer|pretrain``, ``cloze eval mlm|lama``) and fine-tuning
-(``cloze train finetune``, ``cloze eval sts``) each register their own.
-"""
+"""Sub-commands of the training stage, registered into the groups of ``app.cli``: pre-training
+(``cloze train tokenizer|pretrain``), fine-tuning (``cloze train finetune``) and every evaluator
+(``cloze eval sts|mlm|lama|beir``)."""
 
 from __future__ import annotations
 
 import argparse
 
+from encoder_training.evaluation import cli as evaluation_cli
 from encoder_training.finetuning import cli as finetuning_cli
 from encoder_training.pretraining import cli as pretraining_cli
 
@@ -15,3 +14,4 @@ from encoder_training.pretraining import cli as pretraining_cli
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     pretraining_cli.register(groups)
     finetuning_cli.register(groups)
+    evaluation_cli.register(groups)

@@ -2,9 +2,10 @@
 
 It holds the sentence-transformers model (encoder + pooling + normalisation), the ONNX fp32 and
 per-channel int8 files in the runtime's own cache layout (``onnx/embed*.onnx`` + ``embed.json``,
-written by ``encoder_runtime.onnx_export`` so there is one exporter), and a model card
+written by ``encoder_runtime.backends.onnx_export`` so there is one exporter), and a model card
 (``card.json`` for programs, ``README.md`` for people) saying how the model was trained and what it
-measured. A score that could not be measured says so instead of being left out.
+measured: each score comes from the evaluator behind its ``cloze eval`` command, called in-process. A
+score that could not be measured says so instead of being left out.
 """
 
 from __future__ import annotations
@@ -12,12 +13,19 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from encoder_runtime import load_encoder
+from encoder_runtime.backends.onnx_export import export_all
+from encoder_runtime.model_dir import ModelInfo, resolve_model_path
+from encoder_training.data_folder import default_data_dir
+from encoder_training.evaluation.beir import default_index_dir, evaluate_beir
+from encoder_training.evaluation.mlm import evaluate_mlm
+from encoder_training.evaluation.sts import evaluate_sts
+from encoder_training.finetuning.train import TRAINING_RECORD, build_model, stamp_legacy_pooling
 
 log = logging.getLogger(__name__)
 NOT_MEASURED = "not measured"
@@ -38,8 +46,6 @@ def export_model(
     data_dir: Path | None = None,
 ) -> Path:
     """Write the ST folder, ONNX files and card to ``out``; return ``out``."""
-    from encoder_runtime.model_dir import resolve_model_path
-
     source, out = resolve_model_path(str(model)), Path(out)
     save_sentence_transformer(source, out)
     onnx_files = export_onnx(out)
@@ -53,8 +59,6 @@ def export_model(
 
 def save_sentence_transformer(source: Path, out: Path) -> None:
     """Re-save through sentence-transformers, so a plain encoder gains its pooling modules too."""
-    from encoder_training.finetuning.train import TRAINING_RECORD, build_model, stamp_legacy_pooling
-
     if out.resolve() != source.resolve():
         build_model(str(source)).save(str(out))
         if (source / TRAINING_RECORD).is_file():
@@ -63,16 +67,12 @@ def save_sentence_transformer(source: Path, out: Path) -> None:
 
 
 def export_onnx(out: Path) -> dict[str, str]:
-    from encoder_runtime.onnx_export import export_all
-
     fp32, int8 = export_all(str(out), "embed")
     return {"fp32": str(fp32.relative_to(out)), "int8": str(int8.relative_to(out))}
 
 
 def int8_agreement(out: Path) -> float:
     """Mean cosine between int8 and fp32 ONNX embeddings of a few sentences: the cost of quantising."""
-    from encoder_runtime import load_encoder
-
     fp32 = load_encoder(str(out), backend="onnx").embed(PROBE_SENTENCES, normalize=True)
     int8 = load_encoder(str(out), backend="onnx-int8").embed(PROBE_SENTENCES, normalize=True)
     return float(np.mean(np.sum(fp32 * int8, axis=1)))
@@ -80,8 +80,6 @@ def int8_agreement(out: Path) -> float:
 
 def measure(out: Path, source: Path, data_dir: Path | None) -> dict:
     """STS-B test here; SciFact and masked-token accuracy through the other stages' eval commands."""
-    from encoder_training.finetuning.cli import default_data_dir
-
     data = data_dir or default_data_dir()
     scores: dict = {"onnx_int8_cosine_to_fp32": round(int8_agreement(out), 4)}
     scores["stsb_test_spearman"] = _sts_score(out, data)
@@ -91,8 +89,6 @@ def measure(out: Path, source: Path, data_dir: Path | None) -> dict:
 
 
 def _sts_score(out: Path, data: Path) -> float | str:
-    from encoder_training.evaluation.sts import evaluate_sts
-
     if not (data / "stsbenchmark" / "sts-test.csv").is_file():
         return NOT_MEASURED + f" (no STS-B data in {data})"
     return round(evaluate_sts(out, data)["spearman"], 4)
@@ -102,9 +98,12 @@ def _scifact_score(out: Path, data: Path) -> float | str:
     scifact = data / "beir-scifact"
     if not scifact.is_dir():
         return NOT_MEASURED + f" (no SciFact data in {data})"
-    return _external_score(
-        "beir", ["--data", str(scifact), "--model", str(out), "--backend", "onnx"], "ndcg@10"
-    )
+    started = time.perf_counter()
+    encoder = load_encoder(str(out), backend="onnx")
+    index_dir = default_index_dir(scifact, encoder, "onnx")
+    result = evaluate_beir(scifact, encoder, "dense", "onnx", index_dir, show_progress=False)
+    log.info("SciFact dense nDCG@10 %.4f (%.0f s)", result["ndcg@10"], time.perf_counter() - started)
+    return round(result["ndcg@10"], 4)
 
 
 def _mlm_score(source: Path, data: Path) -> float | str:
@@ -114,13 +113,11 @@ def _mlm_score(source: Path, data: Path) -> float | str:
         return NOT_MEASURED + " (no MLM head in the model or its base)"
     if not heldout.is_file():
         return NOT_MEASURED + f" (no WikiText-2 test in {data})"
-    return _external_score("mlm", ["--model", str(mlm_model), "--data", str(heldout)], "accuracy")
+    return round(evaluate_mlm(mlm_model, [str(heldout)])["accuracy"], 4)
 
 
 def _mlm_source(source: Path) -> Path | None:
     """The folder that still has an MLM head: the source itself, or a base model up its fine-tuning chain."""
-    from encoder_training.finetuning.train import TRAINING_RECORD
-
     candidate: Path | None = source
     for _ in range(8):  # a chain of fine-tuning stages, each recording its base model
         if candidate is None or not candidate.is_dir():
@@ -134,56 +131,7 @@ def _mlm_source(source: Path) -> Path | None:
     return None
 
 
-def _eval_commands() -> set[str]:
-    import argparse
-
-    from app.cli import build_parser
-
-    for action in build_parser()._subparsers._group_actions:  # type: ignore[union-attr]
-        if isinstance(action, argparse._SubParsersAction) and "eval" in action.choices:
-            sub = action.choices["eval"]._subparsers._group_actions[0]  # type: ignore[union-attr]
-            return set(sub.choices)
-    return set()
-
-
-def _external_score(command: str, args: list[str], key_part: str, timeout: int = 3600) -> float | str:
-    """Run ``cloze eval COMMAND`` (owned by another stage) and read the score from its last JSON line."""
-    if command not in _eval_commands():
-        return NOT_MEASURED + f" (`cloze eval {command}` not available)"
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "eval", command, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return (
-            NOT_MEASURED + f" (`cloze eval {command}` exit {done.returncode}: {done.stderr.strip()[-200:]})"
-        )
-    flat = _flatten(json.loads(lines[-1]))
-    exact = [key for key in flat if key.lower() == key_part]  # "accuracy" before "generator_accuracy"
-    for key in exact + [key for key in flat if key_part in key.lower()]:
-        value = flat[key]
-        if isinstance(value, (int, float)):
-            log.info("cloze eval %s: %s = %s (%.0f s)", command, key, value, time.perf_counter() - started)
-            return round(float(value), 4)
-    return NOT_MEASURED + f" (no {key_part} in `cloze eval {command}` output)"
-
-
-def _flatten(value: dict, prefix: str = "") -> dict:
-    flat: dict = {}
-    for key, item in value.items():
-        name = f"{prefix}{key}"
-        flat.update(_flatten(item, name + ".") if isinstance(item, dict) else {name: item})
-    return flat
-
-
 def build_card(out: Path, source: Path, model_id: str, onnx_files: dict, scores: dict) -> dict:
-    from encoder_runtime.model_dir import ModelInfo
-    from encoder_training.finetuning.train import TRAINING_RECORD
-
     info = ModelInfo.read(out)
     record_path = out / TRAINING_RECORD
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}

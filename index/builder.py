@@ -33,6 +33,7 @@ import numpy as np
 from index import layout
 from index.chunking import Chunker
 from index.ingest import corpus_checksum, iter_documents
+from index.ray_engine import embed_pending_with_ray
 from index.records import Document
 from index.store import DocumentStore
 from index.vectors import VectorIndex, choose_factory, training_size
@@ -46,13 +47,74 @@ FORMAT_VERSION = 1
 
 @dataclass
 class BuildOptions:
-    factory: str | None = None
+    factory: str | None = None  # None: chosen by corpus size at each build
     engine: str = "local"  # "local" | "ray"
     batch_tokens: int | None = None
     resume: bool = False
-    overlap: int | None = None
+    overlap: int | None = None  # chunk overlap in tokens; None: a quarter of the window
     show_progress: bool = True
     ray_actors: int | None = None
+
+    @classmethod
+    def reproducing(cls, manifest: dict[str, Any], **overrides: Any) -> BuildOptions:
+        """The options a published version was built with (its manifest's ``build``), for a rebuild."""
+        build = manifest.get("build", {})
+        return cls(factory=build.get("factory"), overlap=build.get("chunk_overlap"), **overrides)
+
+
+class VersionDraft:
+    """One new version directory from creation to publish: the one path every build takes (``cloze index
+    build``, a service rebuild, the empty first version). Nobody reads it before ``publish``."""
+
+    def __init__(self, root: Path, number: int, encoder: Any, options: BuildOptions):
+        self.root, self.number, self.encoder, self.options = Path(root), number, encoder, options
+        self.folder = layout.version_dir(self.root, number)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.store = DocumentStore(self.folder / layout.STORE)
+        self.chunker = Chunker.for_encoder(encoder, options.overlap)
+
+    def __enter__(self) -> VersionDraft:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.store.close()
+
+    @property
+    def finished(self) -> bool:
+        return layout.read_manifest(self.folder) is not None
+
+    def fill(self, documents: Iterator[Document], progress: Progress | None = None) -> dict[str, float]:
+        """Stages 1 and 2: chunk and store the documents, then embed every chunk (both resumable).
+        Returns the seconds each took in this run."""
+        started = time.perf_counter()
+        ingest(self.store, documents, self.chunker, self.options)
+        ingested = time.perf_counter()
+        embed_stage(self.store, self.encoder, self.options, progress)
+        return {"ingest": round(ingested - started, 3), "embed": round(time.perf_counter() - ingested, 3)}
+
+    def build_vectors(self) -> VectorIndex:
+        return build_vectors(self.store, self.encoder.dimension, self.options.factory)
+
+    def finish(
+        self,
+        vectors: VectorIndex | None = None,
+        input_checksum: str | None = None,
+        stage_seconds: dict[str, float] | None = None,
+    ) -> dict[str, Any]:
+        """Stage 3 + the manifest (the completeness marker). ``vectors``: already built by the caller."""
+        started = time.perf_counter()
+        if self.store.count_pending():
+            raise RuntimeError(f"{self.store.count_pending()} chunks still have no vector")
+        index = vectors or self.build_vectors()
+        index.save(self.folder / layout.VECTORS, {"synced_seq": self.store.max_seq()})
+        manifest = make_manifest(self.number, self.store, self.encoder, index, self.chunker, self.options)
+        seconds = (stage_seconds or {}) | {"vectors": round(time.perf_counter() - started, 3)}
+        manifest |= {"input_checksum": input_checksum, "stage_seconds": seconds}
+        layout.write_manifest(self.folder, manifest)
+        return manifest
+
+    def publish(self) -> None:
+        layout.publish(self.root, self.number)
 
 
 def build_from_input(root: Path, input_path: Path, encoder: Any, options: BuildOptions) -> dict[str, Any]:
@@ -60,38 +122,40 @@ def build_from_input(root: Path, input_path: Path, encoder: Any, options: BuildO
     root = Path(root)
     checksum = corpus_checksum(input_path)
     with layout.build_lock(root):
-        version = _resumable(root, checksum, encoder.info.fingerprint) if options.resume else None
-        if version is None:
+        number = _resumable(root, checksum, encoder.info.fingerprint) if options.resume else None
+        if number is None:
             _discard_unfinished(root)
-            version = layout.next_version(root)
-        folder = layout.version_dir(root, version)
-        if layout.read_manifest(folder) is None:
-            folder.mkdir(parents=True, exist_ok=True)
-            store = DocumentStore(folder / layout.STORE)
-            try:
-                _stamp(store, checksum, encoder.info.fingerprint)
-                marks = {"started": time.perf_counter()}
-                chunker = Chunker.for_encoder(encoder, options.overlap)
-                ingest(store, iter_documents(input_path), chunker, options)
-                marks["ingest"] = time.perf_counter()
-                embed_stage(store, encoder, options)
-                marks["embed"] = time.perf_counter()
-                manifest = finish_version(folder, store, encoder, options.factory, input_checksum=checksum)
-                marks["vectors"] = time.perf_counter()
-                manifest["stage_seconds"] = _stage_seconds(marks)
-                layout.write_manifest(folder, manifest)
-            finally:
-                store.close()
-        else:
-            manifest = layout.read_manifest(folder) or {}
-        layout.publish(root, version)
+            number = layout.next_version(root)
+        with VersionDraft(root, number, encoder, options) as draft:
+            if draft.finished:
+                manifest = layout.read_manifest(draft.folder) or {}
+            else:
+                _stamp(draft.store, checksum, encoder.info.fingerprint)
+                seconds = draft.fill(iter_documents(input_path))
+                manifest = draft.finish(input_checksum=checksum, stage_seconds=seconds)
+            draft.publish()
         return manifest
 
 
-def _stage_seconds(marks: dict[str, float]) -> dict[str, float]:
-    """Seconds per stage of this run (a resumed run only times what it did)."""
-    names = list(marks)
-    return {b: round(marks[b] - marks[a], 3) for a, b in zip(names, names[1:], strict=False)}
+def build_if_needed(out: Path, input_path: Path, encoder: Any, options: BuildOptions) -> dict[str, Any]:
+    """The published manifest when ``out`` already holds this input and model, else a fresh build."""
+    manifest = current_manifest(out)
+    if manifest and is_built_from(manifest, input_path, encoder.info.fingerprint):
+        return manifest
+    return build_from_input(out, input_path, encoder, options)
+
+
+def current_manifest(root: Path) -> dict[str, Any] | None:
+    number = layout.current_version(root)
+    return layout.read_manifest(layout.version_dir(root, number)) if number is not None else None
+
+
+def is_built_from(manifest: dict[str, Any], input_path: Path, model_fingerprint: str) -> bool:
+    """Cheap (hashes the input, loads no model): is this version the build of these bytes by this model?"""
+    return (
+        manifest.get("input_checksum") == corpus_checksum(input_path)
+        and manifest.get("model_fingerprint") == model_fingerprint
+    )
 
 
 def _stamp(store: DocumentStore, checksum: str, fingerprint: str) -> None:
@@ -161,8 +225,6 @@ def embed_stage(
 ) -> None:
     """Stage 2: give every chunk without a vector its vector (resumable: only NULL vectors are embedded)."""
     if options.engine == "ray":
-        from index.ray_engine import embed_pending_with_ray
-
         embed_pending_with_ray(store, encoder, options)
         return
     if options.batch_tokens:
@@ -241,29 +303,15 @@ def build_vectors(store: DocumentStore, dimension: int, factory: str | None) -> 
     return index
 
 
-def finish_version(
-    folder: Path,
+def make_manifest(
+    version: int,
     store: DocumentStore,
     encoder: Any,
-    factory: str | None,
-    input_checksum: str | None = None,
-    vector_index: VectorIndex | None = None,
+    index: VectorIndex,
+    chunker: Chunker,
+    options: BuildOptions,
 ) -> dict[str, Any]:
-    """Stage 3 + manifest (the completeness marker). ``vector_index``: already built by the caller."""
-    started = time.time()
-    if store.count_pending():
-        raise RuntimeError(f"{store.count_pending()} chunks still have no vector")
-    index = vector_index or build_vectors(store, encoder.dimension, factory)
-    index.save(folder / layout.VECTORS, {"synced_seq": store.max_seq()})
-    manifest = make_manifest(int(folder.name), store, encoder, index, input_checksum)
-    manifest["vectors_seconds"] = round(time.time() - started, 3)
-    layout.write_manifest(folder, manifest)
-    return manifest
-
-
-def make_manifest(
-    version: int, store: DocumentStore, encoder: Any, index: VectorIndex, input_checksum: str | None
-) -> dict[str, Any]:
+    """What a reader needs to use the version, and (``build``) what a rebuild needs to reproduce it."""
     counts = store.counts()
     return {
         "format": FORMAT_VERSION,
@@ -277,12 +325,16 @@ def make_manifest(
         "normalized": True,
         "factory": index.factory,
         "search_params": index.params,
+        "build": {
+            "factory": options.factory,
+            "chunk_window": chunker.window,
+            "chunk_overlap": chunker.overlap,
+        },
         "documents": counts["documents"],
         "chunks": counts["chunks"],
         "vectors": index.ntotal,
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "checksum": data_checksum(store),
-        "input_checksum": input_checksum,
     }
 
 

@@ -1,12 +1,11 @@
-"""Sub-commands of this stage, registered into the groups of ``app.cli``:
-``cloze index build|add|delete`` and ``cloze eval beir``. Heavy imports stay inside the handlers."""
+"""Sub-commands of this stage, registered into the groups of ``app.cli``: ``cloze index build|add|delete``.
+Heavy imports stay inside the handlers."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -55,19 +54,6 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     _model_args(delete)
     delete.set_defaults(handler=_delete)
 
-    beir = groups["eval"].add_parser("beir", help="nDCG@10 / Recall@100 / MRR@10 on a BEIR-layout folder")
-    beir.add_argument("--data", required=True, type=Path)
-    _model_args(beir)
-    beir.add_argument("--mode", choices=["dense", "bm25", "hybrid"], default="dense")
-    beir.add_argument("--split", default="test")
-    beir.add_argument(
-        "--index", type=Path, help="index directory to build or reuse (default: a cache folder)"
-    )
-    beir.add_argument(
-        "--out", type=Path, help="JSON result file (default: eval-<split>-<mode>.json in the index folder)"
-    )
-    beir.set_defaults(handler=_eval_beir)
-
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="", help="model folder (default: the bundled all-MiniLM-L6-v2)")
@@ -83,34 +69,11 @@ def _encoder(args: argparse.Namespace) -> Any:
 def is_current(out: Path, input_path: Path, model: str) -> bool:
     """Published index at ``out`` built from these input bytes and this model (cheap: no model is loaded)."""
     from encoder_runtime.model_dir import ModelInfo, resolve_model_path
-    from index import layout
-    from index.ingest import corpus_checksum
+    from index.builder import current_manifest, is_built_from
 
-    number = layout.current_version(out)
-    manifest = layout.read_manifest(layout.version_dir(out, number)) if number is not None else None
-    if not manifest:
-        return False
+    manifest = current_manifest(out)
     fingerprint = ModelInfo.read(resolve_model_path(model or None)).fingerprint
-    return (
-        manifest.get("input_checksum") == corpus_checksum(input_path)
-        and manifest.get("model_fingerprint") == fingerprint
-    )
-
-
-def build_if_needed(out: Path, input_path: Path, encoder: Any, options: Any) -> dict[str, Any]:
-    from index import layout
-    from index.builder import build_from_input
-    from index.ingest import corpus_checksum
-
-    number = layout.current_version(out)
-    manifest = layout.read_manifest(layout.version_dir(out, number)) if number is not None else None
-    if (
-        manifest
-        and manifest.get("input_checksum") == corpus_checksum(input_path)
-        and manifest.get("model_fingerprint") == encoder.info.fingerprint
-    ):
-        return manifest
-    return build_from_input(out, input_path, encoder, options)
+    return manifest is not None and is_built_from(manifest, input_path, fingerprint)
 
 
 def _build(args: argparse.Namespace) -> None:
@@ -137,8 +100,8 @@ def _build(args: argparse.Namespace) -> None:
 def _add(args: argparse.Namespace) -> None:
     from itertools import islice
 
-    from index import SearchIndex
     from index.ingest import iter_documents
+    from index.search_index import SearchIndex
 
     index = SearchIndex.open(args.index, _encoder(args))
     total = 0
@@ -152,7 +115,7 @@ def _add(args: argparse.Namespace) -> None:
 
 
 def _delete(args: argparse.Namespace) -> None:
-    from index import SearchIndex
+    from index.search_index import SearchIndex
 
     index = SearchIndex.open(args.index, _encoder(args), create=False)
     try:
@@ -160,24 +123,3 @@ def _delete(args: argparse.Namespace) -> None:
     finally:
         index.close()
     print(json.dumps({"deleted": deleted, "missing": [d for d in args.ids if d not in deleted]}))
-
-
-def _eval_beir(args: argparse.Namespace) -> None:
-    from index.beir import default_index_dir, evaluate_beir
-
-    encoder = _encoder(args)
-    backend = encoder.backend.name
-    index_dir = args.index or default_index_dir(args.data, encoder, backend)
-    result = evaluate_beir(
-        args.data, encoder, args.mode, backend, index_dir, args.split, show_progress=sys.stderr.isatty()
-    )
-    out = args.out or Path(index_dir) / f"eval-{args.split}-{args.mode}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"{'mode':8} {'backend':10} {'nDCG@10':>8} {'R@100':>8} {'MRR@10':>8} {'queries':>8}")
-    print(
-        f"{result['mode']:8} {backend:10} {result['ndcg@10']:8.4f} {result['recall@100']:8.4f} "
-        f"{result['mrr@10']:8.4f} {result['queries']:8d}"
-    )
-    print(f"written: {out}")
-    print(json.dumps(result))

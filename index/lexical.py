@@ -1,7 +1,8 @@
-"""In-memory BM25 over a version's documents: the unfiltered BM25 path, about 20x faster than FTS5's ``bm25()``.
+"""In-memory BM25 over a version's documents: the unfiltered BM25 path, far faster than FTS5's ``bm25()``.
 
 FTS5 ranks an OR query by calling ``bm25()`` on every matching row (SciFact claims match a third of the
-corpus: ~5 ms a query, most of a hybrid search's CPU under load). Here each term's postings are flat arrays
+corpus, so that was most of a hybrid search's CPU under load: docs/benchmarks.md, "Design measurements",
+and benchmarks/results/search_latency.json for what is served now). Here each term's postings are flat arrays
 and a query is a few vectorised gathers. SQLite stays the source of truth: the index is built from the
 store in a background thread (FTS5 answers until it is ready) and follows the store through the same
 changelog that keeps FAISS current. Filtered BM25 stays on FTS5, which can join the metadata.
@@ -20,7 +21,8 @@ from collections import Counter
 import numpy as np
 import Stemmer
 
-from index.store import _MAX_QUERY_TERMS, _STOPWORDS, _WORD, DocumentStore, query_terms
+from index.store import DocumentStore
+from index.text_analysis import MAX_QUERY_TERMS, STOPWORDS, query_terms, words
 
 log = logging.getLogger(__name__)
 K1, B = 1.2, 0.75
@@ -116,23 +118,23 @@ class LexicalIndex:
             self.start(store)
         return len(doc_ids)
 
-    def _stem(self, words: list[str]) -> list[str]:
-        unknown = [w for w in set(words) if w not in self._stems]
+    def _stem(self, terms: list[str]) -> list[str]:
+        unknown = [w for w in set(terms) if w not in self._stems]
         if unknown:
             with _STEMMER_LOCK:
                 self._stems.update(zip(unknown, self._stemmer.stemWords(unknown), strict=True))
-        return [self._stems[w] for w in words]
+        return [self._stems[w] for w in terms]
 
     def _add(self, doc_id: str, text: str) -> None:
-        words = _WORD.findall(text.lower())
+        tokens = words(text)
         slot = len(self._doc_ids)
         self._doc_ids.append(doc_id)
         self._slot_of[doc_id] = slot
-        self._lengths.append(len(words))
+        self._lengths.append(len(tokens))
         self._alive.append(1)
         self._alive_count += 1
-        self._alive_length += len(words)
-        indexed = [w for w in words if w not in _STOPWORDS]  # never query terms (see query_terms)
+        self._alive_length += len(tokens)
+        indexed = [w for w in tokens if w not in STOPWORDS]  # never query terms (see query_terms)
         for stem, count in Counter(self._stem(indexed)).items():
             slots, frequencies = self._postings.setdefault(stem, (array("i"), array("f")))
             slots.append(slot)
@@ -149,7 +151,7 @@ class LexicalIndex:
 
     def search(self, text: str, limit: int) -> list[tuple[str, float]]:
         """Top ``limit`` (doc_id, BM25 score), best first; only documents with a query term score."""
-        stems = list(dict.fromkeys(self._stem(query_terms(text))))[:_MAX_QUERY_TERMS]
+        stems = list(dict.fromkeys(self._stem(query_terms(text))))[:MAX_QUERY_TERMS]
         with self._lock:
             if not self._alive_count or limit <= 0:
                 return []

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from encoder_runtime import load_encoder
 from index.store import DocumentStore
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,6 @@ class ChunkEmbedder:
     """A Ray actor: one encoder per actor, reused for every batch it is given."""
 
     def __init__(self, model: str, backend: str):
-        from encoder_runtime import load_encoder
 
         self.encoder = load_encoder(model, backend=backend)
 

@@ -14,7 +14,6 @@ version being rebuilt).
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from index.chunking import Chunk
-from index.records import Document, DocumentStoreError, UnknownFilterField
+from index.filters import compile_filters
+from index.records import Document, DocumentStoreError
+from index.text_analysis import fts_query
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents(
@@ -64,14 +65,6 @@ CREATE TABLE IF NOT EXISTS changelog(
 CREATE TABLE IF NOT EXISTS state(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-# Very common English words: as OR-terms they match nearly every row and only slow BM25 down.
-_STOPWORDS = frozenset(
-    "a an and are as at be but by for from has have in is it its of on or that the their this to was were "
-    "which with".split()
-)
-_MAX_QUERY_TERMS = 64
-
 
 @dataclass(frozen=True)
 class ChunkRow:
@@ -81,22 +74,6 @@ class ChunkRow:
     chunk_text: str
     chunk_index: int
     metadata: dict[str, Any]
-
-
-def fts_query(text: str) -> str:
-    """User text -> a safe FTS5 expression: each word quoted, OR-ed (BM25 then ranks by the terms present).
-
-    Quoting every term means operators and stray quotes in user text (``"foo``, ``AND(``) are plain words.
-    """
-    terms: list[str] = []
-    for word in _WORD.findall(text.lower()):
-        if word not in _STOPWORDS and word not in terms:
-            terms.append(word)
-    return " OR ".join(f'"{term}"' for term in terms[:_MAX_QUERY_TERMS])
-
-
-def query_terms(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
 
 
 class DocumentStore:
@@ -361,26 +338,11 @@ class DocumentStore:
         return np.fromiter((r[0] for r in rows), dtype=np.int64)
 
     def filter_sql(self, filters: dict[str, Any]) -> tuple[str, list[Any]]:
-        """WHERE clause over ``documents d``: a scalar is equality, a list is ``in``.
-
-        ``json_each`` makes one rule for scalar and list-valued metadata: ``{"tag": "x"}`` matches
-        ``tag == "x"`` and also ``tag == ["x", "y"]`` (membership).
-        """
-        clauses: list[str] = []
-        params: list[Any] = []
-        for field, wanted in filters.items():
-            if field not in self._fields:
-                self.refresh_fields()  # another process may have added it
-            if field not in self._fields or '"' in field:
-                raise UnknownFilterField(f"no document has the metadata field {field!r}")
-            values = list(wanted) if isinstance(wanted, list | tuple | set) else [wanted]
-            if not values:
-                clauses.append("0")
-                continue
-            marks = ", ".join("?" for _ in values)
-            clauses.append(f"EXISTS (SELECT 1 FROM json_each(d.metadata, ?) WHERE value IN ({marks}))")
-            params += [f'$."{field}"', *[_sql_value(v) for v in values]]
-        return (" AND ".join(clauses) or "1"), params
+        """The WHERE clause of ``filters`` (see ``index.filters``); a field unknown here is looked up again
+        first, since another process may have added it."""
+        if any(field not in self._fields for field in filters):
+            self.refresh_fields()
+        return compile_filters(filters, self._fields)
 
     def bm25(self, text: str, limit: int, filters: dict[str, Any] | None = None) -> list[tuple[str, float]]:
         expression = fts_query(text)
@@ -424,14 +386,6 @@ class DocumentStore:
             (json.dumps([int(i) for i in ids]),),
         )
         return {r[0] for r in rows}
-
-
-def _sql_value(value: Any) -> Any:
-    if isinstance(value, bool):
-        return int(value)
-    if value is None or isinstance(value, int | float | str):
-        return value
-    return json.dumps(value)
 
 
 def _unpack(rows: list[tuple[int, bytes]], dimension: int | None) -> tuple[np.ndarray, np.ndarray]:

@@ -60,8 +60,8 @@ def default_params(factory: str) -> dict[str, Any]:
     params: dict[str, Any] = {}
     nlist = _ivf_lists(factory)
     if nlist:
-        # 1/8 of the lists: measured recall@10 vs exact 0.918 with PQ + re-scoring at IVF512 (index_scale.json);
-        # 1/16 gave 0.836.
+        # 1/8 of the lists: recall@10 against exact search >= 0.9 with PQ + re-scoring, where 1/16 was not
+        # (benchmarks/results/index_scale.json, index_scale_3k.json).
         params["nprobe"] = max(8, min(nlist, nlist // 8))
     if "HNSW" in factory:
         params["efSearch"] = 128

@@ -11,8 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import faiss
 from starlette.concurrency import run_in_threadpool
 
+from app.service.errors import ApiError
+from app.service.metrics import Metrics
+from app.settings import Settings
 from encoder_runtime import (
     EncoderRuntime,
     FillMaskRuntime,
@@ -21,9 +25,7 @@ from encoder_runtime import (
     load_encoder,
     load_fill_mask,
 )
-from app.service.errors import ApiError
-from app.service.metrics import Metrics
-from app.settings import Settings
+from index.search_index import SearchIndex
 
 log = logging.getLogger("cloze.service")
 RELOAD_EVERY_S = 2.0
@@ -40,7 +42,7 @@ class Engines:
     index_error: str | None = None
     load_error: str | None = None
     # Searches run here, first come first served, one per core: on anyio's 40-thread pool sixteen
-    # concurrent searches share two cores and all finish late (c=16 p99 of hybrid /search: see README).
+    # concurrent searches share two cores and all finish late (c=16 p99 of hybrid /search: benchmarks/results/search_latency.json).
     search_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="search")
     )
@@ -125,12 +127,8 @@ async def load_engines(engines: Engines, settings: Settings, metrics: Metrics) -
 
 
 async def _open_index(engines: Engines, settings: Settings, metrics: Metrics) -> None:
-    import faiss
-
-    from index import SearchIndex
-
     # The service searches one query per request; concurrency comes from requests. OpenMP threads on a
-    # single-query search only add synchronisation: 1 ms with one thread vs 6.5 ms with two, measured here.
+    # single-query search only add synchronisation (docs/benchmarks.md, "Design measurements").
     faiss.omp_set_num_threads(1)
     try:
         engines.index = await run_in_threadpool(

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from encoder_runtime import devices
 from encoder_runtime.backends.base import Backend, Task
-from encoder_runtime.onnx_export import default_cache_dir, ensure_onnx
+from encoder_runtime.backends.onnx_backend import OnnxBackend
+from encoder_runtime.backends.onnx_export import default_cache_dir, ensure_onnx
 
 
 def onnxruntime_installed() -> bool:
@@ -15,8 +16,9 @@ def onnxruntime_installed() -> bool:
 
 
 def resolve_backend_name(requested: str, task: Task, device: str, has_onnxruntime: bool) -> str:
-    """``auto``: torch fp16 on a GPU; on CPU, int8 ONNX for embeddings (2.4x the torch runtime here, cosine >= 0.99) and
-    torch for fill-mask, whose top tokens int8 can reorder. Without onnxruntime, torch."""
+    """``auto``: torch fp16 on a GPU; on CPU, int8 ONNX for embeddings (the fastest CPU backend, cosine to fp32
+    >= 0.99: benchmarks/results/embed_throughput.json) and torch for fill-mask, whose top tokens int8 can
+    reorder. Without onnxruntime, torch."""
     if requested != "auto":
         if requested.startswith("onnx") and not has_onnxruntime:
             raise RuntimeError(
@@ -41,11 +43,9 @@ def create_backend(
     devices.warn(choice.warning)
     name = resolve_backend_name(backend, task, choice.device, onnxruntime_installed())
     if name == "torch":
-        from encoder_runtime.backends.torch_backend import TorchBackend
+        from encoder_runtime.backends.torch_backend import TorchBackend  # torch: only this backend loads it
 
         return TorchBackend(model_path, task, input_names, choice.device, threads)
-    from encoder_runtime.backends.onnx_backend import OnnxBackend
-
     int8 = name == "onnx-int8"
     cache = default_cache_dir(model_path, onnx_cache)
     onnx_path = ensure_onnx(model_path, task, int8, input_names, cache)

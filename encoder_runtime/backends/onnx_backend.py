@@ -13,8 +13,8 @@ from encoder_runtime import devices
 log = logging.getLogger(__name__)
 
 
-# ONNX Runtime's CPU SkipLayerNormalization kernel is about 6x slower than the Add + LayerNormalization it
-# replaces (measured here, [768, 384] fp32: 1.79 ms vs 0.31 ms); it was 23% of an int8 MiniLM pass. The
+# ONNX Runtime's CPU SkipLayerNormalization kernel is several times slower than the Add + LayerNormalization
+# it replaces, and was a quarter of an int8 MiniLM pass (docs/benchmarks.md, "Design measurements"). The
 # exported graphs leave them apart, and a CPU session must not fuse them again (on CUDA, not measured, the
 # session fuses them as usual).
 SLOW_CPU_FUSIONS = ["SkipLayerNormFusion"]
@@ -33,8 +33,8 @@ class OnnxBackend:
         cores = threads or os.cpu_count() or 1
         on_cpu = requested[0] == "CPUExecutionProvider"
         # On a CPU, one single-threaded pass per core beats one pass split over the cores: a pass of a small
-        # batch is dozens of short operators, and each hands work to and from the other threads (measured
-        # here, int8, 2 cores: 742 vs 695 sentences/s sorted offline, 645 vs 532 in windows of 64 callers).
+        # batch is dozens of short operators, and each hands work to and from the other threads
+        # (docs/benchmarks.md, "Design measurements").
         self.parallel_passes = cores if on_cpu else 1
         self.max_padding = 0.02 if on_cpu else 0.1
         options = ort.SessionOptions()
@@ -42,7 +42,7 @@ class OnnxBackend:
         options.intra_op_num_threads = 1 if on_cpu else cores
         options.inter_op_num_threads = 1
         # Spinning workers burn the cores the event loop and tokenisers need between forward passes
-        # (measured side by side here: 2-5x lower served throughput with spinning on).
+        # (docs/benchmarks.md, "Design measurements").
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(
             str(onnx_path),

@@ -23,8 +23,8 @@ class TorchBackend:
     def __init__(self, path: Path, task: Task, input_names: tuple[str, ...], device: str, threads: int = 0):
         self.device = torch.device(device)
         # On a CPU, as for ONNX Runtime: one single-threaded pass per core. A pass split over the cores stalls
-        # whenever the event loop or the tokeniser takes one of them (benchmarks/embed_throughput.py, 2 cores,
-        # 64 callers: 348 vs 255 sentences/s; offline 415 vs 403). A lone batch runs single-threaded too.
+        # whenever the event loop or the tokeniser takes one of them (benchmarks/results/embed_throughput.json,
+        # torch rows; the split-pass figures are in docs/benchmarks.md). A lone batch runs single-threaded too.
         on_cpu = self.device.type == "cpu"
         self.parallel_passes = (threads or os.cpu_count() or 1) if on_cpu else 1
         self._threads_per_pass = 1 if on_cpu else None

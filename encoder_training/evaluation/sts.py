@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from encoder_runtime import load_encoder
+
 STS_DIR = "stsbenchmark"
 EXTRA_DIR = "sts-eval-sick-semeval"
 
@@ -96,7 +98,6 @@ def evaluate_sts(
     limit: int | None = None,
 ) -> dict:
     """Spearman per set; ``spearman`` and ``pairs`` describe the first set (STS-B test by default)."""
-    from encoder_runtime import load_encoder
 
     runtime = load_encoder(str(model) if model else None, backend=backend)
     results = {

@@ -1,28 +1,21 @@
-"""``cloze train finetune`` (SBERT siamese fine-tuning) and ``cloze eval sts`` (Spearman on STS sets).
+"""``cloze train finetune``: SBERT siamese fine-tuning.
 
-Named training sets and the STS sets are read from a data folder (``--data-dir``, else
-``CLOZE_DATA_DIR``, else ``../shared/data`` beside the checkout); a user's own JSONL / TSV pairs
-need no data folder at all.
+Named training sets are read from a data folder (``encoder_training.data_folder``); a user's own JSONL /
+TSV pairs need no data folder at all.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
+from encoder_training.data_folder import default_data_dir
 from encoder_training.finetuning.train import LOSSES
-
-
-def default_data_dir() -> Path:
-    env = os.environ.get("CLOZE_DATA_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     _add_finetune(groups["train"])
-    _add_eval_sts(groups["eval"])
 
 
 def _add_finetune(train: argparse._SubParsersAction) -> None:
@@ -87,26 +80,3 @@ def _finetune(args: argparse.Namespace) -> None:
     record = json.loads((out / TRAINING_RECORD).read_text())
     summary = {k: record[k] for k in ("steps", "wall_time_s", "data", "sts_dev")}
     print(json.dumps({"out": str(out), **summary}))
-
-
-def _add_eval_sts(evaluate: argparse._SubParsersAction) -> None:
-    p = evaluate.add_parser("sts", help="Spearman of cosine similarity on STS-B test (and SICK-R, STS12-16)")
-    p.add_argument("--model", default="", help="model folder (default: bundled model)")
-    p.add_argument(
-        "--sets", nargs="+", default=["stsb-test"], help="stsb-test stsb-dev sick-r sts12 .. sts16, or all"
-    )
-    p.add_argument("--backend", default="torch", choices=["torch", "onnx", "onnx-int8", "auto"])
-    p.add_argument("--limit", type=int, help="at most this many pairs per set")
-    p.add_argument("--data-dir", type=Path, default=None)
-    p.set_defaults(handler=_eval_sts)
-
-
-def _eval_sts(args: argparse.Namespace) -> None:
-    from encoder_training.evaluation.sts import evaluate_sts
-
-    result = evaluate_sts(
-        args.model or None, args.data_dir or default_data_dir(), args.sets, args.backend, args.limit
-    )
-    for name, scores in result["sets"].items():
-        print(f"{name:10s} spearman {scores['spearman']:.4f}  pairs {scores['pairs']}")
-    print(json.dumps(result))

@@ -14,6 +14,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from encoder_runtime.model_dir import fingerprint, resolve_model_path
+from encoder_training.evaluation.sts import read_stsb
 from encoder_training.finetuning.data import Row, load_training_rows
 
 log = logging.getLogger(__name__)
@@ -61,8 +63,6 @@ def build_model(model: str, pooling: str = "mean", normalize: bool = True, max_s
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
-    from encoder_runtime.model_dir import resolve_model_path
-
     path = resolve_model_path(model)
     if (path / "modules.json").is_file():
         st_model = SentenceTransformer(str(path), local_files_only=True)
@@ -105,8 +105,6 @@ def load_datasets(config: FinetuneConfig) -> dict[str, list[Row]]:
 def sts_dev_evaluator(data_dir: Path, limit: int | None):
     """STS-B dev Spearman during training: the model-selection signal SBERT uses."""
     from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
-
-    from encoder_training.evaluation.sts import read_stsb
 
     dev = read_stsb(data_dir, "dev", limit)
     return EmbeddingSimilarityEvaluator(
@@ -189,7 +187,6 @@ def stamp_legacy_pooling(out: Path) -> None:
 def write_record(
     out: Path, config: FinetuneConfig, rows: dict, steps: int, wall: float, history: list, final_dev: dict
 ) -> None:
-    from encoder_runtime.model_dir import fingerprint, resolve_model_path
 
     base = resolve_model_path(config.model)
     record = {

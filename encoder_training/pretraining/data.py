@@ -21,6 +21,7 @@ from encoder_training.masking import (
     mask_tokens,
     salient_word_table,
 )
+from encoder_training.pretraining.recipes import PretrainConfig
 
 TEXT_SUFFIXES = (".txt", ".raw", ".gz", ".text", ".md")
 
@@ -136,3 +137,15 @@ def never_mask_table(
             raise ValueError("salient-word masking needs the training documents")
         return salient_word_table(vocab, documents, vocab_size)
     return None
+
+
+def masking_config(cfg: PretrainConfig) -> MaskingConfig:
+    """The masking a recipe asks for."""
+    return MaskingConfig(
+        strategy=cfg.masking,
+        rate=cfg.mask_rate,
+        mask_prob=cfg.mask_prob,
+        random_prob=cfg.random_prob,
+        keep_prob=cfg.keep_prob,
+        words=cfg.mask_words,
+    )

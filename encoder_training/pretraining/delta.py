@@ -12,6 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
+from encoder_runtime.model_dir import bundled_model_path, fingerprint
+
 HEAD_KEYS = (
     "cls.predictions.transform.dense.weight",
     "cls.predictions.transform.dense.bias",
@@ -33,8 +35,6 @@ def extract_delta(
     """Write ``delta.safetensors`` (fp16) and ``manifest.json`` (base fingerprint, layers, metrics)."""
     import torch
     from safetensors.torch import load_file, save_file
-
-    from encoder_runtime.model_dir import fingerprint
 
     config = json.loads((model_dir / "config.json").read_text())
     state = load_file(str(model_dir / "model.safetensors"))
@@ -62,7 +62,6 @@ def main() -> None:
     parser.add_argument("--top-layers", type=int, default=2)
     parser.add_argument("--extra", type=Path, help="a JSON file of facts (recipe, metrics) for the manifest")
     args = parser.parse_args()
-    from encoder_runtime.model_dir import bundled_model_path
 
     extra = json.loads(args.extra.read_text()) if args.extra else None
     print(extract_delta(args.model, bundled_model_path(), args.out, args.top_layers, extra))

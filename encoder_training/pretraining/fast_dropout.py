@@ -1,4 +1,5 @@
-"""Dropout with its Bernoulli mask drawn by NumPy's PCG64: about 5x faster than torch's on a CPU.
+"""Dropout with its Bernoulli mask drawn by NumPy's PCG64: several times faster than torch's on a CPU
+(benchmarks/results/pretrain_throughput.json measures the step it speeds up).
 
 Profiling the tiny-cpu MLM step on two cores put a third of it in dropout's random numbers: torch draws
 them on the CPU from one sequential Mersenne Twister (about 10 ns an element). NumPy's PCG64 yields 64 random
@@ -25,7 +26,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
         return F.dropout(x, p, training)
     threshold = round(p * _LEVELS)
     seed = int(torch.randint(2**62, (1,)))  # follows torch.manual_seed, so runs stay reproducible
-    # Each raw 64-bit PCG64 word holds four independent 16-bit draws: 2x faster than ``integers``.
+    # Each raw 64-bit PCG64 word holds four independent 16-bit draws: cheaper than ``integers`` per draw.
     words = np.random.default_rng(seed).bit_generator.random_raw(-(-x.numel() // 4))
     draws = words.view(np.uint16)[: x.numel()]
     # The scaled keep-mask in one NumPy pass: kept elements are divided by the keep probability.

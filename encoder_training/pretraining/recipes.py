@@ -44,18 +44,6 @@ class PretrainConfig:
     train_top_layers: int = 0  # with init_from: train only the top N layers and the MLM head (0 = all)
     max_time_minutes: float = 0.0  # stop after this long (0 = no limit), the learning rate reaching 0 then
 
-    def masking_config(self):
-        from encoder_training.masking import MaskingConfig
-
-        return MaskingConfig(
-            strategy=self.masking,
-            rate=self.mask_rate,
-            mask_prob=self.mask_prob,
-            random_prob=self.random_prob,
-            keep_prob=self.keep_prob,
-            words=self.mask_words,
-        )
-
 
 def recipe_names() -> list[str]:
     return sorted(p.stem for p in RECIPES.glob("*.yaml"))

@@ -20,8 +20,24 @@ from tqdm.auto import tqdm
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_callback import ProgressCallback
 
-from encoder_training.pretraining.data import BlockDataset, MaskingCollator, pack_blocks, read_documents
+from encoder_runtime.model_dir import bundled_model_path
+from encoder_training.pretraining.data import (
+    BlockDataset,
+    MaskingCollator,
+    masking_config,
+    pack_blocks,
+    read_documents,
+)
+from encoder_training.pretraining.fast_dropout import use_fast_dropout
+from encoder_training.pretraining.heldout import heldout_metrics
+from encoder_training.pretraining.models import (
+    ElectraPretrainer,
+    SparseBertForMaskedLM,
+    bert_config,
+    freeze_below_top,
+)
 from encoder_training.pretraining.recipes import PretrainConfig
+from encoder_training.pretraining.tokenizer import train_tokenizer
 
 
 def cpu_supports_bf16() -> bool:
@@ -38,8 +54,8 @@ def precision_flags(precision: str) -> dict[str, bool]:
         if torch.cuda.is_available():
             precision = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         else:
-            # measured on an AVX512-BF16 CPU (benchmarks/pretrain_throughput.py): bf16 autocast made the
-            # tiny-cpu MLM step 1.5x slower than fp32 (casts outweigh the faster GEMMs at this size)
+            # On an AVX512-BF16 CPU without AMX, bf16 autocast made the tiny-cpu MLM step slower than fp32:
+            # casts outweigh the faster GEMMs at this size (docs/benchmarks.md, "Design measurements").
             precision = "fp32"
     if precision == "bf16" and not torch.cuda.is_available() and not cpu_supports_bf16():
         raise ValueError("this CPU has no native bf16: use fp32")
@@ -140,7 +156,6 @@ class PretrainTrainer(Trainer):
         return self.lr_scheduler
 
     def _save(self, output_dir: str | None = None, state_dict=None):
-        from encoder_training.pretraining.models import ElectraPretrainer
 
         if not isinstance(self.model, ElectraPretrainer):
             return super()._save(output_dir, state_dict)
@@ -159,33 +174,23 @@ def load_tokenizer(cfg: PretrainConfig, inputs: list[str], out: Path, tokenizer_
         return AutoTokenizer.from_pretrained(str(resolve_init(cfg.init_from)))
     if tokenizer_dir:
         return AutoTokenizer.from_pretrained(tokenizer_dir)
-    from encoder_training.pretraining.tokenizer import train_tokenizer
 
     return train_tokenizer(inputs, cfg.vocab_size, out / "tokenizer")
 
 
 def resolve_init(name: str) -> Path:
     if name == "bundled":
-        from encoder_runtime.model_dir import bundled_model_path
-
         return bundled_model_path()
     return Path(name)
 
 
 def build_model(cfg: PretrainConfig, vocab_size: int) -> torch.nn.Module:
     """The model to train, with the CPU-fast dropout (same probabilities) swapped in."""
-    from encoder_training.pretraining.fast_dropout import use_fast_dropout
 
     return use_fast_dropout(_new_model(cfg, vocab_size))
 
 
 def _new_model(cfg: PretrainConfig, vocab_size: int) -> torch.nn.Module:
-    from encoder_training.pretraining.models import (
-        ElectraPretrainer,
-        SparseBertForMaskedLM,
-        bert_config,
-        freeze_below_top,
-    )
 
     shape = (cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.intermediate_size, max(512, cfg.block_size))
     if cfg.objective == "electra":
@@ -245,7 +250,7 @@ def pretrain(
     set_seed(cfg.seed)  # the Trainer seeds only after the model exists: without this, its init was random
     model = build_model(cfg, len(tokenizer))
     collator = MaskingCollator.for_tokenizer(
-        tokenizer, cfg.masking_config(), model_vocab_size(model), train_documents
+        tokenizer, masking_config(cfg), model_vocab_size(model), train_documents
     )
     args = training_arguments(cfg, out, resume)
     tokens_per_step = cfg.batch_size * cfg.block_size * cfg.grad_accum * max(1, args.world_size)
@@ -270,8 +275,6 @@ def pretrain(
     if not trainer.is_world_process_zero():
         return {}
     save_output(model, tokenizer, out)
-    from encoder_training.evaluation.mlm import heldout_metrics
-
     metrics = {
         "objective": cfg.objective,
         "config": asdict(cfg),
@@ -320,7 +323,6 @@ def record_replica(model: torch.nn.Module, folder: Path, rank: int) -> None:
 
 
 def model_vocab_size(model: torch.nn.Module) -> int:
-    from encoder_training.pretraining.models import ElectraPretrainer
 
     if isinstance(model, ElectraPretrainer):
         return model.discriminator.config.vocab_size
@@ -329,7 +331,6 @@ def model_vocab_size(model: torch.nn.Module) -> int:
 
 def save_output(model: torch.nn.Module, tokenizer, out: Path) -> None:
     """MLM: a ``BertForMaskedLM`` folder. ELECTRA: the discriminator in ``out``, the generator beside it."""
-    from encoder_training.pretraining.models import ElectraPretrainer
 
     if isinstance(model, ElectraPretrainer):
         model.discriminator.save_pretrained(out)

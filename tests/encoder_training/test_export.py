@@ -77,5 +77,8 @@ def test_export_of_a_plain_encoder_adds_pooling(tiny_bert: Path, tmp_path: Path)
     assert "not fine-tuned" in json.loads((out / "card.json").read_text())["training"]
 
 
-def test_missing_eval_command_is_recorded_as_not_measured() -> None:
-    assert export._external_score("no-such-eval", [], "ndcg").startswith("not measured")
+def test_scores_without_their_data_are_recorded_as_not_measured(exported: Path, tmp_path: Path) -> None:
+    scores = export.measure(exported, exported, data_dir=tmp_path)  # an empty data folder
+    assert scores["onnx_int8_cosine_to_fp32"] > 0.95
+    for name in ("stsb_test_spearman", "scifact_ndcg@10", "masked_token_accuracy"):
+        assert str(scores[name]).startswith("not measured"), (name, scores[name])

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from index import SearchIndex, layout
+from index import layout
+from index.search_index import SearchIndex
 from tests.index.conftest import tiny_documents, write_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -163,3 +164,27 @@ def test_sigkill_mid_ingest_then_resume(tmp_path: Path, tiny_bert: Path, tiny_en
     index = SearchIndex.open(out, tiny_encoder, create=False)
     assert index.stats() == {"documents": 1300, "chunks": 1300, "vectors": 1300}
     index.close()
+
+
+def test_a_rebuild_reproduces_the_build_options(tmp_path: Path, tiny_encoder) -> None:
+    """A forced factory and a chosen overlap are recorded in the manifest and kept by a service rebuild;
+    upserts chunk with the build's overlap too."""
+    from index.builder import BuildOptions, build_from_input
+    from index.records import Document
+
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", tiny_documents(60, words=90))
+    options = BuildOptions(factory="IVF4,Flat", overlap=5, show_progress=False)
+    built = build_from_input(tmp_path / "idx", corpus, tiny_encoder, options)
+    assert built["factory"] == "IVF4,Flat"
+    assert built["build"] == {"factory": "IVF4,Flat", "chunk_window": 62, "chunk_overlap": 5}
+    index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    try:
+        assert index.chunker.overlap == 5
+        index.upsert([Document("new", " ".join(["cat dog mat"] * 60))])
+        rebuilt = index.rebuild()
+        assert rebuilt["version"] == built["version"] + 1
+        assert rebuilt["factory"] == "IVF4,Flat"  # not the exact index the corpus size would choose
+        assert rebuilt["build"] == built["build"]
+        assert rebuilt["chunks"] == index.stats()["chunks"] == index.stats()["vectors"]
+    finally:
+        index.close()

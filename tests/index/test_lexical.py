@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from index import Document, SearchIndex
 from index.chunking import Chunk
 from index.lexical import LexicalIndex
+from index.records import Document
+from index.search_index import SearchIndex
 from index.store import DocumentStore
 
 

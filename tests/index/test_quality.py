@@ -10,7 +10,7 @@ import gzip
 import json
 from pathlib import Path
 
-from index.beir import evaluate_beir, load_qrels, load_queries
+from encoder_training.evaluation.beir import evaluate_beir, load_qrels, load_queries
 
 QUERIES = 20
 DISTRACTORS = 60

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import SearchIndex
-from index.beir import mrr_at, ndcg_at, recall_at, score_run
+from encoder_training.evaluation.beir import mrr_at, ndcg_at, recall_at, score_run
 from index.builder import BuildOptions, build_from_input
+from index.search_index import SearchIndex
 from index.store import DocumentStore
 from tests.index.conftest import tiny_documents, write_jsonl
 

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import Document, IndexModelMismatch, SearchIndex, UnknownFilterField, layout, search_index
+from index import changelog, layout
+from index.records import Document, IndexModelMismatch, ReadOnlyIndex, UnknownFilterField
+from index.search_index import SearchIndex
 from tests.index.conftest import tiny_documents
 
 
@@ -128,7 +130,7 @@ def test_concurrent_searches_and_upserts(index: SearchIndex, tiny_encoder) -> No
 def test_rebuild_swaps_versions_without_losing_writes(
     index: SearchIndex, tiny_encoder, tmp_path: Path, snapshot_every: int, monkeypatch
 ) -> None:
-    monkeypatch.setattr(search_index, "SNAPSHOT_EVERY", snapshot_every)
+    monkeypatch.setattr(changelog, "SNAPSHOT_EVERY", snapshot_every)
     corpus = docs(40)
     index.upsert(corpus)
     before = index.manifest["version"]
@@ -181,7 +183,6 @@ def test_read_only_replica_writes_nothing_and_refuses_writes(
     index: SearchIndex, tiny_encoder, tmp_path
 ) -> None:
     """Compose mounts the index read-only into the api replicas: opening and searching must not touch it."""
-    from index import ReadOnlyIndex
 
     corpus = docs(20)
     index.upsert(corpus)
@@ -212,7 +213,7 @@ def changelog_rows(index: SearchIndex) -> int:
 def test_changelog_is_pruned_behind_snapshots_and_reopening_loses_nothing(
     tmp_path: Path, tiny_encoder, monkeypatch
 ) -> None:
-    monkeypatch.setattr(search_index, "SNAPSHOT_EVERY", 5)
+    monkeypatch.setattr(changelog, "SNAPSHOT_EVERY", 5)
     index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
     corpus = docs(12)
     for document in corpus:
@@ -232,7 +233,7 @@ def test_changelog_is_pruned_behind_snapshots_and_reopening_loses_nothing(
 
 
 def test_a_writer_behind_the_pruned_changelog_reloads(tmp_path: Path, tiny_encoder, monkeypatch) -> None:
-    monkeypatch.setattr(search_index, "SNAPSHOT_EVERY", 3)
+    monkeypatch.setattr(changelog, "SNAPSHOT_EVERY", 3)
     first = SearchIndex.open(tmp_path / "idx", tiny_encoder)
     second = SearchIndex.open(tmp_path / "idx", tiny_encoder)
     try:
@@ -253,7 +254,7 @@ def test_a_snapshot_older_than_the_pruned_changelog_is_rebuilt_from_the_store(
 ) -> None:
     import shutil
 
-    monkeypatch.setattr(search_index, "SNAPSHOT_EVERY", 3)
+    monkeypatch.setattr(changelog, "SNAPSHOT_EVERY", 3)
     index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
     corpus = docs(7)
     index.upsert(corpus[:1])

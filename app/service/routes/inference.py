@@ -8,7 +8,6 @@ import numpy as np
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from encoder_runtime.encoder import l2_normalize
 from app.service.auth import require_read
 from app.service.engines import submit
 from app.service.errors import ApiError
@@ -22,6 +21,7 @@ from app.service.schemas import (
     Prediction,
 )
 from app.service.validation import text_list
+from encoder_runtime.encoder import l2_normalize
 
 router = APIRouter(dependencies=[require_read])
 

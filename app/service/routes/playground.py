@@ -12,9 +12,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from encoder_runtime.tokenization import TextTokenizer
 from app.service.auth import require_read
 from app.service.errors import ApiError
+from encoder_runtime.tokenization import TextTokenizer
 
 router = APIRouter(dependencies=[require_read], tags=["playground"])
 Action = Literal["mask", "random", "kept"]

@@ -23,6 +23,7 @@ from app.service.schemas import (
     SearchResult,
     UpsertResponse,
 )
+from index.records import Document, UnknownFilterField
 
 router = APIRouter()
 DocumentId = Annotated[str, Path(min_length=1, max_length=512)]
@@ -46,8 +47,6 @@ async def search_get(
 
 
 async def _search(request: Request, body: SearchRequest) -> SearchResponse:
-    from index import UnknownFilterField
-
     started = time.perf_counter()
     settings, engines = request.app.state.settings, request.app.state.engines
     if len(body.query) > settings.max_chars:
@@ -89,8 +88,6 @@ async def upsert_documents(
     documents: Annotated[list[DocumentIn], Body(min_length=1)], request: Request
 ) -> UpsertResponse:
     """Insert or replace. When this answers 200 the documents are committed to disk and searchable."""
-    from index import Document
-
     settings, engines = request.app.state.settings, request.app.state.engines
     if len(documents) > settings.max_inputs:
         raise ApiError(

@@ -17,6 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from index.builder import BuildOptions, build_if_needed
+from index.search_index import SearchIndex
+
 
 def corpus_file(folder: Path) -> Path:
     for name in ("corpus.jsonl", "corpus.jsonl.gz"):
@@ -92,10 +95,6 @@ def evaluate_beir(
     show_progress: bool = True,
 ) -> dict[str, Any]:
     """Build (or reuse, when input and model are unchanged) the folder's index, run the judged queries, score."""
-    from index.builder import BuildOptions
-    from index.cli import build_if_needed
-    from index.search_index import SearchIndex
-
     data = Path(data)
     index_dir = index_dir or default_index_dir(data, encoder, backend)
     build_if_needed(index_dir, corpus_file(data), encoder, BuildOptions(show_progress=show_progress))

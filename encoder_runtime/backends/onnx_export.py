@@ -16,7 +16,8 @@ import warnings
 from pathlib import Path
 
 from encoder_runtime.backends.base import Task
-from encoder_runtime.model_dir import fingerprint
+from encoder_runtime.model_dir import fingerprint, resolve_model_path
+from encoder_runtime.tokenization import TextTokenizer
 
 log = logging.getLogger(__name__)
 OPSET = 18
@@ -62,7 +63,7 @@ def export_fp32(model_path: Path, task: Task, input_names: tuple[str, ...], out:
     """Export ``task``'s wrapper with dynamic batch and sequence axes; returns the recipe that made it.
 
     BERT-family encoders get ONNX Runtime's operator fusion (Attention, BiasGelu, the embedding layer norm:
-    1.3x the int8 throughput of the unfused graph on this project's 2-core CPU); anything the fusion
+    faster int8 passes than the unfused graph, see docs/benchmarks.md, "Design measurements"); anything the fusion
     doesn't recognise, or whose fused graph disagrees with torch, is exported unfused with torch.export.
     """
     log.info("exporting %s (%s) to ONNX: %s", model_path, task, out)
@@ -97,7 +98,7 @@ def _example_inputs(input_names: tuple[str, ...], vocab_size: int) -> tuple:
 def _export_unfused(model_path: Path, task: Task, input_names: tuple[str, ...], out: Path) -> None:
     import torch
 
-    from encoder_runtime.backends.modules import load_module
+    from encoder_runtime.backends.modules import load_module  # torch: an ONNX-only service never loads it
 
     module = load_module(model_path, task, input_names)
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
@@ -127,7 +128,7 @@ def _export_fused(model_path: Path, task: Task, input_names: tuple[str, ...], ou
     from onnxruntime.transformers.optimizer import optimize_model
     from transformers import AttentionInterface
 
-    from encoder_runtime.backends.modules import load_module
+    from encoder_runtime.backends.modules import load_module  # torch, as above
 
     AttentionInterface.register(_FUSABLE_ATTENTION, _classic_attention)
     try:
@@ -207,7 +208,7 @@ def _check_fused(model_path: Path, task: Task, input_names: tuple[str, ...], onn
     import onnxruntime as ort
     import torch
 
-    from encoder_runtime.backends.modules import load_module
+    from encoder_runtime.backends.modules import load_module  # torch, as above
 
     module = load_module(model_path, task, input_names)
     inputs = _example_inputs(input_names, module.model.config.vocab_size)
@@ -222,9 +223,10 @@ def _check_fused(model_path: Path, task: Task, input_names: tuple[str, ...], onn
 
 
 def quantize_int8(fp32: Path, out: Path, recipe: str) -> None:
-    """Dynamic int8 with per-channel weights: per-tensor weights lose too much (cosine 0.963 vs 0.993).
+    """Dynamic int8 with per-channel weights: per-tensor weights lose too much agreement with fp32
+    (docs/benchmarks.md, "Design measurements").
 
-    A fused graph quantises its Attention and embedding ops too (QAttention: 1.2x over int8 MatMuls
+    A fused graph quantises its Attention and embedding ops too (QAttention, faster than int8 MatMuls
     around fp32 attention); an unfused one only its MatMuls."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -253,9 +255,6 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def export_all(model: str, task: Task = "embed", cache_dir: Path | None = None) -> list[Path]:
     """`cloze export onnx`: fp32 and int8 ahead of time, so the first request doesn't pay for them."""
-    from encoder_runtime.model_dir import resolve_model_path
-    from encoder_runtime.tokenization import TextTokenizer
-
     path = resolve_model_path(model)
     input_names = TextTokenizer(path, 8).input_names
     cache = default_cache_dir(path, cache_dir)

@@ -1,0 +1,114 @@
+"""``cloze eval sts|mlm|lama|beir``: every evaluator, in one package. Heavy imports stay in the handlers.
+
+Each command prints one JSON object as its last stdout line, for scripts to parse; programs call the
+evaluators themselves (``evaluate_sts``, ``evaluate_mlm``, ``evaluate_lama``, ``evaluate_beir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from encoder_training.data_folder import default_data_dir
+
+BACKENDS = ["auto", "torch", "onnx", "onnx-int8"]
+
+
+def register(groups: dict[str, argparse._SubParsersAction]) -> None:
+    evaluate = groups["eval"]
+    _add_sts(evaluate)
+    _add_mlm(evaluate)
+    _add_lama(evaluate)
+    _add_beir(evaluate)
+
+
+def _add_sts(evaluate: argparse._SubParsersAction) -> None:
+    p = evaluate.add_parser("sts", help="Spearman of cosine similarity on STS-B test (and SICK-R, STS12-16)")
+    p.add_argument("--model", default="", help="model folder (default: bundled model)")
+    p.add_argument(
+        "--sets", nargs="+", default=["stsb-test"], help="stsb-test stsb-dev sick-r sts12 .. sts16, or all"
+    )
+    p.add_argument("--backend", default="torch", choices=BACKENDS)
+    p.add_argument("--limit", type=int, help="at most this many pairs per set")
+    p.add_argument("--data-dir", type=Path, default=None)
+    p.set_defaults(handler=_sts)
+
+
+def _sts(args: argparse.Namespace) -> None:
+    from encoder_training.evaluation.sts import evaluate_sts
+
+    result = evaluate_sts(
+        args.model or None, args.data_dir or default_data_dir(), args.sets, args.backend, args.limit
+    )
+    for name, scores in result["sets"].items():
+        print(f"{name:10s} spearman {scores['spearman']:.4f}  pairs {scores['pairs']}")
+    print(json.dumps(result))
+
+
+def _add_mlm(evaluate: argparse._SubParsersAction) -> None:
+    p = evaluate.add_parser("mlm", help="held-out masked-token accuracy and pseudo-perplexity")
+    p.add_argument("--model", required=True, type=Path, help="a BertForMaskedLM-loadable folder")
+    p.add_argument("--data", nargs="+", required=True, help="held-out text files or folders")
+    p.add_argument("--ppl-lines", type=int, default=200, help="sentences scored for pseudo-perplexity")
+    p.set_defaults(handler=_mlm)
+
+
+def _mlm(args: argparse.Namespace) -> None:
+    from encoder_training.evaluation.mlm import evaluate_mlm
+
+    print(json.dumps(evaluate_mlm(args.model, args.data, ppl_lines=args.ppl_lines)))
+
+
+def _add_lama(evaluate: argparse._SubParsersAction) -> None:
+    p = evaluate.add_parser("lama", help="LAMA precision@1/@10 (T-REx, Google-RE, SQuAD)")
+    p.add_argument("--model", default="", help="MLM folder (default: the service's default fill-mask model)")
+    p.add_argument("--data", type=Path, default=None, help="LAMA folder (default: DATA_DIR/lama)")
+    p.add_argument("--limit", type=int, help="at most this many facts per relation (default: all)")
+    p.set_defaults(handler=_lama)
+
+
+def _lama(args: argparse.Namespace) -> None:
+    from encoder_runtime.default_fill_mask import default_fill_mask_path
+    from encoder_training.evaluation.lama import evaluate_lama
+
+    model = Path(args.model) if args.model else default_fill_mask_path()
+    data = args.data or default_data_dir() / "lama"
+    print(json.dumps(evaluate_lama(model, data, limit=args.limit or 0)))
+
+
+def _add_beir(evaluate: argparse._SubParsersAction) -> None:
+    p = evaluate.add_parser("beir", help="nDCG@10 / Recall@100 / MRR@10 on a BEIR-layout folder")
+    p.add_argument("--data", required=True, type=Path)
+    p.add_argument("--model", default="", help="model folder (default: the bundled all-MiniLM-L6-v2)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto")
+    p.add_argument("--mode", choices=["dense", "bm25", "hybrid"], default="dense")
+    p.add_argument("--split", default="test")
+    p.add_argument("--index", type=Path, help="index directory to build or reuse (default: a cache folder)")
+    p.add_argument(
+        "--out", type=Path, help="JSON result file (default: eval-<split>-<mode>.json in the index folder)"
+    )
+    p.set_defaults(handler=_beir)
+
+
+def _beir(args: argparse.Namespace) -> None:
+    from encoder_runtime import load_encoder
+    from encoder_training.evaluation.beir import default_index_dir, evaluate_beir
+
+    encoder = load_encoder(args.model or None, backend=args.backend)
+    backend = encoder.backend.name
+    index_dir = args.index or default_index_dir(args.data, encoder, backend)
+    result = evaluate_beir(
+        args.data, encoder, args.mode, backend, index_dir, args.split, show_progress=sys.stderr.isatty()
+    )
+    out = args.out or Path(index_dir) / f"eval-{args.split}-{args.mode}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"{'mode':8} {'backend':10} {'nDCG@10':>8} {'R@100':>8} {'MRR@10':>8} {'queries':>8}")
+    print(
+        f"{result['mode']:8} {backend:10} {result['ndcg@10']:8.4f} {result['recall@100']:8.4f} "
+        f"{result['mrr@10']:8.4f} {result['queries']:8d}"
+    )
+    print(f"written: {out}")
+    print(json.dumps(result))

@@ -1,0 +1,87 @@
+"""Ranking: dense candidates to best chunk per document, and reciprocal rank fusion for hybrid search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from index.version import OpenVersion
+
+RRF_K = 60  # the constant of Cormack et al. (2009); robust across collections
+# Candidates taken from each list before fusion: 3 x top_k, at least 30, for a third of the dense candidates
+# to map to documents; a deeper pool barely moved SciFact's hybrid nDCG@10 (docs/benchmarks.md, "Design
+# measurements").
+FUSION_DEPTH, FUSION_PER_RESULT = 30, 3
+EXACT_FILTER_LIMIT = 20_000  # filtered sets up to this many chunks are scored exactly from SQLite
+
+Ranked = list[tuple[str, float, int | None]]  # (doc_id, score, best chunk id when known), best first
+
+
+def fusion_depth(top_k: int) -> int:
+    return max(FUSION_DEPTH, FUSION_PER_RESULT * top_k)
+
+
+def dense_ranking(
+    version: OpenVersion, query: np.ndarray | None, top_k: int, filters: dict[str, Any] | None
+) -> Ranked:
+    """Best chunk per document, best documents first."""
+    query = np.asarray(query, dtype=np.float32).reshape(-1)
+    allowed = None
+    if filters:
+        allowed = version.store.filtered_chunk_ids(filters)
+        if len(allowed) <= EXACT_FILTER_LIMIT:
+            ids, matrix = version.store.vectors(allowed, version.vectors.dimension)
+            return best_chunk_per_document(version, ids, matrix @ query, top_k)
+    wanted = top_k * 3 + 10
+    total = version.vectors.ntotal
+    while True:
+        ids, scores = _candidates(version, query, wanted, allowed)
+        ranked = best_chunk_per_document(version, ids, scores, top_k)
+        if len(ranked) >= top_k or wanted >= total:
+            return ranked
+        wanted *= 4
+
+
+def _candidates(
+    version: OpenVersion, query: np.ndarray, wanted: int, allowed: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    rerank = int(version.vectors.params.get("rerank", 0)) if version.vectors.lossy else 0
+    scores, ids = version.vectors.search(query, wanted * max(rerank, 1), allowed)
+    if rerank:  # PQ scores are approximate: re-score the candidates with the exact stored vectors
+        ids, matrix = version.store.vectors(ids, version.vectors.dimension)
+        scores = matrix @ query
+    return ids, scores
+
+
+def best_chunk_per_document(version: OpenVersion, ids: np.ndarray, scores: np.ndarray, top_k: int) -> Ranked:
+    """Best chunk per document, in score order. Owners are read in growing slices of the ranking: most
+    documents have few chunks, so the first 2 x top_k chunks usually name top_k documents already."""
+    order = np.argsort(-scores)
+    best: dict[str, tuple[float, int]] = {}
+    start, size = 0, max(2 * top_k, 20)
+    while start < len(order) and len(best) < top_k:
+        window = order[start : start + size]
+        owners = version.store.chunk_documents(ids[window].tolist())
+        for position in window:
+            chunk_id = int(ids[position])
+            doc_id = owners.get(chunk_id)
+            if doc_id is not None and doc_id not in best:
+                best[doc_id] = (float(scores[position]), chunk_id)
+        start, size = start + size, size * 2
+    ranked = sorted(best.items(), key=lambda item: -item[1][0])
+    return [(doc_id, score, chunk_id) for doc_id, (score, chunk_id) in ranked[:top_k]]
+
+
+def reciprocal_rank_fusion(lists: list[list[tuple[str, int | None]]], k: int = RRF_K) -> Ranked:
+    """RRF: score = sum over lists of 1 / (k + rank). Ranks, not scores, so cosine and BM25 need no
+    calibration. A document keeps the first chunk id any list knows for it."""
+    scores: dict[str, float] = {}
+    chunk: dict[str, int | None] = {}
+    for ranked in lists:
+        for rank, (doc_id, chunk_id) in enumerate(ranked, start=1):
+            scores[doc_id] = scores.get(doc_id, 0.0) + 1.0 / (k + rank)
+            if chunk.get(doc_id) is None:
+                chunk[doc_id] = chunk_id
+    order = sorted(scores, key=lambda d: -scores[d])
+    return [(doc_id, scores[doc_id], chunk[doc_id]) for doc_id in order]

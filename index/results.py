@@ -1,0 +1,49 @@
+"""Result assembly: ranked document ids -> ``SearchHit`` with text, metadata and the chunk that matched."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from index.ranking import Ranked
+from index.records import SearchHit
+from index.store import ChunkRow
+from index.text_analysis import query_terms
+from index.version import OpenVersion
+
+
+def assemble_hits(
+    version: OpenVersion, ranked: Ranked, query_vector: np.ndarray | None, query_text: str
+) -> list[SearchHit]:
+    chunks = version.store.chunks_of([doc_id for doc_id, _, _ in ranked])
+    hits = []
+    for doc_id, score, chunk_id in ranked:
+        rows = chunks.get(doc_id)
+        if not rows:
+            continue  # deleted between ranking and reading
+        row = pick_chunk(version, rows, chunk_id, query_vector, query_text)
+        hits.append(
+            SearchHit(doc_id, float(score), row.doc_text, row.chunk_text, row.chunk_index, row.metadata)
+        )
+    return hits
+
+
+def pick_chunk(
+    version: OpenVersion,
+    rows: list[ChunkRow],
+    chunk_id: int | None,
+    query_vector: np.ndarray | None,
+    query_text: str,
+) -> ChunkRow:
+    """The matched chunk: known for dense hits; for BM25 hits the closest by vector, else by shared terms."""
+    for row in rows:
+        if row.chunk_id == chunk_id:
+            return row
+    if len(rows) == 1:
+        return rows[0]
+    if query_vector is not None:
+        ids, matrix = version.store.vectors([r.chunk_id for r in rows], version.vectors.dimension)
+        if len(ids):
+            best = int(ids[int(np.argmax(matrix @ np.asarray(query_vector, np.float32).reshape(-1)))])
+            return next(r for r in rows if r.chunk_id == best)
+    terms = set(query_terms(query_text))
+    return max(rows, key=lambda r: sum(1 for w in query_terms(r.chunk_text) if w in terms))
