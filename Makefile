@@ -31,12 +31,14 @@ serve: demo-index
 browser:
 	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
-test: install browser
+test: lint browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
+# Style, and the layers of docs/architecture.md: import-linter's contracts live in pyproject.toml.
 lint: install
 	$(VENV)/bin/ruff check app encoder_training index encoder_runtime tests benchmarks
 	$(VENV)/bin/ruff format --check app encoder_training index encoder_runtime tests benchmarks
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) data/demo-index

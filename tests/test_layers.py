@@ -1,0 +1,34 @@
+"""The layers hold: import-linter's contracts are kept, and `cloze --help` loads no heavy library."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "transformers", "faiss", "onnxruntime", "fastapi", "sentence_transformers")
+
+
+def test_import_contracts_are_kept() -> None:
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "4 kept, 0 broken" in done.stdout, done.stdout[-2000:]
+
+
+def test_cloze_help_loads_no_heavy_module() -> None:
+    probe = (
+        "import contextlib, io, sys\n"
+        "from app.cli import main\n"
+        "for argv in (['--help'], ['index', '--help'], ['train', 'pretrain', '--help'], ['eval', '--help']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        try:\n"
+        "            main(argv)\n"
+        "        except SystemExit:\n"
+        "            pass\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", f"`cloze --help` imported {done.stdout.strip()}"
