@@ -1,0 +1,92 @@
+"""Units below the index: reciprocal rank fusion, the FTS5 query builder, the filter-to-SQL compiler."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from index.filters import compile_filters
+from index.ranking import RRF_K, reciprocal_rank_fusion
+from index.records import UnknownFilterField
+from index.text_analysis import MAX_QUERY_TERMS, fts_query, query_terms
+
+
+def test_fusion_sums_reciprocal_ranks_and_orders_by_them() -> None:
+    dense = [("a", 11), ("b", 12), ("c", 13)]
+    sparse = [("c", None), ("a", None), ("d", None)]
+    fused = reciprocal_rank_fusion([dense, sparse])
+    scores = {doc: score for doc, score, _ in fused}
+    assert scores["a"] == pytest.approx(1 / (RRF_K + 1) + 1 / (RRF_K + 2))
+    assert scores["c"] == pytest.approx(1 / (RRF_K + 3) + 1 / (RRF_K + 1))
+    assert scores["d"] == pytest.approx(1 / (RRF_K + 3))
+    assert [doc for doc, _, _ in fused] == ["a", "c", "b", "d"]  # in both lists beats a better single rank
+
+
+def test_fusion_keeps_the_chunk_a_list_knows() -> None:
+    fused = reciprocal_rank_fusion([[("x", None)], [("x", 7)]])
+    assert fused == [("x", pytest.approx(2 / (RRF_K + 1)), 7)]
+    assert reciprocal_rank_fusion([[], []]) == []
+
+
+def test_fts_query_quotes_every_term_so_operators_are_words() -> None:
+    assert fts_query('"foo AND(bar) OR baz*') == '"foo" OR "bar" OR "baz"'
+    assert fts_query("The cat and THE cat") == '"cat"'  # stop words dropped, case folded, duplicates once
+    assert fts_query("the of and") == ""  # nothing left to match: the caller answers no hits
+
+
+def test_fts_query_is_bounded_and_runs_in_sqlite() -> None:
+    text = " ".join(f"word{i}" for i in range(500))
+    assert fts_query(text).count(" OR ") == MAX_QUERY_TERMS - 1
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(text, tokenize='porter unicode61')")
+    conn.executemany("INSERT INTO t VALUES (?)", [("an apple a day",), ('quote " and paren ( soup',)])
+    for hostile in ['apple"', "AND(", "NEAR(x y)", "soup)", "-apple", "col:apple", "ünïcödé 東京"]:
+        rows = conn.execute("SELECT text FROM t WHERE t MATCH ?", (fts_query(hostile) or '""',)).fetchall()
+        assert isinstance(rows, list)  # parses: no sqlite3.OperationalError for any of them
+    assert query_terms("Paris is the capital") == ["paris", "capital"]
+
+
+@pytest.fixture
+def documents() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE documents(rid INTEGER PRIMARY KEY, metadata TEXT)")
+    rows = [
+        {"year": 2020, "tag": "a", "draft": True},
+        {"year": 2021, "tag": ["a", "b"], "draft": False},
+        {"year": 2022, "tag": "c", "meta": {"k": 1}},
+        {},
+    ]
+    conn.executemany("INSERT INTO documents(metadata) VALUES (?)", [(json.dumps(r),) for r in rows])
+    return conn
+
+
+def matching(conn: sqlite3.Connection, filters: dict, fields: set[str]) -> list[int]:
+    where, params = compile_filters(filters, fields)
+    query = f"SELECT rid FROM documents d WHERE {where} ORDER BY rid"
+    return [r[0] for r in conn.execute(query, params)]
+
+
+FIELDS = {"year", "tag", "draft", "meta", "odd key"}
+
+
+def test_filters_scalar_list_membership_and_conjunction(documents: sqlite3.Connection) -> None:
+    assert matching(documents, {"year": 2021}, FIELDS) == [2]
+    assert matching(documents, {"year": [2020, 2022]}, FIELDS) == [1, 3]
+    assert matching(documents, {"tag": "a"}, FIELDS) == [1, 2]  # list-valued metadata: membership
+    assert matching(documents, {"tag": "a", "year": 2021}, FIELDS) == [2]
+    assert matching(documents, {"draft": True}, FIELDS) == [1]
+    assert matching(documents, {"tag": []}, FIELDS) == []
+    assert matching(documents, {}, FIELDS) == [1, 2, 3, 4]
+    assert matching(documents, {"odd key": "x"}, FIELDS) == []  # a field name with a space is quoted
+
+
+def test_filters_bind_values_and_refuse_unknown_fields(documents: sqlite3.Connection) -> None:
+    where, params = compile_filters({"tag": "a') OR 1=1 --"}, FIELDS)
+    assert "OR 1=1" not in where and "a') OR 1=1 --" in params  # values are parameters, never SQL
+    assert matching(documents, {"tag": "a') OR 1=1 --"}, FIELDS) == []
+    with pytest.raises(UnknownFilterField, match="yaer"):
+        compile_filters({"yaer": 2020}, FIELDS)
+    with pytest.raises(UnknownFilterField):
+        compile_filters({'x"y': 1}, FIELDS | {'x"y'})  # a quote would break out of the JSON path
