@@ -11,7 +11,7 @@ EXTRAS ?= cpu,dev,ray
 DEMO_INDEX ?= data/demo-index
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install serve test lint demo-index browser clean
+.PHONY: install serve test lint demo-index browser clean docker-engine test-deploy gpu-image
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,27 @@ browser:
 
 test: lint browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The deployment for real (not part of `make test`): a Docker engine (Debian's docker.io, started here
+# when no daemon answers), local base images, the CPU image and the compose stack end to end.
+# tests/deploy/test_stack.py says what is checked; figures land in test-artifacts/deploy/stack.json.
+DEPLOY_ARTIFACTS := test-artifacts/deploy
+docker-engine:
+	command -v dockerd >/dev/null && command -v debootstrap >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap >/dev/null)
+	docker info >/dev/null 2>&1 || (nohup dockerd >/var/log/dockerd.log 2>&1 & \
+		for i in $$(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done; docker info >/dev/null)
+
+test-deploy: install
+	@mkdir -p $(DEPLOY_ARTIFACTS) && date +%s.%N > $(DEPLOY_ARTIFACTS)/engine-started
+	$(MAKE) --no-print-directory docker-engine
+	@date +%s.%N > $(DEPLOY_ARTIFACTS)/engine-ready
+	$(PY) -m pytest -q -m docker tests/deploy/test_stack.py $(PYTEST_ARGS)
+
+# The GPU image (CUDA torch and onnxruntime-gpu from the package index) on the local Debian base; it
+# is built and measured only, since it cannot run without a GPU. Not part of test-deploy (size, time).
+gpu-image: install docker-engine
+	$(PY) -m tests.deploy.images gpu
 
 # Style, and the layers of docs/architecture.md: import-linter's contracts live in pyproject.toml.
 lint: install

@@ -195,6 +195,21 @@ def test_replicas_leave_the_read_only_index_volume_untouched(serving: Serving) -
     assert tree(serving.index) == serving.index_before
 
 
+def test_replicas_refuse_writes_with_409(serving: Serving) -> None:
+    """The read-only replicas answer every write endpoint with 409, before doing any work."""
+    auth = {"Authorization": f"Bearer {WRITE_KEY}"}
+    for replica in serving.replicas:
+        answers = [
+            httpx.put(
+                replica.url + "/documents", json=[{"id": "x", "text": "new"}], headers=auth, timeout=10
+            ),
+            httpx.delete(replica.url + "/documents/paris.txt", headers=auth, timeout=10),
+            httpx.post(replica.url + "/index/rebuild", headers=auth, timeout=10),
+        ]
+        assert [a.status_code for a in answers] == [409, 409, 409], [a.text for a in answers]
+    assert tree(serving.index) == serving.index_before
+
+
 def test_replicas_follow_a_batch_rebuild_without_restart(deployment: Deployment, serving: Serving) -> None:
     (deployment.root / "docs" / "river.txt").write_text("A long river runs to the sea past the city.")
     deployment.run("indexer")

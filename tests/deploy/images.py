@@ -1,0 +1,297 @@
+"""Images for the Docker stack test, made on a machine that reaches no image registry.
+
+A user's machine pulls ``python:3.11-slim-bookworm`` and ``nginx:1.27-alpine`` and takes CPU torch from
+the PyTorch index. Here none of those hosts answer, so the test substitutes, and only the test:
+
+- a Debian bookworm minbase made with ``debootstrap`` from Debian's archive and ``docker import``ed,
+  carrying the host's CA bundle (the package index is reached through a TLS proxy that bundle trusts);
+- on top of it a Python 3.11 image (bookworm's python3) as ``PYTHON_IMAGE`` and a Debian nginx image as
+  ``CLOZE_GATEWAY_IMAGE``;
+- the CPU torch wheel from the host's wheel folder (/opt/wheels), served with its dependencies as a
+  package index on 127.0.0.1 and handed to the Dockerfile through its own ``TORCH_INDEX_URL``.
+
+The Dockerfiles stay what a user builds. Everything made here lives in Docker's own storage (images and
+their layer cache), tagged by a hash of the recipe, so a second run reuses it and a changed recipe
+rebuilds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "deploy"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+DEBIAN_MIRROR = os.environ.get("CLOZE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+TORCH_WHEELS = Path(os.environ.get("CLOZE_TORCH_WHEELS", "/opt/wheels"))
+# A fixed port: the index URL is a build argument, and a changed argument would miss the layer cache.
+WHEEL_INDEX_PORT = int(os.environ.get("CLOZE_WHEEL_INDEX_PORT", "47811"))
+# The CA bundle is copied in last: installing packages that pull ca-certificates regenerates the
+# image's own bundle, which does not trust the proxy. PIP_CERT points at a copy nothing regenerates.
+CA_IN_IMAGE = "/usr/local/share/cloze-test/host-ca.crt"
+CA_STEP = (
+    f"COPY host-ca.crt {CA_IN_IMAGE}\n"
+    f"COPY host-ca.crt /etc/ssl/certs/ca-certificates.crt\n"
+    f"ENV PIP_CERT={CA_IN_IMAGE} SSL_CERT_FILE={CA_IN_IMAGE}\n"
+)
+APT_INSTALL = (
+    "RUN apt-get update \\\n"
+    "    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {packages} \\\n"
+    "    && rm -rf /var/lib/apt/lists/*\n"
+)
+# The stand-in for python:3.11-slim-bookworm: `python` on PATH (the Dockerfile calls it), venv, pip.
+PYTHON_RECIPE = (
+    "FROM {base}\n"
+    + APT_INSTALL.format(packages="python3 python3-venv python-is-python3")
+    + CA_STEP
+    + 'CMD ["python3"]\n'
+)
+# The stand-in for nginx:1.27-alpine: nginx in the foreground, logs to the container's output, and
+# only the conf.d server the compose file mounts (Debian's nginx.conf includes conf.d/*.conf).
+NGINX_RECIPE = (
+    "FROM {base}\n"
+    + APT_INSTALL.format(packages="nginx-light")
+    + "RUN rm -f /etc/nginx/sites-enabled/default \\\n"
+    "    && ln -sf /dev/stdout /var/log/nginx/access.log \\\n"
+    "    && ln -sf /dev/stderr /var/log/nginx/error.log\n"
+    + CA_STEP
+    + "STOPSIGNAL SIGQUIT\n"
+    + 'CMD ["nginx", "-g", "daemon off;"]\n'
+)
+
+
+def docker(*args: str, check: bool = True, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, **kwargs)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"docker {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}"
+        )
+    return result
+
+
+def image_exists(name: str) -> bool:
+    return docker("image", "inspect", name, check=False).returncode == 0
+
+
+def image_size_mb(name: str) -> float:
+    return round(int(docker("image", "inspect", "-f", "{{.Size}}", name).stdout) / 1e6, 1)
+
+
+def _tag(*parts: bytes | str) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else part.encode())
+    return digest.hexdigest()[:12]
+
+
+@functools.cache
+def _host_ca() -> bytes:
+    assert HOST_CA.is_file(), f"{HOST_CA} missing: the containers could not reach the package index"
+    return HOST_CA.read_bytes()
+
+
+def legacy_build(tag: str, context: Path, log_name: str, *args: str, timeout: float = 1800) -> float:
+    """``docker build`` with the classic builder: BuildKit would fetch its Dockerfile frontend image
+    (the ``# syntax=`` line) from a registry. ``--network host`` lets RUN steps reach 127.0.0.1."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    log = ARTIFACTS / log_name
+    with log.open("w") as handle:
+        result = subprocess.run(
+            ["docker", "build", "--network", "host", "-t", tag, *args, str(context)],
+            env={**os.environ, "DOCKER_BUILDKIT": "0"},
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+        )
+    text = log.read_text()
+    assert result.returncode == 0, f"docker build of {tag} failed, log in {log}:\n{text[-6000:]}"
+    return round(time.monotonic() - started, 1)
+
+
+def minbase_image(stages: dict) -> str:
+    """Debian bookworm minbase from the archive, imported as an image (no registry involved)."""
+    name = f"cloze-test/bookworm-minbase:{_tag('minbase bookworm', DEBIAN_MIRROR, CA_IN_IMAGE, _host_ca())}"
+    if image_exists(name):
+        stages["base_minbase"] = {"cached": True, "seconds": 0.0}
+        return name
+    assert shutil.which("debootstrap"), "debootstrap missing: `make docker-engine` installs it"
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="cloze-minbase-") as tmp:
+        root = Path(tmp) / "rootfs"
+        result = subprocess.run(
+            ["debootstrap", "--variant=minbase", "bookworm", str(root), DEBIAN_MIRROR],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        (ARTIFACTS / "debootstrap.log").write_text(result.stdout + result.stderr)
+        assert result.returncode == 0, f"debootstrap failed:\n{result.stderr[-3000:]}"
+        # What a fresh image does not need: downloaded .debs and package lists (images run apt-get update)
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for path in (root / junk).glob("*"):
+                if path.is_file():
+                    path.unlink()
+        for target in (CA_IN_IMAGE, "/etc/ssl/certs/ca-certificates.crt"):
+            (root / target.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+            (root / target.lstrip("/")).write_bytes(_host_ca())
+        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+        imported = subprocess.run(
+            ["docker", "import", "--change", f"ENV PIP_CERT={CA_IN_IMAGE} SSL_CERT_FILE={CA_IN_IMAGE}"]
+            + ["--change", 'CMD ["bash"]', "-", name],
+            stdin=tar.stdout,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        tar.wait()
+        assert imported.returncode == 0 and tar.returncode == 0, f"docker import failed: {imported.stderr}"
+    stages["base_minbase"] = {"cached": False, "seconds": round(time.monotonic() - started, 1)}
+    return name
+
+
+def derived_image(kind: str, recipe: str, base: str, stages: dict) -> str:
+    dockerfile = recipe.format(base=base)
+    name = f"cloze-test/{kind}:{_tag(dockerfile, _host_ca())}"
+    if image_exists(name):
+        stages[f"base_{kind}"] = {"cached": True, "seconds": 0.0}
+        return name
+    with tempfile.TemporaryDirectory(prefix=f"cloze-{kind}-") as tmp:
+        (Path(tmp) / "Dockerfile").write_text(dockerfile)
+        (Path(tmp) / "host-ca.crt").write_bytes(_host_ca())
+        seconds = legacy_build(name, Path(tmp), f"build-{kind}.log", timeout=900)
+    stages[f"base_{kind}"] = {"cached": False, "seconds": seconds}
+    return name
+
+
+def base_images(stages: dict) -> dict[str, str]:
+    """{"python": ..., "nginx": ...}: the local stand-ins for the images a user pulls."""
+    base = minbase_image(stages)
+    return {
+        "python": derived_image("python", PYTHON_RECIPE, base, stages),
+        "nginx": derived_image("nginx", NGINX_RECIPE, base, stages),
+    }
+
+
+def host_torch_version() -> str:
+    """The CPU torch the project is tested with (e.g. 2.13.0+cpu), read without importing torch."""
+    from importlib.metadata import version
+
+    return version("torch")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the stdlib's name
+        pass
+
+
+@contextlib.contextmanager
+def torch_wheel_index(torch_version: str) -> Iterator[str]:
+    """A PEP 503 index on 127.0.0.1 holding the host's CPU torch wheel and its dependencies.
+
+    ``pip download`` fills it: torch from the wheel folder, its dependencies from the package index
+    the host uses. Yields the index URL, for the Dockerfile's TORCH_INDEX_URL.
+    """
+    with tempfile.TemporaryDirectory(prefix="cloze-wheels-") as tmp:
+        flat = Path(tmp) / "flat"
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-cache-dir", "--only-binary", ":all:"]
+            + ["--find-links", str(TORCH_WHEELS), "-d", str(flat), f"torch=={torch_version}"],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert result.returncode == 0, f"pip download of torch=={torch_version} failed:\n{result.stderr}"
+        simple = Path(tmp) / "simple"
+        for wheel in flat.glob("*.whl"):
+            project = re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
+            (simple / project).mkdir(parents=True, exist_ok=True)
+            os.link(wheel, simple / project / wheel.name)
+        handler = functools.partial(_QuietHandler, directory=tmp)
+        try:
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", WHEEL_INDEX_PORT), handler)
+        except OSError as exc:
+            raise AssertionError(
+                f"127.0.0.1:{WHEEL_INDEX_PORT} is taken; set CLOZE_WHEEL_INDEX_PORT to a free port"
+            ) from exc
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{WHEEL_INDEX_PORT}/simple"
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def cpu_image(tag: str, python_image: str, stages: dict) -> str:
+    """docker/Dockerfile as it is, with the local Python base and the local torch wheel."""
+    torch_version = host_torch_version()
+    assert "+cpu" in torch_version, f"the test venv's torch is {torch_version}, not a CPU build"
+    with torch_wheel_index(torch_version) as index_url:
+        stages["cpu_image"] = {
+            "seconds": legacy_build(
+                tag,
+                REPO,
+                "build-cpu.log",
+                "-f",
+                str(REPO / "docker" / "Dockerfile"),
+                "--build-arg",
+                f"PYTHON_IMAGE={python_image}",
+                "--build-arg",
+                f"TORCH_INDEX_URL={index_url}",
+                "--build-arg",
+                f"TORCH_VERSION={torch_version}",
+            ),
+            "cached_steps": (ARTIFACTS / "build-cpu.log").read_text().count("Using cache"),
+        }
+    return tag
+
+
+def gpu_image(tag: str, debian_base: str, stages: dict) -> str:
+    """docker/Dockerfile.gpu on a Debian base: CUDA torch and onnxruntime-gpu come from the package
+    index (their wheels bundle the CUDA libraries), so no CUDA base image is needed to build it."""
+    stages["gpu_image"] = {
+        "seconds": legacy_build(
+            tag,
+            REPO,
+            "build-gpu.log",
+            "-f",
+            str(REPO / "docker" / "Dockerfile.gpu"),
+            "--build-arg",
+            f"CUDA_IMAGE={debian_base}",
+            "--build-arg",
+            "TORCH_INDEX_URL=https://pypi.org/simple",
+            timeout=3600,
+        )
+    }
+    return tag
+
+
+def main() -> None:
+    """`python -m tests.deploy.images gpu`: build the GPU image on the local Debian base and report."""
+    import json
+
+    if sys.argv[1:] != ["gpu"]:
+        raise SystemExit("usage: python -m tests.deploy.images gpu")
+    stages: dict = {}
+    tag = gpu_image("cloze-search:test-gpu", minbase_image(stages), stages)
+    report = {"stages": stages, "images_mb": {"cloze-search (GPU)": image_size_mb(tag)}}
+    (ARTIFACTS / "gpu-image.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
