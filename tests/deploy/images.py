@@ -21,6 +21,7 @@ import contextlib
 import functools
 import hashlib
 import http.server
+import json
 import os
 import re
 import shutil
@@ -30,6 +31,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,8 +190,6 @@ def base_images(stages: dict) -> dict[str, str]:
 
 def host_torch_version() -> str:
     """The CPU torch the project is tested with (e.g. 2.13.0+cpu), read without importing torch."""
-    from importlib.metadata import version
-
     return version("torch")
 
 
@@ -282,8 +282,6 @@ def gpu_image(tag: str, debian_base: str, stages: dict) -> str:
 
 def main() -> None:
     """`python -m tests.deploy.images gpu`: build the GPU image on the local Debian base and report."""
-    import json
-
     if sys.argv[1:] != ["gpu"]:
         raise SystemExit("usage: python -m tests.deploy.images gpu")
     stages: dict = {}
