@@ -43,6 +43,7 @@ Progress = Callable[[int, int], None]
 INGEST_BATCH = 512
 EMBED_PAGE = 2048
 FORMAT_VERSION = 1
+REBUILD_MARKER = ".rebuild"  # in a version folder a service rebuild made (discarded if never published)
 
 
 @dataclass
@@ -66,10 +67,12 @@ class VersionDraft:
     """One new version directory from creation to publish: the one path every build takes (``cloze index
     build``, a service rebuild, the empty first version). Nobody reads it before ``publish``."""
 
-    def __init__(self, root: Path, number: int, encoder: Any, options: BuildOptions):
+    def __init__(self, root: Path, number: int, encoder: Any, options: BuildOptions, origin: str = "build"):
         self.root, self.number, self.encoder, self.options = Path(root), number, encoder, options
         self.folder = layout.version_dir(self.root, number)
         self.folder.mkdir(parents=True, exist_ok=True)
+        if origin == "rebuild":
+            (self.folder / REBUILD_MARKER).touch()
         self.store = DocumentStore(self.folder / layout.STORE)
         self.chunker = Chunker.for_encoder(encoder, options.overlap)
 

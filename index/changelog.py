@@ -10,6 +10,8 @@ on IVF / flat indexes is cheap, and HNSW falls back to tombstones.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from index.chunking import Chunk
@@ -18,7 +20,9 @@ from index.store import DocumentStore
 from index.vectors import VectorIndex
 from index.version import OpenVersion
 
-SNAPSHOT_EVERY = 10_000  # changelog entries between FAISS snapshots; the changelog is pruned behind each
+# Changelog entries between FAISS snapshots; the changelog is pruned behind each. The variable is for the
+# crash tests, which need snapshots to happen while they watch.
+SNAPSHOT_EVERY = int(os.environ.get("CLOZE_INDEX_SNAPSHOT_EVERY", "10000"))
 
 
 def apply_changes(version: OpenVersion, lock: ReadWriteLock) -> int:
@@ -27,6 +31,7 @@ def apply_changes(version: OpenVersion, lock: ReadWriteLock) -> int:
     version.lexical.sync(version.store)
     changes = version.store.changes_since(version.applied_seq)
     if not changes:
+        version.replaying = False
         return 0
     final: dict[int, str] = {}
     for _, _, chunk_id, op in changes:
@@ -35,10 +40,13 @@ def apply_changes(version: OpenVersion, lock: ReadWriteLock) -> int:
     ids, vectors = version.store.vectors(
         [i for i, op in final.items() if op == "+"], version.vectors.dimension
     )
+    if version.replaying:  # add_with_ids does not deduplicate: a replay must not add an id twice
+        removed = removed + [int(i) for i in ids]
     with lock.write():
         version.vectors.remove(removed)
         version.vectors.add(ids, vectors)
         version.applied_seq = changes[-1][0]
+        version.replaying = False
     if version.applied_seq - version.saved_seq >= SNAPSHOT_EVERY:
         version.snapshot()
     return len(changes)

@@ -97,13 +97,23 @@ def _build(args: argparse.Namespace) -> None:
     )
 
 
+def _open_writer(args: argparse.Namespace, create: bool) -> Any:
+    """The index for writing; a clear exit (not a traceback) when a live service already writes it."""
+    from index.records import IndexLocked
+    from index.search_index import SearchIndex
+
+    try:
+        return SearchIndex.open(args.index, _encoder(args), create=create)
+    except IndexLocked as exc:
+        raise SystemExit(f"cloze index: {exc}") from exc
+
+
 def _add(args: argparse.Namespace) -> None:
     from itertools import islice
 
     from index.ingest import iter_documents
-    from index.search_index import SearchIndex
 
-    index = SearchIndex.open(args.index, _encoder(args))
+    index = _open_writer(args, create=True)
     total = 0
     try:
         documents = iter_documents(args.input)
@@ -115,9 +125,7 @@ def _add(args: argparse.Namespace) -> None:
 
 
 def _delete(args: argparse.Namespace) -> None:
-    from index.search_index import SearchIndex
-
-    index = SearchIndex.open(args.index, _encoder(args), create=False)
+    index = _open_writer(args, create=False)
     try:
         deleted = [doc_id for doc_id in args.ids if index.delete(doc_id)]
     finally:

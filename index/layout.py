@@ -14,19 +14,26 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from index.faultpoints import pause_for_tests
+from index.records import IndexLocked
 from index.vectors import atomic_write, fsync_dir
+
+log = logging.getLogger(__name__)
 
 POINTER = "CURRENT"
 MANIFEST = "manifest.json"
 STORE = "store.sqlite"
 VECTORS = "vectors.faiss"
+WRITER_LOCK = ".writer.lock"
 KEEP_VERSIONS = 2  # the current one and the one before (a reader may still have it open)
 
 
@@ -45,7 +52,33 @@ def version_dir(root: Path, version: int) -> Path:
 def current_version(root: Path) -> int | None:
     try:
         return int((Path(root) / POINTER).read_text().strip())
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def finished_versions(root: Path) -> list[int]:
+    """Versions with a manifest (complete on disk), oldest first."""
+    return [v for v in all_versions(root) if (version_dir(root, v) / MANIFEST).is_file()]
+
+
+def pointer_problem(root: Path) -> str | None:
+    """Why ``CURRENT`` cannot be followed (missing, garbled, naming a version that is not complete), or
+    None when it can, or when nothing was ever published."""
+    path = Path(root) / POINTER
+    if not path.exists():
+        return f"{path} is missing" if finished_versions(root) else None
+    number = current_version(root)
+    if number is None:
+        return f"{path} is garbled"
+    if read_manifest_safely(version_dir(root, number)) is None:
+        return f"{path} names version {number}, which is missing or has no readable manifest"
+    return None
+
+
+def read_manifest_safely(folder: Path) -> dict[str, Any] | None:
+    try:
+        return read_manifest(folder)
+    except (OSError, ValueError):
         return None
 
 
@@ -85,9 +118,17 @@ def publish(root: Path, version: int) -> None:
     if read_manifest(folder) is None:
         raise RuntimeError(f"refusing to publish unfinished version {folder}")
     fsync_tree(folder)
-    _pause_for_tests("publish")
+    pause_for_tests("publish")
+    point_to(root, version)
+    try:  # the version is published; failing to delete old ones must not make the caller think otherwise
+        collect_garbage(root)
+    except OSError as exc:
+        log.warning("published version %s, but could not delete older versions: %s", version, exc)
+
+
+def point_to(root: Path, version: int) -> None:
+    """Switch ``CURRENT`` (one atomic rename); also how a lost or garbled pointer is repaired."""
     atomic_write(Path(root) / POINTER, f"{version}\n".encode())
-    collect_garbage(root)
 
 
 def collect_garbage(root: Path) -> list[int]:
@@ -103,6 +144,75 @@ def collect_garbage(root: Path) -> list[int]:
     return doomed
 
 
+class WriterLease:
+    """This process may change the index at ``root``: an exclusive ``flock`` on ``root/.writer.lock``,
+    held for the writer's lifetime and dropped by the kernel if the process dies (no stale locks).
+
+    Counted per process, so several ``SearchIndex`` objects of one process share it (tests, a CLI run
+    in-process); across processes it is exclusive. Readers (read-only replicas) never take it."""
+
+    _held: dict[str, list[Any]] = {}  # realpath -> [file, count]
+    _guard = threading.Lock()
+
+    def __init__(self, root: Path):
+        self.key = os.path.realpath(root)
+        self.released = False
+        with self._guard:
+            entry = self._held.get(self.key)
+            if entry is None:
+                entry = [self._acquire(Path(root)), 0]
+                self._held[self.key] = entry
+            entry[1] += 1
+
+    @staticmethod
+    def _acquire(root: Path) -> Any:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = (root / WRITER_LOCK).open("a+")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise IndexLocked(
+                f"index {root} is open for writing by another process ({holder}); one process writes an "
+                "index: send writes to that service, stop it first, or open this one read-only "
+                "(CLOZE_INDEX_READ_ONLY=true)"
+            ) from exc
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        return handle
+
+    def release(self) -> None:
+        with self._guard:
+            if self.released:
+                return
+            self.released = True
+            entry = self._held[self.key]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._held[self.key]
+                fcntl.flock(entry[0].fileno(), fcntl.LOCK_UN)
+                entry[0].close()
+
+
+def try_build_lock(root: Path) -> Any:
+    """The build lock if it is free right now (its open file: close it to release), else None."""
+    handle = (Path(root) / ".build.lock").open("a")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def remove_version(root: Path, version: int) -> None:
+    shutil.rmtree(version_dir(root, version), ignore_errors=True)
+
+
 @contextmanager
 def build_lock(root: Path) -> Iterator[None]:
     """One builder per index directory (CLI builds, service rebuilds); readers never take it."""
@@ -116,19 +226,3 @@ def build_lock(root: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
-def _pause_for_tests(stage: str) -> None:
-    """Crash-safety tests need to SIGKILL a build at a known instant: with ``CLOZE_INDEX_PAUSE_AT=<stage>``
-    the builder announces itself in ``CLOZE_INDEX_PAUSE_FILE`` and waits there. A no-op otherwise."""
-    if os.environ.get("CLOZE_INDEX_PAUSE_AT") != stage:
-        return
-    import time
-
-    marker = os.environ.get("CLOZE_INDEX_PAUSE_FILE")
-    if marker:
-        Path(marker).write_text(stage)
-    time.sleep(float(os.environ.get("CLOZE_INDEX_PAUSE_SECONDS", "60")))
-
-
-pause_for_tests = _pause_for_tests

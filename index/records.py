@@ -45,3 +45,19 @@ class ReadOnlyIndex(IndexError_):
 
 class DocumentStoreError(IndexError_):
     """The SQLite store is missing, corrupt or from an incompatible layout."""
+
+
+class IndexLocked(IndexError_):
+    """Another process holds this index's writer lock: one process writes an index at a time."""
+
+
+class StorageError(IndexError_):
+    """The disk refused a write (full, read-only, I/O error). Nothing of the failed write was kept."""
+
+    def __init__(self, message: str, full: bool = False):
+        super().__init__(message)
+        self.full = full
+
+
+class DamagedFile(IndexError_):
+    """A derived file of a version (the FAISS snapshot or its JSON) is missing or does not read back."""

@@ -9,6 +9,7 @@ publishing a version). This file holds the lifecycle and the locking that ties t
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -17,25 +18,35 @@ from typing import Any, Literal
 import numpy as np
 
 from index import layout
-from index.builder import BuildOptions, VersionDraft, embed_documents
+from index.builder import REBUILD_MARKER, BuildOptions, VersionDraft, embed_documents
 from index.changelog import apply_changes, copy_changes
 from index.chunking import Chunker
 from index.locks import ReadWriteLock
 from index.ranking import dense_ranking, fusion_depth, reciprocal_rank_fusion
-from index.records import Document, ReadOnlyIndex, SearchHit
+from index.records import DamagedFile, Document, DocumentStoreError, ReadOnlyIndex, SearchHit
 from index.results import assemble_hits
 from index.vectors import VectorIndex
-from index.version import OpenVersion, check_model
+from index.version import OpenVersion, Repair, check_model, report_repair
 
 log = logging.getLogger(__name__)
 Mode = Literal["dense", "bm25", "hybrid"]
 
 
 class SearchIndex:
-    def __init__(self, root: Path, encoder: Any, version: OpenVersion):
+    def __init__(
+        self,
+        root: Path,
+        encoder: Any,
+        version: OpenVersion,
+        lease: layout.WriterLease | None = None,
+        on_repair: Repair | None = None,
+    ):
         self.root = Path(root)
         self.encoder = encoder
         self._live = version
+        self._lease = lease  # this process's writer lock (None: read-only)
+        self._on_repair = on_repair
+        self._broken: set[int] = set()  # published versions that would not open: not retried every 2 s
         self._chunkers: dict[int | None, Chunker] = {}
         self._rw = ReadWriteLock()
         self._mutate = threading.RLock()  # one writer at a time: SQLite commit + FAISS catch-up
@@ -43,21 +54,38 @@ class SearchIndex:
     # ---- lifecycle ----------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, root: Path, encoder: Any, *, create: bool = True, read_only: bool = False) -> SearchIndex:
-        """``read_only``: for replicas on a read-only volume; SQLite is opened immutable, nothing is written
-        there, and a version's changes become visible when the indexer publishes the next version."""
+    def open(
+        cls,
+        root: Path,
+        encoder: Any,
+        *,
+        create: bool = True,
+        read_only: bool = False,
+        on_repair: Repair | None = None,
+    ) -> SearchIndex:
+        """A writer takes the index's writer lock for its lifetime (``IndexLocked`` when another process
+        holds it). ``read_only``: for replicas on a read-only volume; SQLite is opened immutable, nothing is
+        written there, and a version's changes become visible when the indexer publishes the next version.
+
+        Opening repairs what a crash or a damaged disk left: a lost or garbled ``CURRENT`` (the newest
+        complete version serves), a version that will not open (the newest older one serves), a FAISS
+        snapshot that is missing, damaged or disagrees with SQLite (rebuilt from the store's vectors).
+        ``on_repair`` is told the reason of each (the service counts them)."""
         root = Path(root)
-        number = layout.current_version(root)
-        if number is None:
-            if not create or read_only:
-                raise FileNotFoundError(f"no published index in {root}")
-            number = _create_empty(root, encoder)
-        manifest = layout.read_manifest(layout.version_dir(root, number)) or {}
-        check_model(manifest, encoder, root)
-        index = cls(root, encoder, OpenVersion(root, number, read_only))
-        with index._mutate:
-            index._catch_up()
-        return index
+        lease = None if read_only else layout.WriterLease(root)
+        try:
+            version = _open_current(root, encoder, create, read_only, on_repair)
+            index = cls(root, encoder, version, lease, on_repair)
+            with index._mutate:
+                index._catch_up()
+                index._live.verify()
+            if lease is not None:
+                _discard_abandoned_rebuilds(root, version.number)
+            return index
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
 
     @property
     def chunker(self) -> Chunker:
@@ -76,8 +104,12 @@ class SearchIndex:
             raise ReadOnlyIndex(f"index {self.root} is open read-only: change documents through the indexer")
 
     def close(self) -> None:
-        with self._mutate, self._rw.write():
-            self._live.close(save=True)
+        try:
+            with self._mutate, self._rw.write():
+                self._live.close(save=True)
+        finally:
+            if self._lease is not None:
+                self._lease.release()
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -95,15 +127,23 @@ class SearchIndex:
         return self._live.store.get(doc_id)
 
     def reload_if_changed(self) -> bool:
-        """Cheap (one small file, one indexed query): adopt a newly published version, or replay new changes."""
+        """Cheap (one small file, one indexed query): adopt a newly published version, or replay new changes.
+        A published version that does not open is reported once and skipped; the live one keeps serving."""
         number = layout.current_version(self.root)
-        if number is not None and number != self._live.number:
-            manifest = layout.read_manifest(layout.version_dir(self.root, number)) or {}
-            check_model(manifest, self.encoder, self.root)
-            fresh = OpenVersion(self.root, number, self._live.read_only)
+        if number is not None and number != self._live.number and number not in self._broken:
+            manifest = layout.read_manifest_safely(layout.version_dir(self.root, number)) or {}
+            if manifest:
+                check_model(manifest, self.encoder, self.root)
+            try:
+                fresh = OpenVersion(self.root, number, self._live.read_only, self._on_repair)
+            except OPEN_ERRORS as exc:
+                self._broken.add(number)
+                report_repair(self._on_repair, "unopenable-version", f"published version {number}: {exc}")
+                return False
             with self._mutate:
                 old = self._swap(fresh)
                 self._catch_up()
+                self._live.verify()
             old.close(save=False)
             return True
         with self._mutate:
@@ -131,8 +171,9 @@ class SearchIndex:
         items = embed_documents(self.encoder, self.chunker, unique)
         with self._mutate:
             store = self._live.store
-            with store.transaction() as conn:
+            with store.transaction() as conn:  # StorageError (disk full): nothing written, nothing to undo
                 store.write_documents(conn, items, log=True)
+            layout.pause_for_tests("upsert")  # durable in SQLite, not yet in FAISS
             self._catch_up()
         return len(unique)
 
@@ -150,7 +191,9 @@ class SearchIndex:
         writes continue on the old one meanwhile.
 
         Writes acknowledged during the rebuild are in the old store's changelog past the snapshot sequence;
-        they are copied (with their vectors) into the new version under the writer lock, just before the swap.
+        they are copied (with their vectors) into the new version under the writer lock, and the new version
+        is opened, published and swapped in under that same lock: no write can land on the old version
+        once ``CURRENT`` names the new one. A rebuild that fails (a full disk) deletes its version folder.
         """
         self._require_writable()
         with layout.build_lock(self.root):
@@ -159,21 +202,43 @@ class SearchIndex:
                 snapshot_seq = old.store.max_seq()
                 old.pins.append(snapshot_seq)  # snapshots must not prune what copy_changes will read
             options = BuildOptions.reproducing(old.manifest, show_progress=False)
+            number = layout.next_version(self.root)
+            fresh: OpenVersion | None = None
             try:
-                with VersionDraft(self.root, layout.next_version(self.root), self.encoder, options) as draft:
+                with VersionDraft(self.root, number, self.encoder, options, origin="rebuild") as draft:
+                    layout.pause_for_tests("rebuild")
                     draft.fill(old.store.iter_documents(), progress)
                     vectors = draft.build_vectors()
                     with self._mutate:
                         copy_changes(old, draft.store, vectors, snapshot_seq)
                         manifest = draft.finish(vectors)
                         draft.store.close()
-                        draft.publish()
-                        self._swap(OpenVersion(self.root, draft.number, self._live.read_only))
+                        fresh = OpenVersion(self.root, number, False, self._on_repair)
+                        self._publish_and_swap(fresh)
+            except BaseException:
+                if self._live is not fresh:  # never published: the old version stays, the draft goes
+                    if fresh is not None:
+                        fresh.close(save=False)
+                    layout.remove_version(self.root, number)
+                raise
             finally:
                 with self._mutate:
                     old.pins.remove(snapshot_seq)
         old.close(save=False)
         return manifest
+
+    def _publish_and_swap(self, fresh: OpenVersion) -> None:
+        """Caller holds _mutate. An error after ``CURRENT`` switched still swaps: the pointer decides."""
+        try:
+            layout.publish(self.root, fresh.number)
+        except Exception:
+            if layout.current_version(self.root) != fresh.number:
+                raise
+            log.exception(
+                "version %s is published, but publishing reported an error after the switch", fresh.number
+            )
+        layout.pause_for_tests("swap")  # published, the service still on the old version
+        self._swap(fresh)
 
     # ---- search -------------------------------------------------------------------------------------
 
@@ -208,6 +273,64 @@ class SearchIndex:
             sparse = live.bm25(query_text, depth, filters)
             fused = reciprocal_rank_fusion([[(d, c) for d, _, c in dense], [(d, None) for d, _ in sparse]])
             return assemble_hits(live, fused[:top_k], query_vector, query_text)
+
+
+OPEN_ERRORS = (OSError, ValueError, KeyError, sqlite3.Error, DocumentStoreError, DamagedFile)
+
+
+def _open_current(
+    root: Path, encoder: Any, create: bool, read_only: bool, on_repair: Repair | None
+) -> OpenVersion:
+    """The version ``CURRENT`` names; else (pointer lost or garbled, version unopenable) the newest
+    complete one that opens, with ``CURRENT`` repaired to name it when this process is the writer."""
+    problem = layout.pointer_problem(root)
+    number = layout.current_version(root)
+    if problem is None and number is None:
+        if not create or read_only:
+            raise FileNotFoundError(f"no published index in {root}")
+        number = _create_empty(root, encoder)
+    finished = list(reversed(layout.finished_versions(root)))
+    if problem is None:
+        candidates = [number, *[v for v in finished if v < number]]
+    else:
+        candidates = finished
+    failures: list[str] = [problem] if problem else []
+    for candidate in candidates:
+        manifest = layout.read_manifest_safely(layout.version_dir(root, candidate))
+        if manifest is None:
+            failures.append(f"version {candidate} has no readable manifest")
+            continue
+        check_model(manifest, encoder, root)  # a model mismatch is a configuration error, not damage
+        try:
+            version = OpenVersion(root, candidate, read_only, on_repair)
+        except OPEN_ERRORS as exc:
+            failures.append(f"version {candidate} does not open: {exc}")
+            continue
+        if candidate != number or problem:
+            report_repair(
+                on_repair, "fallback-version", f"{'; '.join(failures)}: serving version {candidate}"
+            )
+            if not read_only:
+                layout.point_to(root, candidate)
+        return version
+    if problem and not finished and create and not read_only:  # a garbled pointer and nothing published
+        return OpenVersion(root, _create_empty(root, encoder), read_only, on_repair)
+    raise DocumentStoreError(f"no version of the index in {root} opens: {'; '.join(failures)}")
+
+
+def _discard_abandoned_rebuilds(root: Path, current: int) -> None:
+    """A service rebuild killed before its swap leaves its version folder above ``CURRENT``; it will never
+    be published (``cloze index build`` drafts stay: ``--resume`` continues them). Skipped while a build runs."""
+    handle = layout.try_build_lock(root)
+    if handle is None:
+        return
+    try:
+        for version in layout.all_versions(root):
+            if version > current and (layout.version_dir(root, version) / REBUILD_MARKER).exists():
+                log.info("removing version %s, left by an interrupted rebuild", version)
+                layout.remove_version(root, version)
+    finally:
+        handle.close()
 
 
 def _create_empty(root: Path, encoder: Any) -> int:

@@ -26,7 +26,7 @@ import numpy as np
 
 from index.chunking import Chunk
 from index.filters import compile_filters
-from index.records import Document, DocumentStoreError
+from index.records import Document, DocumentStoreError, StorageError
 from index.text_analysis import fts_query
 
 SCHEMA = """
@@ -120,16 +120,44 @@ class DocumentStore:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One durable write transaction (BEGIN IMMEDIATE: writers queue here, readers carry on)."""
+        """One durable write transaction (BEGIN IMMEDIATE: writers queue here, readers carry on).
+
+        All or nothing, including a failed ``COMMIT`` (a full disk fails there, when the WAL grows): it is
+        rolled back, so the connection is clean for the next write once space returns. A disk error comes
+        out as ``StorageError`` (``full`` set for ENOSPC)."""
         with self.write_lock:
             conn = self._conn()
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                yield conn
-            except BaseException:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    self._rollback(conn)
+                    raise
+            except sqlite3.Error as exc:
+                error = storage_error(exc, self.path)
+                if error is exc:
+                    raise
+                raise error from exc
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        try:
+            if conn.in_transaction:
                 conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        except sqlite3.Error:  # the connection is unusable: drop it, the next write opens a fresh one
+            self._discard(conn)
+
+    def _discard(self, conn: sqlite3.Connection) -> None:
+        with self._connections_lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+        if getattr(self._local, "conn", None) is conn:
+            self._local.conn = None
+        try:
+            conn.close()
+        except sqlite3.Error:
+            pass
 
     # ---- writes -------------------------------------------------------------------------------------
 
@@ -259,6 +287,10 @@ class DocumentStore:
         )
         return [r[0] for r in rows], [r[1] for r in rows]
 
+    def count_vectors(self) -> int:
+        """Chunks that have a vector: what the FAISS copy of this version must hold."""
+        return int(self._conn().execute("SELECT COUNT(*) FROM chunks WHERE vector IS NOT NULL").fetchone()[0])
+
     def count_pending(self) -> int:
         return int(self._conn().execute("SELECT COUNT(*) FROM chunks WHERE vector IS NULL").fetchone()[0])
 
@@ -386,6 +418,19 @@ class DocumentStore:
             (json.dumps([int(i) for i in ids]),),
         )
         return {r[0] for r in rows}
+
+
+DISK_ERRORS = {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN}
+
+
+def storage_error(exc: sqlite3.Error, path: Path) -> Exception:
+    """A disk failure as ``StorageError`` (with the reason), anything else as it was."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None or (code & 0xFF) not in DISK_ERRORS:
+        return exc
+    full = code & 0xFF == sqlite3.SQLITE_FULL
+    reason = "the disk is full" if full else f"the disk refused the write ({exc})"
+    return StorageError(f"{reason}: nothing was written to {path.parent}; retry when it has room", full=full)
 
 
 def _unpack(rows: list[tuple[int, bytes]], dimension: int | None) -> tuple[np.ndarray, np.ndarray]:

@@ -21,10 +21,15 @@ import json
 import logging
 import math
 import os
+import secrets
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from index.faultpoints import pause_for_tests
+from index.records import DamagedFile
 
 logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # it logs every CPU-feature probe at INFO
 import faiss  # noqa: E402
@@ -196,29 +201,56 @@ class VectorIndex:
             params.sel = selector
         return params
 
-    def save(self, path: Path, meta: dict[str, Any]) -> None:
-        """Write index + sidecar JSON atomically (temp file, fsync, rename): a reader sees old or new, never half."""
+    def save(self, path: Path, meta: dict[str, Any], stage: str | None = None) -> None:
+        """Write the index, then its sidecar JSON, each atomically (unique temp name, fsync, rename).
+
+        The pair is one unit in the only sense that matters: the JSON's ``synced_seq`` is never ahead of
+        the FAISS bytes. A crash between the two renames leaves new bytes with the old JSON; the changelog
+        past the old sequence is still there (it is pruned only after the JSON), and its replay is
+        idempotent (``changelog.apply_changes`` removes ids before re-adding them), so the open is correct.
+        Unique temp names keep two processes from ever writing the same file. ``stage`` names the fault
+        point between the two files (``index.faultpoints``)."""
         meta = meta | {"factory": self.factory, "params": self.params, "tombstones": sorted(self.tombstones)}
-        temporary = path.with_name(path.name + ".tmp")
-        faiss.write_index(self.index, str(temporary))  # streamed to disk: no second copy in memory
-        _fsync_file(temporary)
-        os.replace(temporary, path)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        try:
+            faiss.write_index(self.index, str(temporary))  # streamed to disk: no second copy in memory
+            _fsync_file(temporary)
+            os.replace(temporary, path)
+        except RuntimeError as exc:  # FAISS reports a short write (ENOSPC) as RuntimeError
+            raise OSError(f"could not write {path}: {exc}") from exc
+        finally:
+            temporary.unlink(missing_ok=True)
+        if stage:
+            pause_for_tests(stage)  # the new FAISS bytes are in place, the JSON is still the old one
         atomic_write(path.with_suffix(".json"), json.dumps(meta).encode())
 
     @classmethod
     def load(cls, path: Path) -> tuple[VectorIndex, dict[str, Any]]:
-        meta = json.loads(path.with_suffix(".json").read_text())
-        index = faiss.read_index(str(path))
-        return cls(index, meta["factory"], meta["params"], set(meta.get("tombstones", []))), meta
+        """The saved snapshot; ``DamagedFile`` when either file is missing or does not read back (a short
+        file fails FAISS's own read checks). The store holds every vector, so the caller can rebuild it."""
+        try:
+            meta = json.loads(path.with_suffix(".json").read_text())
+            index = faiss.read_index(str(path))
+            return cls(index, meta["factory"], meta["params"], set(meta.get("tombstones", []))), meta
+        except (ValueError, KeyError, TypeError, RuntimeError, OSError) as exc:
+            raise DamagedFile(f"FAISS snapshot {path} (or its JSON) is missing or damaged: {exc}") from exc
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    """Temp file of a unique name in the same folder, fsync, rename, fsync the folder."""
+    handle = tempfile.NamedTemporaryFile(
+        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
+    )
+    temporary = Path(handle.name)
+    try:
+        with handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

@@ -4,41 +4,82 @@ has been applied to them."""
 from __future__ import annotations
 
 import logging
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from index import layout
 from index.builder import build_vectors
 from index.lexical import LexicalIndex
-from index.records import IndexModelMismatch
+from index.records import DamagedFile, IndexModelMismatch, StorageError
 from index.store import DocumentStore
 from index.vectors import VectorIndex
 
 log = logging.getLogger(__name__)
 
 
+Repair = Callable[[str], None]  # told the reason of each repair (the service counts them in a metric)
+
+
+def report_repair(on_repair: Repair | None, reason: str, detail: str) -> None:
+    """Every self-repair of the index leaves a log line and, through the hook, a metric."""
+    log.warning("index repaired (%s): %s", reason, detail)
+    if on_repair is not None:
+        on_repair(reason)
+
+
 class OpenVersion:
-    def __init__(self, root: Path, number: int, read_only: bool = False):
+    def __init__(self, root: Path, number: int, read_only: bool = False, on_repair: Repair | None = None):
         self.number = number
         self.read_only = read_only
+        self.on_repair = on_repair
         self.folder = layout.version_dir(root, number)
-        manifest = layout.read_manifest(self.folder)
+        manifest = layout.read_manifest_safely(self.folder)
         if manifest is None:
-            raise FileNotFoundError(f"index version {self.folder} has no manifest")
+            raise FileNotFoundError(f"index version {self.folder} has no readable manifest")
         self.manifest = manifest
         self.store = DocumentStore(self.folder / layout.STORE, create=False, read_only=read_only)
-        self.vectors, meta = VectorIndex.load(self.folder / layout.VECTORS)
-        self.applied_seq = int(meta.get("synced_seq", 0))
-        if self.applied_seq < self.store.pruned_through():  # e.g. a crash between the two snapshot files
-            log.warning(
-                "FAISS snapshot of %s predates the pruned changelog: rebuilt from the store", self.folder
-            )
-            self.vectors = build_vectors(self.store, self.vectors.dimension, self.vectors.factory)
-            self.applied_seq = self.store.max_seq()
-        self.saved_seq = self.applied_seq
         self.pins: list[int] = []  # changelog points a running rebuild still needs
+        self.saved_seq = 0
+        try:
+            self.vectors, meta = VectorIndex.load(self.folder / layout.VECTORS)
+            self.applied_seq = self.saved_seq = int(meta.get("synced_seq", 0))
+            if self.applied_seq < self.store.pruned_through():  # e.g. a restored backup of the snapshot
+                self.rebuild_vectors(
+                    "stale-snapshot", f"FAISS snapshot of {self.folder} predates the changelog"
+                )
+            elif self.applied_seq > self.store.max_seq():
+                self.rebuild_vectors(
+                    "snapshot-ahead", f"FAISS snapshot of {self.folder} is newer than its store"
+                )
+        except DamagedFile as exc:
+            self.rebuild_vectors("damaged-vectors", str(exc))
+        # The first replay after opening may meet entries the snapshot already holds: it removes before adding.
+        self.replaying = True
         self.lexical = LexicalIndex()
         self.lexical.start(self.store)
+
+    def rebuild_vectors(self, reason: str, detail: str) -> None:
+        """FAISS again from the store's vectors (the store is the source of truth; nothing is re-embedded),
+        saved at once by a writer so the next open is cheap."""
+        report_repair(self.on_repair, reason, f"{detail}: rebuilt from the store")
+        dimension, factory = int(self.manifest["dimension"]), self.manifest.get("factory")
+        try:
+            self.vectors = build_vectors(self.store, dimension, factory)
+        except ValueError:  # e.g. fewer vectors left than an IVF factory's lists: exact search is right then
+            self.vectors = build_vectors(self.store, dimension, None)
+        self.applied_seq = self.store.max_seq()
+        self.saved_seq = -1
+        self.snapshot()
+
+    def verify(self) -> None:
+        """FAISS and SQLite must agree once the changelog is replayed: as many vectors as stored chunk vectors."""
+        stored, held = self.store.count_vectors(), self.vectors.ntotal
+        if stored != held:
+            self.rebuild_vectors(
+                "count-mismatch", f"{self.folder}: FAISS holds {held} vectors, the store {stored}"
+            )
 
     def bm25(self, text: str, limit: int, filters: dict[str, Any] | None) -> list[tuple[str, float]]:
         """In memory when built and unfiltered; FTS5 otherwise (same ranking function, same constants)."""
@@ -49,18 +90,26 @@ class OpenVersion:
     def snapshot(self) -> None:
         """Save FAISS as of ``applied_seq``, then prune the changelog behind it (and behind any rebuild's pin).
 
-        Bounds both the changelog's size and the replay after a crash. Caller holds the writer lock."""
+        Bounds both the changelog's size and the replay after a crash. Never raises: a snapshot that the
+        disk refuses only means a longer replay next time (the changelog is kept). Caller is the writer."""
         if self.read_only or self.applied_seq <= self.saved_seq or not self.folder.is_dir():
             return
         if self.applied_seq < self.store.pruned_through():
             return  # another process pruned past us: our copy is stale, its snapshot is the newer one
         try:
-            self.vectors.save(self.folder / layout.VECTORS, {"synced_seq": self.applied_seq})
+            self.vectors.save(
+                self.folder / layout.VECTORS, {"synced_seq": self.applied_seq}, stage="snapshot"
+            )
         except OSError as exc:
-            log.warning("could not save the FAISS snapshot of %s: %s", self.folder, exc)
+            log.warning(
+                "could not save the FAISS snapshot of %s (the changelog is kept): %s", self.folder, exc
+            )
             return
         self.saved_seq = self.applied_seq
-        self.store.prune_changelog(min([self.saved_seq, *self.pins]))
+        try:
+            self.store.prune_changelog(min([self.saved_seq, *self.pins]))
+        except (StorageError, sqlite3.Error) as exc:
+            log.warning("could not prune the changelog of %s: %s", self.folder, exc)
 
     def close(self, save: bool) -> None:
         if save:  # a fresher snapshot makes the next open cheaper; the changelog makes it optional

@@ -132,7 +132,12 @@ async def _open_index(engines: Engines, settings: Settings, metrics: Metrics) ->
     faiss.omp_set_num_threads(1)
     try:
         engines.index = await run_in_threadpool(
-            SearchIndex.open, settings.index, engines.encoder, create=True, read_only=settings.index_read_only
+            SearchIndex.open,
+            settings.index,
+            engines.encoder,
+            create=True,
+            read_only=settings.index_read_only,
+            on_repair=metrics.count_repair,
         )
     except Exception as exc:
         if engines.index_error is None:  # retried every few seconds: log the first failure in full

@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from index.records import ReadOnlyIndex
+from index.records import ReadOnlyIndex, StorageError
 
 log = logging.getLogger("cloze.service")
 
@@ -45,6 +45,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ReadOnlyIndex)
     async def read_only(_: Request, exc: ReadOnlyIndex) -> JSONResponse:
         return JSONResponse({"error": str(exc), "field": None}, 409)
+
+    @app.exception_handler(StorageError)
+    async def storage(_: Request, exc: StorageError) -> JSONResponse:
+        # 507 Insufficient Storage for a full disk, 503 for other disk failures; nothing was written
+        log.warning("write refused by the disk: %s", exc)
+        status = 507 if exc.full else 503
+        return JSONResponse({"error": str(exc), "field": None}, status, headers={"Retry-After": "30"})
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -40,6 +40,15 @@ class Metrics:
             registry=self.registry,
         )
         self.index_size = Gauge("cloze_index_size", "Index size", ["unit"], registry=self.registry)
+        self.index_repairs = Counter(
+            "cloze_index_repairs_total",
+            "Damage the index repaired by itself (lost pointer, damaged FAISS file, FAISS/SQLite disagreement)",
+            ["reason"],
+            registry=self.registry,
+        )
+
+    def count_repair(self, reason: str) -> None:
+        self.index_repairs.labels(reason).inc()
 
     def batch_observer(self, batcher: str) -> Callable[[int, int], None]:
         def observe(sequences: int, tokens: int) -> None:

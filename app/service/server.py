@@ -22,11 +22,23 @@ def configure_logging(level: str) -> None:
         logging.getLogger(name).propagate = name != "uvicorn.access"  # our RequestLog writes the access line
 
 
+def check_workers(workers: int, read_only: bool) -> None:
+    """One process writes an index (it holds the index's writer lock): several workers on a writable
+    index would leave all but one unable to open it, so that is refused before anything starts."""
+    if workers > 1 and not read_only:
+        raise SystemExit(
+            f"cloze serve: --workers {workers} needs a read-only index (CLOZE_INDEX_READ_ONLY=true); "
+            "a writable index has exactly one writer process. Serve writes with --workers 1 (searches "
+            "already run on every core), or run read-only workers beside one writer"
+        )
+
+
 def run_server(host: str, port: int, workers: int = 1) -> None:
     import uvicorn
 
     settings = get_settings()
     check_exposure(host, settings.api_keys, settings.allow_open)
+    check_workers(workers, settings.index_read_only)
     configure_logging(settings.log_level)
     uvicorn.run(
         "app.service.main:create_app",
