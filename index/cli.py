@@ -99,13 +99,18 @@ def _build(args: argparse.Namespace) -> None:
 
 def _open_writer(args: argparse.Namespace, create: bool) -> Any:
     """The index for writing; a clear exit (not a traceback) when a live service already writes it."""
+    from index.layout import WriterLease
     from index.records import IndexLocked
     from index.search_index import SearchIndex
 
     try:
-        return SearchIndex.open(args.index, _encoder(args), create=create)
+        probe = WriterLease(args.index)  # before the model loads: a refusal should not take seconds
     except IndexLocked as exc:
         raise SystemExit(f"cloze index: {exc}") from exc
+    try:
+        return SearchIndex.open(args.index, _encoder(args), create=create)
+    finally:
+        probe.release()
 
 
 def _add(args: argparse.Namespace) -> None:

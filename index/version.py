@@ -96,6 +96,7 @@ class OpenVersion:
             return
         if self.applied_seq < self.store.pruned_through():
             return  # another process pruned past us: our copy is stale, its snapshot is the newer one
+        layout.pause_for_tests("snapshot-start")
         try:
             self.vectors.save(
                 self.folder / layout.VECTORS, {"synced_seq": self.applied_seq}, stage="snapshot"
