@@ -81,6 +81,7 @@ def _build(args: argparse.Namespace) -> None:
         print(f"index at {args.out} is current for {args.input}; nothing to do")
         return
     from index.builder import BuildOptions, build_from_input
+    from index.records import StorageError
 
     options = BuildOptions(
         factory=args.factory,
@@ -89,7 +90,12 @@ def _build(args: argparse.Namespace) -> None:
         resume=args.resume,
         show_progress=not args.no_progress,
     )
-    manifest = build_from_input(args.out, args.input, _encoder(args), options)
+    try:
+        manifest = build_from_input(args.out, args.input, _encoder(args), options)
+    except StorageError as exc:
+        raise SystemExit(
+            f"cloze index build: {exc} (the unfinished version stays: --resume continues it)"
+        ) from exc
     print(
         json.dumps(
             {k: manifest[k] for k in ("version", "documents", "chunks", "factory", "model_id", "checksum")}
@@ -117,6 +123,7 @@ def _add(args: argparse.Namespace) -> None:
     from itertools import islice
 
     from index.ingest import iter_documents
+    from index.records import StorageError
 
     index = _open_writer(args, create=True)
     total = 0
@@ -124,6 +131,8 @@ def _add(args: argparse.Namespace) -> None:
         documents = iter_documents(args.input)
         while batch := list(islice(documents, 256)):
             total += index.upsert(batch)
+    except StorageError as exc:
+        raise SystemExit(f"cloze index add: {exc} ({total} documents were added before)") from exc
     finally:
         index.close()
     print(json.dumps({"upserted": total} | index.stats()))

@@ -1,13 +1,17 @@
-"""The index directory: immutable-once-published versions, a pointer, a manifest, a build lock.
+"""The index directory: immutable-once-published versions, a pointer, a manifest, the locks.
 
     root/CURRENT                   the published version number (switched with os.replace)
+    root/.writer.lock              flock'd by the one process that writes the index (``WriterLease``)
+    root/.build.lock               flock'd by the one build or rebuild running
     root/versions/<n>/store.sqlite documents, chunks, vectors, FTS5 (source of truth)
     root/versions/<n>/vectors.faiss + vectors.json
     root/versions/<n>/manifest.json written last: a version without it is unfinished
 
 A build writes a new ``versions/<n>`` that no reader looks at, fsyncs it, and only then replaces
 ``CURRENT``. A crash at any point leaves ``CURRENT`` naming the previous, complete version; the
-unfinished directory is either resumed (``--resume``) or garbage-collected.
+unfinished directory is either resumed (``--resume``) or garbage-collected. A ``CURRENT`` that is lost,
+garbled or names an incomplete version is reported by ``pointer_problem`` (``SearchIndex.open`` then
+serves the newest complete version and a writer repairs the pointer with ``point_to``).
 """
 
 from __future__ import annotations

@@ -142,6 +142,9 @@ class DocumentStore:
                 raise error from exc
 
     def _rollback(self, conn: sqlite3.Connection) -> None:
+        """SQLite rolls a transaction back itself on SQLITE_FULL; other failures (a busy or failed COMMIT,
+        an error in the caller) leave it open, and a connection left inside it would refuse every later
+        ``BEGIN``. Rolling back only when one is open also keeps the original error the one raised."""
         try:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -288,8 +291,9 @@ class DocumentStore:
         return [r[0] for r in rows], [r[1] for r in rows]
 
     def count_vectors(self) -> int:
-        """Chunks that have a vector: what the FAISS copy of this version must hold."""
-        return int(self._conn().execute("SELECT COUNT(*) FROM chunks WHERE vector IS NOT NULL").fetchone()[0])
+        """Chunks that have a vector: what the FAISS copy of this version must hold. Two index-only counts
+        (all chunks, and the partial index of pending ones), so it does not read the vector blobs at open."""
+        return self.counts()["chunks"] - self.count_pending()
 
     def count_pending(self) -> int:
         return int(self._conn().execute("SELECT COUNT(*) FROM chunks WHERE vector IS NULL").fetchone()[0])
