@@ -14,6 +14,7 @@ version being rebuilt).
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -29,6 +30,7 @@ from index.filters import compile_filters
 from index.records import Document, DocumentStoreError, StorageError
 from index.text_analysis import fts_query
 
+log = logging.getLogger(__name__)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents(
     rid INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -434,7 +436,10 @@ def storage_error(exc: sqlite3.Error, path: Path) -> Exception:
         return exc
     full = code & 0xFF == sqlite3.SQLITE_FULL
     reason = "the disk is full" if full else f"the disk refused the write ({exc})"
-    return StorageError(f"{reason}: nothing was written to {path.parent}; retry when it has room", full=full)
+    log.warning("%s under %s: the write was rolled back", reason, path.parent)
+    return StorageError(
+        f"{reason}: the write was refused whole (nothing kept); retry when it has room", full=full
+    )
 
 
 def _unpack(rows: list[tuple[int, bytes]], dimension: int | None) -> tuple[np.ndarray, np.ndarray]:
