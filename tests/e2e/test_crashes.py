@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.crashes import Chain, mount_tmpfs, run_all, unmount
 
 
+@pytest.mark.slow
 def test_every_acknowledged_write_survives_crashes_second_writers_and_a_full_disk(
     tmp_path: Path, tiny_bert: Path
 ) -> None:
