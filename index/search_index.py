@@ -81,6 +81,8 @@ class SearchIndex:
                 index._live.verify()
             if lease is not None:
                 _discard_abandoned_rebuilds(root, version.number)
+                for stale in version.folder.glob(".*.tmp"):  # a killed snapshot's temp file: ours to delete
+                    stale.unlink(missing_ok=True)
             return index
         except BaseException:
             if lease is not None:

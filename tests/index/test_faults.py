@@ -198,3 +198,30 @@ def test_an_error_after_the_pointer_switched_still_swaps(tmp_path: Path, tiny_en
     reopened = SearchIndex.open(root, tiny_encoder)
     assert reopened.get("after") is not None and reopened.stats()["vectors"] == 5
     reopened.close()
+
+
+def test_a_version_whose_store_is_damaged_falls_back_to_the_one_before(tmp_path: Path, tiny_encoder) -> None:
+    root = tmp_path / "idx"
+    index = SearchIndex.open(root, tiny_encoder)
+    index.upsert(docs(5))
+    index.rebuild()  # versions 1 (kept) and 2 (current)
+    damaged = index.manifest["version"]
+    index.close()
+    (layout.version_dir(root, damaged) / layout.STORE).write_bytes(b"not a database" * 100)
+    repairs: list[str] = []
+    reopened = SearchIndex.open(root, tiny_encoder, on_repair=repairs.append)
+    try:
+        assert repairs == ["fallback-version"] and reopened.manifest["version"] == damaged - 1
+        assert reopened.stats()["documents"] == 5 and layout.current_version(root) == damaged - 1
+        assert reopened.upsert([Document("later", "cat dog mat")]) == 1
+    finally:
+        reopened.close()
+
+
+def test_a_killed_snapshot_leaves_no_temp_file_behind_the_next_writer(tmp_path: Path, tiny_encoder) -> None:
+    root = tmp_path / "idx"
+    SearchIndex.open(root, tiny_encoder).close()
+    folder = layout.version_dir(root, layout.current_version(root))
+    (folder / ".vectors.faiss.4242-0000.tmp").write_bytes(b"killed mid-write")
+    SearchIndex.open(root, tiny_encoder).close()
+    assert not list(folder.glob(".*.tmp"))
