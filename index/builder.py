@@ -19,6 +19,7 @@ import json
 import logging
 import queue
 import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,7 +35,7 @@ from index import layout
 from index.chunking import Chunker
 from index.ingest import corpus_checksum, iter_documents
 from index.ray_engine import embed_pending_with_ray
-from index.records import Document
+from index.records import Document, IndexLocked, LiveWritesDuringBuild
 from index.store import DocumentStore
 from index.vectors import VectorIndex, choose_factory, training_size
 
@@ -125,6 +126,7 @@ def build_from_input(root: Path, input_path: Path, encoder: Any, options: BuildO
     root = Path(root)
     checksum = corpus_checksum(input_path)
     with layout.build_lock(root):
+        baseline = _live_position(root)
         number = _resumable(root, checksum, encoder.info.fingerprint) if options.resume else None
         if number is None:
             _discard_unfinished(root)
@@ -136,8 +138,48 @@ def build_from_input(root: Path, input_path: Path, encoder: Any, options: BuildO
                 _stamp(draft.store, checksum, encoder.info.fingerprint)
                 seconds = draft.fill(iter_documents(input_path))
                 manifest = draft.finish(input_checksum=checksum, stage_seconds=seconds)
-            draft.publish()
+            _publish_unless_written_meanwhile(draft, baseline)
         return manifest
+
+
+def _live_position(root: Path) -> tuple[int, int] | None:
+    """(published version, its last changelog sequence): how far the live index has been written."""
+    number = layout.current_version(root)
+    path = layout.version_dir(root, number) / layout.STORE if number is not None else None
+    if number is None or path is None or not path.is_file():
+        return None
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)  # not immutable: a live writer's WAL counts
+    try:
+        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changelog'").fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return number, int(row[0]) if row else 0
+
+
+def _publish_unless_written_meanwhile(draft: VersionDraft, baseline: tuple[int, int] | None) -> None:
+    """A build publishes a new corpus; it does not carry over what a live writer acknowledged while it
+    ran, so it refuses to publish over such writes (the finished version stays, ``--resume`` publishes
+    it). It takes the writer lock when free, so no write slips in between the check and the switch; a
+    running writer keeps the lock, and then the check is made just before the rename."""
+    try:
+        lease: layout.WriterLease | None = layout.WriterLease(draft.root)
+    except IndexLocked:
+        lease = None
+    try:
+        now = _live_position(draft.root)
+        if baseline is not None and now is not None and now[0] == baseline[0] and now[1] > baseline[1]:
+            raise LiveWritesDuringBuild(
+                f"the live index at {draft.root} acknowledged writes while this build ran (changelog "
+                f"{baseline[1]} -> {now[1]}); publishing would drop them, so version {draft.number} was not "
+                "published. Add those documents to the input and build again, or stop the writer and run "
+                "with --resume to publish this build without them; POST /index/rebuild keeps live writes"
+            )
+        draft.publish()
+    finally:
+        if lease is not None:
+            lease.release()
 
 
 def build_if_needed(out: Path, input_path: Path, encoder: Any, options: BuildOptions) -> dict[str, Any]:

@@ -81,7 +81,8 @@ def _build(args: argparse.Namespace) -> None:
         print(f"index at {args.out} is current for {args.input}; nothing to do")
         return
     from index.builder import BuildOptions, build_from_input
-    from index.records import StorageError
+    from index.layout import BuildInProgress
+    from index.records import LiveWritesDuringBuild, StorageError
 
     options = BuildOptions(
         factory=args.factory,
@@ -96,6 +97,8 @@ def _build(args: argparse.Namespace) -> None:
         raise SystemExit(
             f"cloze index build: {exc} (the unfinished version stays: --resume continues it)"
         ) from exc
+    except (LiveWritesDuringBuild, BuildInProgress) as exc:
+        raise SystemExit(f"cloze index build: {exc}") from exc
     print(
         json.dumps(
             {k: manifest[k] for k in ("version", "documents", "chunks", "factory", "model_id", "checksum")}

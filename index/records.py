@@ -61,3 +61,7 @@ class StorageError(IndexError_):
 
 class DamagedFile(IndexError_):
     """A derived file of a version (the FAISS snapshot or its JSON) is missing or does not read back."""
+
+
+class LiveWritesDuringBuild(IndexError_):
+    """``cloze index build`` would publish over writes the live index acknowledged while it ran."""

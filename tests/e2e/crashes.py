@@ -135,14 +135,15 @@ class Chain:
         self.server.kill()
         self.server = None
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
+    def cli(self, *args: str) -> subprocess.Popen:
+        """A ``cloze`` command started in the background (``finish`` collects it)."""
+        return subprocess.Popen(
             [sys.executable, "-m", "app.cli", *args],
             cwd=REPO,
             env=self.env(),
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=180,
         )
 
     # ---- documents ----------------------------------------------------------------------------------
@@ -276,6 +277,11 @@ class Chain:
         return int((self.root / "CURRENT").read_text())
 
 
+def finish(process: subprocess.Popen) -> tuple[int, str]:
+    _, stderr = process.communicate(timeout=180)
+    return process.returncode, stderr
+
+
 def wait_ready(server: Server, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -339,31 +345,38 @@ def run_all(chain: Chain, stream_acks: int = 40, batch: int = 5) -> list[dict[st
     extra.write_text(
         "".join(json.dumps({"id": d["id"], "text": d["text"]}) + "\n" for d in chain.new_docs(2))
     )
-    cli = chain.cli(
-        "index", "add", "--index", str(chain.root), "--input", str(extra), "--model", str(chain.model)
-    )
+    model = ["--model", str(chain.model), "--backend", "torch"]
+    adding = chain.cli("index", "add", "--index", str(chain.root), "--input", str(extra), *model)
+    building = chain.cli("index", "build", "--input", str(extra), "--out", str(chain.root), *model)
     workers = chain.cli("serve", "--port", str(free_port()), "--workers", "2")
     standby = chain.spawn("s4-standby", {"CLOZE_INDEX_PAUSE_AT": "publish"})
     deadline = time.monotonic() + 240
     while (state := readiness(standby))[0] != 503 or "writing" not in state[1]:
         assert time.monotonic() < deadline and standby.process.poll() is None, standby.tail()
         time.sleep(0.2)
+    (add_exit, add_err), (build_exit, build_err), (workers_exit, workers_err) = (
+        finish(process)
+        for process in (adding, building, workers)  # all done before the writer dies
+    )
     draft = max(chain.versions())
     chain.kill()
     chain.server = standby
     wait_ready(standby)
     chain.check(
-        "SIGKILL during a rebuild with writes going on; second writers refused (CLI add, --workers 2, "
-        "a second service: standby until the writer died)",
-        cli_add_exit=cli.returncode,
-        cli_add_refused="open for writing by another process" in cli.stderr,
-        workers_exit=workers.returncode,
-        workers_refused="needs a read-only index" in workers.stderr,
+        "SIGKILL during a rebuild with writes going on; second writers refused (CLI add, CLI build, "
+        "--workers 2, a second service: standby until the writer died)",
+        cli_add_exit=add_exit,
+        cli_add_refused="open for writing by another process" in add_err,
+        cli_build_exit=build_exit,
+        cli_build_refused="another build is running" in build_err,
+        workers_exit=workers_exit,
+        workers_refused="needs a read-only index" in workers_err,
         standby_refused="open for writing by another process" in state[1],
         draft_removed=draft not in chain.versions(),
     )
-    assert cli.returncode != 0 and "open for writing by another process" in cli.stderr, cli.stderr
-    assert workers.returncode != 0 and "needs a read-only index" in workers.stderr, workers.stderr
+    assert add_exit != 0 and "open for writing by another process" in add_err, add_err
+    assert build_exit != 0 and "another build is running" in build_err, build_err
+    assert workers_exit != 0 and "needs a read-only index" in workers_err, workers_err
     assert draft not in chain.versions()
 
     # 4. SIGKILL paused at publish (the new version complete, CURRENT not switched); a write waits.

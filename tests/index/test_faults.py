@@ -225,3 +225,32 @@ def test_a_killed_snapshot_leaves_no_temp_file_behind_the_next_writer(tmp_path: 
     (folder / ".vectors.faiss.4242-0000.tmp").write_bytes(b"killed mid-write")
     SearchIndex.open(root, tiny_encoder).close()
     assert not list(folder.glob(".*.tmp"))
+
+
+def test_a_build_refuses_to_publish_over_writes_the_live_index_took_meanwhile(
+    tmp_path: Path, tiny_encoder, monkeypatch
+) -> None:
+    from index.builder import BuildOptions, VersionDraft, build_from_input
+    from index.records import LiveWritesDuringBuild
+    from tests.index.conftest import write_jsonl
+
+    root = tmp_path / "idx"
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", tiny_documents(12))
+    options = BuildOptions(show_progress=False)
+    build_from_input(root, corpus, tiny_encoder, options)
+    live = SearchIndex.open(root, tiny_encoder)
+    real_fill = VersionDraft.fill
+
+    def fill_while_the_service_writes(self, documents, progress=None):
+        live.upsert([Document("acknowledged-meanwhile", "queen king paris river")])
+        return real_fill(self, documents, progress)
+
+    monkeypatch.setattr(VersionDraft, "fill", fill_while_the_service_writes)
+    other = write_jsonl(tmp_path / "other.jsonl", tiny_documents(20, seed=5))
+    with pytest.raises(LiveWritesDuringBuild, match="acknowledged writes while this build ran"):
+        build_from_input(root, other, tiny_encoder, options)
+    monkeypatch.undo()
+    assert layout.current_version(root) == 1 and live.get("acknowledged-meanwhile") is not None
+    live.close()
+    resumed = build_from_input(root, other, tiny_encoder, BuildOptions(show_progress=False, resume=True))
+    assert resumed["version"] == 2 == layout.current_version(root) and resumed["documents"] == 20
