@@ -304,8 +304,14 @@ def readiness(server: Server) -> tuple[int, str]:
 # ---- the cases, in the order one chain runs them (each restart checks the case before) ---------------
 
 
-def run_all(chain: Chain, stream_acks: int = 40, batch: int = 5) -> list[dict[str, Any]]:
-    """Every case on one index. ``stream_acks``: acknowledged writes before the kill of case 1."""
+def run_all(
+    chain: Chain,
+    stream_acks: int = 40,
+    batch: int = 5,
+    pointer_damage: tuple[str, ...] = ("deleted", "garbled"),
+) -> list[dict[str, Any]]:
+    """Every case on one index. ``stream_acks``: acknowledged writes before the kill of case 1;
+    ``pointer_damage``: what is done to ``CURRENT`` before a restart (each a restart of its own)."""
     # 1. SIGKILL during a stream of upserts from two clients.
     chain.start("s1-stream")
     stop = threading.Event()
@@ -413,31 +419,33 @@ def run_all(chain: Chain, stream_acks: int = 40, batch: int = 5) -> list[dict[st
     with faiss_file.open("r+b") as handle:
         handle.truncate(size // 2)
 
-    # 7. A missing CURRENT.
-    chain.start("s7-no-pointer")
+    chain.start("s7-pointer")
     chain.check(
         "vectors.faiss truncated to half",
         repairs=chain.metric('cloze_index_repairs_total{reason="damaged-vectors"}'),
     )
     assert chain.results[-1]["repairs"] >= 1
-    chain.put(chain.new_docs(batch))
-    chain.kill()
-    (chain.root / "CURRENT").unlink()
 
-    # 8. A garbled CURRENT.
-    chain.start("s8-garbled-pointer")
-    chain.check("CURRENT deleted", pointer_restored=(chain.root / "CURRENT").is_file())
-    chain.put(chain.new_docs(batch))
-    chain.kill()
-    (chain.root / "CURRENT").write_bytes(b"\x00garbage\xff")
-
-    # 9. A full disk during upserts, a snapshot and a rebuild.
-    chain.start(
-        "s9-full-disk", {"CLOZE_INDEX_SNAPSHOT_EVERY": "5", "CLOZE_INDEX_PAUSE_AT": "snapshot-start,rebuild"}
-    )
-    chain.check(
-        "CURRENT garbled", repairs=chain.metric('cloze_index_repairs_total{reason="fallback-version"}')
-    )
+    # 7, 8. A missing or a garbled CURRENT; the last restart also runs 9. (a full disk during upserts,
+    # a snapshot and a rebuild).
+    for number, damage in enumerate(pointer_damage):
+        chain.put(chain.new_docs(batch))
+        chain.kill()
+        if damage == "deleted":
+            (chain.root / "CURRENT").unlink()
+        else:
+            (chain.root / "CURRENT").write_bytes(b"\x00garbage\xff")
+        if number == len(pointer_damage) - 1:
+            env = {"CLOZE_INDEX_SNAPSHOT_EVERY": "5", "CLOZE_INDEX_PAUSE_AT": "snapshot-start,rebuild"}
+            chain.start("s9-full-disk", env)
+        else:
+            chain.start(f"s8-pointer-{number}")
+        chain.check(
+            f"CURRENT {damage}",
+            pointer_restored=chain.current() > 0,
+            repairs=chain.metric('cloze_index_repairs_total{reason="fallback-version"}'),
+        )
+        assert chain.results[-1]["repairs"] >= 1
     chain.arm()
     disk = _full_disk(chain, batch)
     chain.kill()
