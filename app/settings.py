@@ -56,6 +56,7 @@ class Settings(BaseSettings):
     max_top_k: int = Field(100, ge=1, description="Largest top_k for /search")
 
     log_level: str = Field("info", description="Log level")
+    access_log: bool = Field(True, description="One JSON line per request (logger cloze.access, at INFO)")
 
     @field_validator("api_keys", "read_api_keys", mode="before")
     @classmethod

@@ -3,7 +3,13 @@ embedding and fill-mask runtimes, the micro-batcher. Imports no first-party pack
 
 from encoder_runtime.batcher import MicroBatcher, Overloaded
 from encoder_runtime.encoder import EncoderRuntime, load_encoder
-from encoder_runtime.fill_mask import FillMaskResult, FillMaskRuntime, NoMaskToken, load_fill_mask
+from encoder_runtime.fill_mask import (
+    FillMaskResult,
+    FillMaskRuntime,
+    NoMaskToken,
+    load_fill_mask,
+    pipeline_output,
+)
 from encoder_runtime.model_dir import ModelInfo, resolve_model_path
 
 __all__ = [
@@ -16,5 +22,6 @@ __all__ = [
     "Overloaded",
     "load_encoder",
     "load_fill_mask",
+    "pipeline_output",
     "resolve_model_path",
 ]

@@ -50,12 +50,19 @@ class MicroBatcher:
         on_batch: BatchObserver | None = None,
         parallel_passes: int = 1,
         max_padding: float = 0.1,
+        inline_chars: int = 1000,
     ):
         self._encode, self._run = encode, run
         self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
         self.max_wait = max_wait_ms / 1000
         self.max_queue = max_queue
         self.max_padding = max_padding
+        # A request of at most this many characters is tokenised right on the event loop (about 40 us for a
+        # sentence here): handing it to the tokenizer thread and back cost more than the tokenising, in wake-ups
+        # on both sides (HTTP, one sentence a request, 64 connections: 75 us of tokenizer-thread and 29 us of
+        # event-loop time per request that way, by per-thread CPU time; see benchmarks/http_throughput.py).
+        # Longer requests still go to the thread, so a big one does not stall the loop.
+        self.inline_chars = inline_chars
         self._on_batch = on_batch
         self._admitted = 0  # texts accepted and not yet answered (the bound that makes 429s)
         self._tokenizers = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
@@ -118,19 +125,24 @@ class MicroBatcher:
         self._admitted += len(texts)
         try:
             loop = asyncio.get_running_loop()
-            items = await self._tokenized(loop, texts)
+            if sum(map(len, texts)) <= self.inline_chars:
+                items = self._encode(texts)
+            else:
+                items = await self._tokenized(loop, texts)
             futures = [loop.create_future() for _ in items]
             with self._queue:
                 self._waiting.extend(
                     _Waiting(item, future) for item, future in zip(items, futures, strict=True)
                 )
                 self._queue.notify()
+            if len(futures) == 1:
+                return items, [await futures[0]]
             return items, list(await asyncio.gather(*futures))
         finally:
             self._admitted -= len(texts)
 
     async def _tokenized(self, loop: asyncio.AbstractEventLoop, texts: list[str]) -> list[Encoded]:
-        """``texts`` tokenised off the event loop, in one tokenizer call with whatever else arrived meanwhile:
+        """Long ``texts`` tokenised off the event loop, in one tokenizer call with whatever else arrived meanwhile:
         a thread hop per request cost more than the tokenising itself (docs/benchmarks.md, "Design
         measurements")."""
         tokenized = loop.create_future()

@@ -54,14 +54,19 @@ class FillMaskRuntime(TokenizedRuntime):
         return out
 
     def target_ids(self, targets: list[str]) -> list[int]:
-        """First token of each target, as the Hugging Face pipeline does; unknown words are refused."""
-        ids = []
+        """As the Hugging Face pipeline: a target that is a vocabulary entry is that token, any other its first
+        token; repeats count once. A target with no token at all is refused (the pipeline drops it)."""
+        vocab = self.tokenizer.hf.get_vocab()
+        ids: dict[int, None] = {}
         for target in targets:
-            pieces = self.tokenizer.hf(target, add_special_tokens=False)["input_ids"]
-            if not pieces:
-                raise ValueError(f"target {target!r} is empty after tokenisation")
-            ids.append(pieces[0])
-        return ids
+            token = vocab.get(target)
+            if token is None:
+                pieces = self.tokenizer.hf(target, add_special_tokens=False)["input_ids"]
+                if not pieces:
+                    raise ValueError(f"target {target!r} is empty after tokenisation")
+                token = pieces[0]
+            ids.setdefault(token)
+        return list(ids)
 
     def decode(
         self, text: str, item: Encoded, probs: np.ndarray, top_k: int = 5, targets: list[str] | None = None
@@ -72,22 +77,25 @@ class FillMaskRuntime(TokenizedRuntime):
             raise NoMaskToken(f"no {self.mask_token} token in the input: the model fills {self.mask_token}")
         candidates = np.array(self.target_ids(targets)) if targets else None
         result = FillMaskResult(truncated=item.truncated, masks_dropped=max(in_text - len(positions), 0))
+        # The pipeline's sequences: special tokens skipped for one mask, kept (so the other masks show) for several.
+        single = len(positions) == 1
         for position, row in zip(positions, probs, strict=True):
             pool = candidates if candidates is not None else np.arange(row.shape[0])
             best = pool[np.argsort(-row[pool], kind="stable")[:top_k]]
             result.masks.append(
-                [self._prediction(item, position, int(token), float(row[token])) for token in best]
+                [self._prediction(item, position, int(token), float(row[token]), single) for token in best]
             )
         return result
 
-    def _prediction(self, item: Encoded, position: int, token: int, score: float) -> dict:
+    def _prediction(self, item: Encoded, position: int, token: int, score: float, skip_special: bool) -> dict:
         ids = list(item.ids)
         ids[position] = token
+        ids = [i for i in ids if i != self.tokenizer.pad_id]
         return {
             "score": score,
             "token": token,
-            "token_str": self.tokenizer.hf.decode([token]).strip(),
-            "sequence": self.tokenizer.hf.decode(ids, skip_special_tokens=True),
+            "token_str": self.tokenizer.hf.decode([token]),
+            "sequence": self.tokenizer.hf.decode(ids, skip_special_tokens=skip_special),
         }
 
     def fill_mask(
@@ -99,6 +107,14 @@ class FillMaskRuntime(TokenizedRuntime):
             self.decode(text, item, probs, top_k, targets)
             for text, item, probs in zip(texts, items, self.run(items), strict=True)
         ]
+
+
+def pipeline_output(results: list[FillMaskResult], inputs_is_list: bool) -> list:
+    """The answer nested as the Hugging Face fill-mask pipeline nests it (transformers' ``FillMaskPipeline``):
+    per input, a flat list of predictions for one mask and a list of such lists for several; one input (a
+    string, or a list of one) is answered alone, several inputs as a list of their answers."""
+    answers = [result.masks[0] if len(result.masks) == 1 else result.masks for result in results]
+    return answers if inputs_is_list and len(answers) > 1 else answers[0]
 
 
 def load_fill_mask(

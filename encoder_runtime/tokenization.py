@@ -32,12 +32,48 @@ class TextTokenizer:
         self._fast = self.hf.backend_tokenizer.__class__.from_str(self.hf.backend_tokenizer.to_str())
         self._fast.no_padding()
         self._fast.enable_truncation(max_length=max_tokens)
+        self._whole = self.hf.backend_tokenizer.__class__.from_str(self.hf.backend_tokenizer.to_str())
+        self._whole.no_padding()
+        self._whole.no_truncation()
+        self.vocab_size = self._whole.get_vocab_size(with_added_tokens=True)
 
     def encode(self, texts: list[str]) -> list[Encoded]:
         return [
             Encoded(tuple(encoding.ids), bool(encoding.overflowing))
             for encoding in self._fast.encode_batch(texts, add_special_tokens=True)
         ]
+
+    def tokens(self, texts: list[str], add_special_tokens: bool = True) -> list[list[dict]]:
+        """Every token of each text (no truncation), as TEI's ``/tokenize`` lists them: a special token has its
+        own text and no offsets; any other the characters ``[start, stop)`` of the text it came from."""
+        out = []
+        for text, encoding in zip(
+            texts, self._whole.encode_batch(texts, add_special_tokens=add_special_tokens), strict=True
+        ):
+            out.append(
+                [
+                    {"id": token_id, "text": token, "special": True, "start": None, "stop": None}
+                    if special
+                    else {
+                        "id": token_id,
+                        "text": text[start:stop],
+                        "special": False,
+                        "start": start,
+                        "stop": stop,
+                    }
+                    for token_id, token, special, (start, stop) in zip(
+                        encoding.ids,
+                        encoding.tokens,
+                        encoding.special_tokens_mask,
+                        encoding.offsets,
+                        strict=True,
+                    )
+                ]
+            )
+        return out
+
+    def decode(self, batch: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        return self._whole.decode_batch(batch, skip_special_tokens=skip_special_tokens)
 
     def pad(self, batch: list[Encoded]) -> dict[str, np.ndarray]:
         width = max(len(item) for item in batch)

@@ -55,7 +55,9 @@ def _matches_any(presented: bytes, keys: list[bytes]) -> bool:
 
 
 def _requirement(needed: Scope):
-    def dependency(
+    # async: FastAPI runs a plain ``def`` dependency on its thread pool, a thread hop on every request
+    # (14% of the event loop's time on ``POST /embed`` under load, in py-spy; see benchmarks/http_throughput.py).
+    async def dependency(
         request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
     ) -> None:
         request.app.state.keys.check(credentials.credentials if credentials else None, needed)

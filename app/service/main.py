@@ -15,8 +15,9 @@ from app.service.auth import KeyRing
 from app.service.engines import Engines, close_engines, follow_published_index, load_engines
 from app.service.errors import install_error_handlers
 from app.service.jobs import JobRegistry
+from app.service.lane import EmbeddingLane
 from app.service.metrics import Metrics
-from app.service.middleware import BodySizeLimit, RequestLog
+from app.service.middleware import BodySizeLimit, RequestLog, RequestRecorder
 from app.service.routes import inference, meta, playground, search
 from app.settings import Settings, get_settings
 
@@ -44,15 +45,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings, app.state.metrics = settings, metrics
+    app.state.recorder = RequestRecorder(metrics)
     app.state.keys = KeyRing(settings.api_keys, settings.read_api_keys)
     app.state.engines, app.state.jobs = Engines(), JobRegistry()
     install_error_handlers(app)
     for module in (inference, search, meta, playground):
         app.include_router(module.router)
     _add_pages(app)
-    app.add_middleware(RequestLog, metrics=metrics)
+    app.add_middleware(RequestLog, recorder=app.state.recorder)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     return app
+
+
+def create_service(settings: Settings | None = None) -> EmbeddingLane:
+    """What ``cloze serve`` runs: the app behind the lane that answers the two hot embedding routes."""
+    return EmbeddingLane(create_app(settings))
 
 
 def _add_pages(app: FastAPI) -> None:

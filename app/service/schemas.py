@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Text = str
 SearchMode = Literal["dense", "bm25", "hybrid"]
@@ -43,18 +43,129 @@ class OpenAIEmbeddingResponse(BaseModel):
     usage: OpenAIUsage
 
 
+TruncationDirection = Literal["right", "left"]
+
+
 class EmbedRequest(Strict):
-    """TEI's ``/embed``."""
+    """TEI's ``/embed`` (what ``huggingface_hub.InferenceClient.feature_extraction`` sends)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"inputs": ["What is deep learning?"], "normalize": True}]},
+    )
 
     inputs: Text | list[Text]
     normalize: bool = True
+    truncate: bool = Field(False, description="Cut inputs over the model's window instead of refusing them")
+    truncation_direction: TruncationDirection = Field(
+        "right", description="Which end truncate=true cuts from"
+    )
+    dimensions: int | None = Field(
+        None, ge=1, description="Keep the first N dimensions (Matryoshka), then normalise if normalize"
+    )
+    prompt_name: str | None = Field(None, description="Refused: this service's models define no prompts")
+    encoding_format: Literal["float"] = Field(
+        "float", description="Only float here; /v1/embeddings answers base64 too"
+    )
+
+
+class SimilarityInput(Strict):
+    source_sentence: Text
+    sentences: list[Text]
+
+
+class SimilarityParameters(Strict):
     truncate: bool = False
+    truncation_direction: TruncationDirection = "right"
+    prompt_name: str | None = None
+
+
+class SimilarityRequest(Strict):
+    """TEI's ``/similarity`` (what ``InferenceClient.sentence_similarity`` sends): cosine of the embeddings."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "inputs": {
+                        "source_sentence": "A man is playing a guitar.",
+                        "sentences": ["Someone plays an instrument.", "The stock market fell."],
+                    }
+                }
+            ]
+        },
+    )
+
+    inputs: SimilarityInput
+    parameters: SimilarityParameters | None = None
+
+
+class TokenizeRequest(Strict):
+    """TEI's ``/tokenize``: the model's tokens with their character offsets, no truncation."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"inputs": "Hello world"}]})
+
+    inputs: Text | list[Text]
+    add_special_tokens: bool = True
+    prompt_name: str | None = None
+
+
+class SimpleToken(BaseModel):
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+class DecodeRequest(Strict):
+    """TEI's ``/decode``: token ids (one list, or a list of lists) back to text."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"ids": [101, 7592, 2088, 102]}]}
+    )
+
+    ids: list[int] | list[list[int]]
+    skip_special_tokens: bool = True
+
+
+class FillMaskParameters(Strict):
+    top_k: int = Field(5, ge=1, le=50)
+    targets: list[str] | None = Field(None, min_length=1, max_length=50)
 
 
 class FillMaskRequest(Strict):
+    """The Hugging Face inference shape (what ``InferenceClient.fill_mask`` sends)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"inputs": "Paris is the capital of [MASK].", "parameters": {"top_k": 3}},
+                {"inputs": ["The [MASK] sat on the [MASK]."], "nested": True},
+            ]
+        },
+    )
+
     inputs: Text | list[Text]
-    top_k: int = Field(5, ge=1, le=50)
-    targets: list[str] | None = Field(None, min_length=1, max_length=50)
+    parameters: FillMaskParameters = Field(default_factory=FillMaskParameters)
+    nested: bool = Field(
+        False,
+        description="This service's extension: always answer [input][mask][prediction], however many "
+        "inputs and masks (default: the pipeline's nesting)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parameters_go_in_parameters(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for name in ("top_k", "targets"):
+                if name in value:
+                    raise ValueError(
+                        f"{name}: send it as parameters.{name} (the Hugging Face inference shape)"
+                    )
+        return value
 
 
 class Prediction(BaseModel):

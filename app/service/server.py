@@ -11,7 +11,7 @@ from app.settings import get_settings
 DRAIN_SECONDS = 30
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, access_log: bool = True) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
@@ -20,6 +20,8 @@ def configure_logging(level: str) -> None:
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = name != "uvicorn.access"  # our RequestLog writes the access line
+    logging.logProcesses = False  # no getpid() system call per log line (one per request with the access log)
+    logging.getLogger("cloze.access").setLevel(logging.NOTSET if access_log else logging.WARNING)
 
 
 def check_workers(workers: int, read_only: bool) -> None:
@@ -39,13 +41,14 @@ def run_server(host: str, port: int, workers: int = 1) -> None:
     settings = get_settings()
     check_exposure(host, settings.api_keys, settings.allow_open)
     check_workers(workers, settings.index_read_only)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.access_log)
     uvicorn.run(
-        "app.service.main:create_app",
+        "app.service.main:create_service",
         factory=True,
         host=host,
         port=port,
         workers=workers,
         log_config=None,
+        access_log=False,  # RequestLog writes one line per request; uvicorn's would be a second, unseen one
         timeout_graceful_shutdown=DRAIN_SECONDS,
     )

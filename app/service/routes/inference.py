@@ -1,111 +1,235 @@
-"""Embeddings (OpenAI-compatible and TEI-style) and fill-mask."""
+"""Embeddings (OpenAI-compatible and TEI's routes), similarity, tokens, and fill-mask (Hugging Face's shape).
+
+The embedding routes answer with bytes serialised by orjson straight from the float32 matrix: a response
+model of 384 floats per vector is validated and serialised element by element on the event loop, which is
+the bottleneck of a 2-core server (profile in benchmarks/results/http_throughput.json's notes)."""
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import numpy as np
+import orjson
 from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import State
 
 from app.service.auth import require_read
 from app.service.engines import submit
 from app.service.errors import ApiError
 from app.service.schemas import (
+    DecodeRequest,
     EmbedRequest,
     FillMaskRequest,
-    OpenAIEmbedding,
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
-    OpenAIUsage,
     Prediction,
+    SimilarityRequest,
+    SimpleToken,
+    TokenizeRequest,
 )
 from app.service.validation import text_list
+from encoder_runtime import EncoderRuntime, pipeline_output
 from encoder_runtime.encoder import l2_normalize
 
 router = APIRouter(dependencies=[require_read])
 
 
-@router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, tags=["embeddings"])
-async def openai_embeddings(
-    body: OpenAIEmbeddingRequest, request: Request, response: Response
-) -> OpenAIEmbeddingResponse:
-    """OpenAI's embeddings API: the official client works with ``base_url`` pointed here.
-
-    Inputs over the model's window are truncated; the ``X-Truncated-Inputs`` header lists which."""
-    encoder, batcher = request.app.state.engines.require_encoder()
-    texts = text_list(body.input, "input", request.app.state.settings)
-    items, vectors = await submit(batcher, texts)
-    report_truncation(items, response)
-    matrix = encoder.finish(vectors)
-    if body.dimensions:
-        if body.dimensions > matrix.shape[1]:
-            raise ApiError(
-                422, f"dimensions: {body.dimensions} > the model's {matrix.shape[1]}", "dimensions"
-            )
-        matrix = l2_normalize(matrix[:, : body.dimensions])  # Matryoshka-style truncation, re-normalised
-    tokens = sum(len(item) for item in items)
-    return OpenAIEmbeddingResponse(
-        data=[
-            OpenAIEmbedding(index=i, embedding=_encode_vector(v, body.encoding_format))
-            for i, v in enumerate(matrix)
-        ],
-        model=encoder.info.model_id,
-        usage=OpenAIUsage(prompt_tokens=tokens, total_tokens=tokens),
+def json_response(content: object, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY),
+        media_type="application/json",
+        headers=headers,
     )
 
 
-def report_truncation(items: list, response: Response) -> None:
+def truncation_headers(items: list) -> dict[str, str] | None:
+    """``X-Truncated-Inputs``: the positions of inputs cut to the model's window (this service's extension)."""
     truncated = [str(position) for position, item in enumerate(items) if item.truncated]
-    if truncated:
-        response.headers["X-Truncated-Inputs"] = ",".join(truncated)
+    return {"X-Truncated-Inputs": ",".join(truncated)} if truncated else None
 
 
-def _encode_vector(vector: np.ndarray, encoding_format: str) -> list[float] | str:
-    if encoding_format == "base64":
-        return base64.b64encode(vector.astype("<f4").tobytes()).decode()
-    return vector.tolist()
+def refuse_unsupported(prompt_name: str | None, truncation_direction: str, where: str = "") -> None:
+    if prompt_name is not None:
+        raise ApiError(422, f"{where}prompt_name: this model defines no prompts", f"{where}prompt_name")
+    if truncation_direction != "right":
+        field = f"{where}truncation_direction"
+        raise ApiError(422, f"{field}: only 'right' is supported (inputs are cut at the end)", field)
+
+
+def refuse_too_long(items: list, encoder: EncoderRuntime, field: str) -> None:
+    for position, item in enumerate(items):
+        if item.truncated:
+            where = f"{field}[{position}]"
+            raise ApiError(
+                422,
+                f"{where}: longer than the model's {encoder.max_tokens} tokens; send truncate=true",
+                where,
+            )
+
+
+def keep_dimensions(matrix: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
+    """Matryoshka-style: the first ``dimensions`` values, re-normalised when the caller wants unit vectors."""
+    if dimensions is None:
+        return matrix
+    if dimensions > matrix.shape[1]:
+        raise ApiError(422, f"dimensions: {dimensions} > the model's {matrix.shape[1]}", "dimensions")
+    matrix = matrix[:, :dimensions]
+    return l2_normalize(matrix) if normalize else np.ascontiguousarray(matrix)
+
+
+async def openai_answer(body: OpenAIEmbeddingRequest, state: State) -> Response:
+    encoder, batcher = state.engines.require_encoder()
+    texts = text_list(body.input, "input", state.settings)
+    items, vectors = await submit(batcher, texts)
+    matrix = keep_dimensions(encoder.finish(vectors), body.dimensions, normalize=True)
+    tokens = sum(len(item) for item in items)
+    if body.encoding_format == "base64":
+        little = matrix.astype("<f4", copy=False)
+        embeddings: list = [base64.b64encode(row.tobytes()).decode() for row in little]
+    else:
+        embeddings = list(matrix)
+    return json_response(
+        {
+            "object": "list",
+            "data": [
+                {"object": "embedding", "index": i, "embedding": vector}
+                for i, vector in enumerate(embeddings)
+            ],
+            "model": encoder.info.model_id,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        },
+        truncation_headers(items),
+    )
+
+
+async def embed_answer(body: EmbedRequest, state: State) -> Response:
+    encoder, batcher = state.engines.require_encoder()
+    texts = text_list(body.inputs, "inputs", state.settings)
+    refuse_unsupported(body.prompt_name, body.truncation_direction)
+    items, vectors = await submit(batcher, texts)
+    if not body.truncate:
+        refuse_too_long(items, encoder, "inputs")
+    if body.dimensions is None:
+        matrix = encoder.finish(vectors, normalize=body.normalize)
+    else:
+        matrix = keep_dimensions(encoder.finish(vectors, normalize=False), body.dimensions, body.normalize)
+    return json_response(matrix, truncation_headers(items))
+
+
+# The hot routes: ``EmbeddingLane`` (app/service/lane.py) answers them ahead of FastAPI's routing with the
+# same functions; these declarations give them their OpenAPI entries and answer when no lane is installed.
+@router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, tags=["embeddings"])
+async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request) -> Response:
+    """OpenAI's embeddings API: the official client works with ``base_url`` pointed here (float and base64
+    encodings, ``dimensions``). Inputs over the model's window are truncated, as OpenAI's are not: the
+    ``X-Truncated-Inputs`` header lists which."""
+    return await openai_answer(body, request.app.state)
 
 
 @router.post("/embed", response_model=list[list[float]], tags=["embeddings"])
-async def embed(body: EmbedRequest, request: Request, response: Response) -> list[list[float]]:
-    """TEI's ``/embed``. Inputs over the model's window are refused unless ``truncate`` is true."""
+async def embed(body: EmbedRequest, request: Request) -> Response:
+    """TEI's ``/embed``: one vector per input, always a list of lists. Inputs over the model's window are
+    refused unless ``truncate`` is true; ``dimensions`` keeps the first N values."""
+    return await embed_answer(body, request.app.state)
+
+
+LANES: dict[str, tuple[type[BaseModel], Callable[[Any, State], Awaitable[Response]]]] = {
+    "/embed": (EmbedRequest, embed_answer),
+    "/v1/embeddings": (OpenAIEmbeddingRequest, openai_answer),
+}
+
+
+@router.post("/similarity", response_model=list[float], tags=["embeddings"])
+async def similarity(body: SimilarityRequest, request: Request) -> Response:
+    """TEI's ``/similarity`` (``InferenceClient.sentence_similarity``): the cosine similarity of
+    ``source_sentence`` to each of ``sentences``, in their order."""
     encoder, batcher = request.app.state.engines.require_encoder()
-    texts = text_list(body.inputs, "inputs", request.app.state.settings)
-    items, vectors = await submit(batcher, texts)
-    if not body.truncate:
+    settings = request.app.state.settings
+    parameters = body.parameters
+    if parameters is not None:
+        refuse_unsupported(parameters.prompt_name, parameters.truncation_direction, "parameters.")
+    [source] = text_list(body.inputs.source_sentence, "inputs.source_sentence", settings)
+    sentences = text_list(body.inputs.sentences, "inputs.sentences", settings)
+    if len(sentences) + 1 > settings.max_inputs:
+        field = "inputs.sentences"
+        raise ApiError(422, f"{field}: with the source, more than the limit of {settings.max_inputs}", field)
+    items, vectors = await submit(batcher, [source, *sentences])
+    if not (parameters and parameters.truncate):
         for position, item in enumerate(items):
             if item.truncated:
-                field = f"inputs[{position}]"
+                where = "inputs.source_sentence" if position == 0 else f"inputs.sentences[{position - 1}]"
                 raise ApiError(
                     422,
-                    f"{field}: longer than the model's {encoder.max_tokens} tokens; send truncate=true",
-                    field,
+                    f"{where}: longer than the model's {encoder.max_tokens} tokens; send parameters.truncate=true",
+                    where,
                 )
-    report_truncation(items, response)
-    return encoder.finish(vectors, normalize=body.normalize).tolist()
+    matrix = encoder.finish(vectors, normalize=True)
+    return json_response(matrix[1:] @ matrix[0], truncation_headers(items))
 
 
-@router.post("/fill-mask", response_model=list[list[list[Prediction]]], tags=["fill-mask"])
-async def fill_mask(body: FillMaskRequest, request: Request) -> list[list[list[dict]]]:
-    """Per input, per mask token, the top-k predictions in the Hugging Face pipeline's shape."""
+@router.post("/tokenize", response_model=list[list[SimpleToken]], tags=["tokens"])
+async def tokenize(body: TokenizeRequest, request: Request) -> Response:
+    """TEI's ``/tokenize``: per input, the embedding model's tokens (not truncated) with character offsets;
+    special tokens have no offsets. Always a list of lists."""
+    encoder, _ = request.app.state.engines.require_encoder()
+    refuse_unsupported(body.prompt_name, "right")
+    texts = text_list(body.inputs, "inputs", request.app.state.settings)
+    tokens = await run_in_threadpool(encoder.tokenizer.tokens, texts, body.add_special_tokens)
+    return json_response(tokens)
+
+
+@router.post("/decode", response_model=list[str], tags=["tokens"])
+async def decode(body: DecodeRequest, request: Request) -> Response:
+    """TEI's ``/decode``: token ids back to text, one string per list of ids (always a list)."""
+    encoder, _ = request.app.state.engines.require_encoder()
+    settings = request.app.state.settings
+    batch = body.ids if body.ids and isinstance(body.ids[0], list) else [body.ids]
+    if not batch or not all(batch):
+        raise ApiError(422, "ids: empty: send at least one token id", "ids")
+    if len(batch) > settings.max_inputs:
+        raise ApiError(422, f"ids: {len(batch)} lists, more than the limit of {settings.max_inputs}", "ids")
+    vocabulary = encoder.tokenizer.vocab_size
+    for position, ids in enumerate(batch):
+        where = "ids" if batch is not body.ids else f"ids[{position}]"
+        if len(ids) > settings.max_chars:
+            raise ApiError(422, f"{where}: {len(ids)} ids, over the limit of {settings.max_chars}", where)
+        if any(not 0 <= token < vocabulary for token in ids):
+            raise ApiError(422, f"{where}: token ids must lie in [0, {vocabulary})", where)
+    texts = await run_in_threadpool(encoder.tokenizer.decode, batch, body.skip_special_tokens)
+    return json_response(texts)
+
+
+FillMaskAnswer = list[Prediction] | list[list[Prediction]] | list[list[list[Prediction]]]
+
+
+@router.post("/fill-mask", response_model=FillMaskAnswer, tags=["fill-mask"])
+async def fill_mask(body: FillMaskRequest, request: Request) -> Response:
+    """Hugging Face's fill-mask (``InferenceClient.fill_mask`` sends ``{"inputs", "parameters": {"top_k",
+    "targets"}}``), answered as the transformers pipeline nests it: one input with one mask, a flat list of
+    predictions; several masks or several inputs, a list of lists. ``"nested": true`` (this service's
+    extension) always answers [input][mask][prediction]."""
     runtime, batcher = request.app.state.engines.require_fill_mask()
     texts = text_list(body.inputs, "inputs", request.app.state.settings)
+    top_k, targets = body.parameters.top_k, body.parameters.targets
     for position, text in enumerate(texts):
         if runtime.mask_token not in text:
             field = "inputs" if isinstance(body.inputs, str) else f"inputs[{position}]"
             raise ApiError(
                 422, f"{field}: no {runtime.mask_token} token; this model fills {runtime.mask_token}", field
             )
-    if body.targets:
+    if targets:
         try:
-            runtime.target_ids(body.targets)
+            runtime.target_ids(targets)
         except ValueError as exc:
-            raise ApiError(422, f"targets: {exc}", "targets") from exc
+            raise ApiError(422, f"parameters.targets: {exc}", "parameters.targets") from exc
     items, probabilities = await submit(batcher, texts)
     results = await run_in_threadpool(
         lambda: [
-            runtime.decode(t, i, p, body.top_k, body.targets)
+            runtime.decode(t, i, p, top_k, targets)
             for t, i, p in zip(texts, items, probabilities, strict=True)
         ]
     )
@@ -117,4 +241,6 @@ async def fill_mask(body: FillMaskRequest, request: Request) -> list[list[list[d
                 f"{field}: {result.masks_dropped} mask token(s) past the model's {runtime.max_tokens}-token window",
                 field,
             )
-    return [result.masks for result in results]
+    if body.nested:
+        return json_response([result.masks for result in results])
+    return json_response(pipeline_output(results, isinstance(body.inputs, list)))

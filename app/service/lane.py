@@ -1,0 +1,116 @@
+"""``EmbeddingLane``: ``POST /embed`` and ``POST /v1/embeddings`` answered as plain ASGI, in front of FastAPI.
+
+On a 2-core host the event loop's time per request decides how close the service comes to the runtime's
+offline rate. Measured by per-thread CPU time under wrk (64 connections, one sentence a request): uvicorn
+alone answers a fixed body for about 20 us of event-loop time a request; a FastAPI ``GET /healthz``
+through our middleware took about 120 us; ``POST /embed`` as a FastAPI route, 470 us. py-spy showed where:
+the middleware and exception layers each wrapping ``send``, the router, the request object, dependency
+solving (a sync API-key dependency even hopped to the thread pool), the body parsed in Python, and the
+response model validated and serialised 384 floats at a time (benchmarks/http_throughput.py measures the
+result). The lane does the same work directly: the size limit, request id, API key, one
+``model_validate_json`` with the route's own pydantic model, the route's own function, and the same
+request metrics and access line (``RequestRecorder``). Every other request, and every non-HTTP event
+(lifespan), goes to the FastAPI app unchanged; the FastAPI declarations of these two routes stay for the
+OpenAPI schema and answer the same way when the app runs without the lane."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import orjson
+from fastapi import FastAPI
+from pydantic import ValidationError
+from starlette.types import Receive, Scope, Send
+
+from app.service.errors import ApiError, validation_error
+from app.service.middleware import RequestRecorder
+from app.service.routes.inference import LANES
+
+log = logging.getLogger("cloze.service")
+
+
+class EmbeddingLane:
+    def __init__(self, app: FastAPI):
+        self.app = app
+        self.state = app.state
+        self.recorder: RequestRecorder = app.state.recorder
+        self.max_bytes: int = app.state.settings.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        lane = LANES.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if lane is None:
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        request_id = self.recorder.request_id(scope)
+        extra = [(b"x-request-id", request_id.encode("latin-1"))]
+        model, answer = lane
+        status = 500
+        try:
+            self.state.keys.check(_bearer(scope), "read")
+            body = await self._body(scope, receive)
+            try:
+                request = model.model_validate_json(body)
+            except ValidationError as exc:
+                message, field = validation_error(exc.errors(include_url=False))
+                raise ApiError(422, message, field) from None
+            response = await answer(request, self.state)
+            status = response.status_code
+            response.raw_headers.extend(extra)
+            await response(scope, receive, send)
+        except ApiError as exc:
+            status = exc.status
+            headers = [
+                (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (exc.headers or {}).items()
+            ]
+            await _send(
+                send, status, orjson.dumps({"error": exc.message, "field": exc.field}), headers + extra
+            )
+        except Exception:
+            log.exception("unhandled error on POST %s", scope["path"])
+            await _send(send, 500, b'{"error":"internal error","field":null}', extra)
+        finally:
+            self.recorder.record(scope, scope["path"], status, time.perf_counter() - started, request_id)
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes:
+        """The request body, refused with 413 past ``max_body_bytes`` (declared or as it arrives)."""
+        too_large = ApiError(413, f"request body over the {self.max_bytes}-byte limit", "body")
+        for key, value in scope["headers"]:
+            if key == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                raise too_large
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ApiError(400, "the client went away before its request body arrived")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise too_large
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _bearer(scope: Scope) -> str | None:
+    """The token of ``Authorization: Bearer <token>``, as FastAPI's ``HTTPBearer(auto_error=False)`` reads it."""
+    for key, value in scope["headers"]:
+        if key == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return (token.strip() or None) if scheme.lower() == "bearer" else None
+    return None
+
+
+async def _send(send: Send, status: int, payload: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
