@@ -220,7 +220,7 @@ def main() -> None:
         ):
             arms[route] = {
                 "connections": connections,
-                **wrk(url, route, bodies, connections, args.seconds, script),
+                **wrk(url, route, bodies, connections, args.seconds, script, server.pid),
             }
             row = arms[route]
             print(

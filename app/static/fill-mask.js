@@ -25,14 +25,15 @@
     const started = performance.now();
     let answer;
     try {
-      answer = await api("/fill-mask", { method: "POST", body: { inputs: sentence, top_k: Number(topk.value) }, signal });
+      answer = await api("/fill-mask", { method: "POST", body: { inputs: sentence, parameters: { top_k: Number(topk.value) } }, signal });
     } catch (error) {
       if (error.name === "AbortError") return;
       showError(error);
       return;
     }
-    const masks = answer[0] || [];
-    render(masks);
+    // The Hugging Face pipeline's shape: one mask, a flat list of predictions; several, a list per mask.
+    const masks = answer.length && Array.isArray(answer[0]) ? answer : [answer];
+    render(sentence, masks);
     const ms = Math.round(performance.now() - started);
     setStatus(status, `${masks.length} mask${masks.length === 1 ? "" : "s"} answered in ${ms} ms.`);
   });
@@ -52,7 +53,7 @@
     results.replaceChildren();
   }
 
-  function render(masks) {
+  function render(sentence, masks) {
     const sections = masks.map((predictions, position) => {
       const items = predictions.map((prediction) => {
         const percent = (prediction.score * 100).toFixed(1);
@@ -81,25 +82,31 @@
         { class: "panel mask-result", "data-mask": position },
         el("h2", {}, masks.length > 1 ? `Mask ${position + 1}` : "Predictions"),
         el("ol", { class: "predictions" }, items),
-        top ? el("p", { class: "preview-sentence" }, top.sequence) : null,
+        top ? el("p", { class: "preview-sentence" }, filled(sentence, position, top.token_str).text) : null,
       );
     });
     results.replaceChildren(...sections);
   }
 
-  // Put a prediction in place of the n-th mask; a "##piece" continuation joins the word before it.
-  function fill(position, token) {
-    const parts = text.value.split(state.mask);
-    if (position >= parts.length - 1) return;
+  // The sentence with a prediction in place of the n-th mask (the other masks stay); a "##piece"
+  // continuation joins the word before it. The preview under each mask is this with its top prediction.
+  function filled(value, position, token) {
+    const parts = value.split(state.mask);
+    if (position >= parts.length - 1) return { text: value, caret: value.length };
     let before = parts.slice(0, position + 1).join(state.mask);
-    let word = token;
-    if (token.startsWith("##")) {
-      word = token.slice(2);
+    let word = token.trim();
+    if (word.startsWith("##")) {
+      word = word.slice(2);
       before = before.replace(/\s+$/, "");
     }
     const after = parts.slice(position + 1).join(state.mask);
-    text.value = before + word + after;
-    const caret = before.length + word.length;
+    return { text: before + word + after, caret: before.length + word.length };
+  }
+
+  function fill(position, token) {
+    if (position >= maskCount(text.value)) return;
+    const { text: value, caret } = filled(text.value, position, token);
+    text.value = value;
     text.focus();
     text.setSelectionRange(caret, caret);
     predict();

@@ -49,12 +49,16 @@ def test_tei_embed_shape_and_truncation_rule(client):
 
 
 def test_fill_mask_shape_and_errors(client):
-    answer = client.post("/fill-mask", json={"inputs": ["the cat [MASK] on the [MASK] ."], "top_k": 3}).json()
-    assert len(answer) == 1 and len(answer[0]) == 2 and len(answer[0][0]) == 3
-    assert set(answer[0][0][0]) == {"score", "token", "token_str", "sequence"}
+    body = {"inputs": ["the cat [MASK] on the [MASK] ."], "parameters": {"top_k": 3}}
+    answer = client.post("/fill-mask", json=body).json()  # one input, two masks: a list per mask
+    assert len(answer) == 2 and len(answer[0]) == 3
+    assert set(answer[0][0]) == {"score", "token", "token_str", "sequence"}
     no_mask = client.post("/fill-mask", json={"inputs": "no mask here"})
     assert no_mask.status_code == 422 and "[MASK]" in no_mask.json()["error"]
-    assert client.post("/fill-mask", json={"inputs": "a [MASK]", "top_k": 0}).json()["field"] == "top_k"
-    assert client.post("/fill-mask", json={"inputs": "a [MASK]", "top_k": 51}).status_code == 422
+    zero = client.post("/fill-mask", json={"inputs": "a [MASK]", "parameters": {"top_k": 0}})
+    assert zero.json()["field"] == "parameters.top_k"
+    assert (
+        client.post("/fill-mask", json={"inputs": "a [MASK]", "parameters": {"top_k": 51}}).status_code == 422
+    )
     past_window = client.post("/fill-mask", json={"inputs": "the cat sat " * 40 + "[MASK] ."})
     assert past_window.status_code == 422 and "window" in past_window.json()["error"]

@@ -121,8 +121,9 @@ def test_fill_mask_shows_the_models_top_predictions_as_bars(browser, server, cli
     sentence = "the cat sat on the [MASK] in paris ."
     page.fill("#fm-text", "")
     page.type("#fm-text", sentence, delay=5)  # typed, so the debounce sees a burst of input events
-    expected = client.post("/fill-mask", json={"inputs": sentence, "top_k": 5}).json()[0][0][0]
-    page.locator(".preview-sentence", has_text=expected["sequence"]).wait_for()  # this sentence's answer
+    expected = client.post("/fill-mask", json={"inputs": sentence, "parameters": {"top_k": 5}}).json()[0]
+    preview = sentence.replace("[MASK]", expected["token_str"])  # the sentence, its top prediction in place
+    page.locator(".preview-sentence", has_text=preview).wait_for()  # this sentence's answer
     first = page.locator(".prediction").first
     buttons = page.locator(".mask-result .prediction")
     assert buttons.count() == 5
@@ -145,6 +146,25 @@ def test_fill_mask_shows_the_models_top_predictions_as_bars(browser, server, cli
 
     page.fill("#fm-text", "the cat " * 40 + "[MASK] .")  # past the tiny model's 64-token window
     page.locator("#fm-status.error", has_text="Too long").wait_for()
+    assert errors == []
+    page.context.close()
+
+
+def test_fill_mask_answers_each_of_several_masks(browser, server, client):
+    """Several masks: the API answers a list per mask (the pipeline's shape); the page shows a panel each."""
+    page, errors = open_page(browser, server + "/static/fill-mask.html", WIDE)
+    sentence = "the [MASK] sat on the [MASK] ."
+    page.fill("#fm-text", sentence)
+    page.locator(".mask-result[data-mask='1'] .prediction").first.wait_for()
+    top_k = int(page.input_value("#fm-topk"))
+    expected = client.post("/fill-mask", json={"inputs": sentence, "parameters": {"top_k": top_k}}).json()
+    assert page.locator(".mask-result").count() == len(expected) == 2
+    for position, predictions in enumerate(expected):
+        panel = page.locator(f".mask-result[data-mask='{position}']")
+        assert panel.locator(".prediction .token").all_inner_texts() == [p["token_str"] for p in predictions]
+    previews = page.locator(".preview-sentence").all_inner_texts()
+    assert previews[0] == f"the {expected[0][0]['token_str']} sat on the [MASK] ."
+    assert previews[1] == f"the [MASK] sat on the {expected[1][0]['token_str']} ."
     assert errors == []
     page.context.close()
 

@@ -183,7 +183,9 @@ def test_concurrent_requests_share_tokenizer_calls_and_a_refused_text_fails_only
         return [Encoded((len(text),), False) for text in texts]
 
     async def scenario():
-        batcher = MicroBatcher(encode, lambda items: [item.ids[0] for item in items], max_wait_ms=0)
+        batcher = MicroBatcher(
+            encode, lambda items: [item.ids[0] for item in items], max_wait_ms=0, inline_chars=0
+        )  # every request through the tokenizer thread
 
         async def wave(requests, delay):
             await asyncio.sleep(delay)
@@ -204,3 +206,23 @@ def test_concurrent_requests_share_tokenizer_calls_and_a_refused_text_fails_only
             assert answer[1] == [len(text) for text in request]
     assert ["bb", "ccc", "eeeee", "eeeeee"] == calls[1][:4], calls  # wave 2 in one call
     assert len(calls) == 1 + 1 + 1 + 3, calls  # wave 3: one refused call, then one call per request
+
+
+def test_short_requests_are_tokenised_on_the_event_loop_and_long_ones_on_the_tokenizer_thread():
+    from encoder_runtime.tokenization import Encoded
+
+    threads: dict[str, str] = {}
+
+    def encode(texts):
+        threads[texts[0]] = threading.current_thread().name
+        return [Encoded((len(text),), False) for text in texts]
+
+    async def scenario():
+        batcher = MicroBatcher(encode, lambda items: [item.ids[0] for item in items], inline_chars=10)
+        answers = [await batcher.submit(["short"]), await batcher.submit(["a text over ten characters"])]
+        await batcher.stop()
+        return [answer for _, answer in answers]
+
+    assert asyncio.run(scenario()) == [[5], [26]]
+    assert threads["short"] == threading.main_thread().name
+    assert threads["a text over ten characters"].startswith("tokenize")

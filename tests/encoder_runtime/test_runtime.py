@@ -154,7 +154,21 @@ def test_fill_mask_answers_each_mask_in_pipeline_shape(tiny_fill_mask):
         assert set(predictions[0]) == {"score", "token", "token_str", "sequence"}
         scores = [p["score"] for p in predictions]
         assert scores == sorted(scores, reverse=True) and 0 < scores[0] <= 1
-    assert result.masks[0][0]["sequence"].startswith("the cat " + result.masks[0][0]["token_str"])
+    # several masks: as in the pipeline, special tokens stay in the sequence, so the other mask shows
+    first = result.masks[0][0]
+    assert first["sequence"].startswith("[CLS] the cat " + first["token_str"] + " on the [MASK]")
+    [single] = tiny_fill_mask.fill_mask(["the cat [MASK] on the mat ."], top_k=1)
+    assert single.masks[0][0]["sequence"].startswith("the cat " + single.masks[0][0]["token_str"])
+
+
+def test_pipeline_output_nests_as_transformers_does(tiny_fill_mask):
+    from encoder_runtime import pipeline_output
+
+    one, two = tiny_fill_mask.fill_mask(["the cat [MASK] .", "the [MASK] sat on the [MASK] ."], top_k=2)
+    assert pipeline_output([one], inputs_is_list=False) == one.masks[0]  # flat list of predictions
+    assert pipeline_output([one], inputs_is_list=True) == one.masks[0]  # a list of one: the same
+    assert pipeline_output([two], inputs_is_list=False) == two.masks  # a list per mask
+    assert pipeline_output([one, two], inputs_is_list=True) == [one.masks[0], two.masks]
 
 
 def test_fill_mask_batched_equals_one_by_one(tiny_fill_mask):
