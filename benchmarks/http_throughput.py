@@ -5,10 +5,13 @@ offline rate the service should approach). Arm 2, HTTP: a real ``cloze serve`` o
 by Debian's ``wrk`` (compiled; a Python asyncio client saturates a core here near 170 requests/s and
 measures itself) with a Lua script that cycles through one request body per sentence: ``POST /embed``
 and ``POST /v1/embeddings``, one text a request, 64 connections. Then ``POST /search`` (hybrid, top 10)
-with SciFact's real queries at 16 connections. The in-process arm runs before and after the HTTP arms
-(the machine is shared: the mean of the two is the reference, both are recorded with ``uptime`` load).
+with SciFact's real queries at 16 connections. The in-process arm runs right before and after each embedding
+arm (the machine is shared: the mean of the two is that arm's reference; all are recorded with ``uptime``
+load).
 
-wrk, the server and the runtime share the machine's cores, as they would on a 2-core host.
+wrk, the server and the runtime share the machine's cores, as they would on a 2-core host. Each HTTP arm
+also records the CPU time the server and wrk spent per request (from /proc and rusage), which a machine
+shared with other work distorts less than wall-clock rates.
 
     apt-get install -y wrk
     .venv/bin/python benchmarks/http_throughput.py [--seconds 20] [--out benchmarks/results/http_throughput.json]
@@ -141,6 +144,20 @@ def wrk(url: str, route: str, bodies: Path, connections: int, seconds: int, scri
     return result
 
 
+def show(name: str, row: dict) -> None:
+    if "sentences_per_s" in row:
+        print(
+            f"{name:16s}       {row['sentences_per_s']:7.0f} sentences/s, {row['cpu_us_per_sentence']:.0f} us CPU"
+            f" each  load {row['load']}"
+        )
+        return
+    print(
+        f"{name:16s} c={row['connections']:<3d} {row['requests_per_s']:7.0f} req/s  p50 {row['p50_ms']:6.1f} ms"
+        f"  p99 {row['p99_ms']:6.1f} ms  errors {row['errors_total']}  CPU us/request: server"
+        f" {row['server_cpu_us_per_request']:.0f} wrk {row['wrk_cpu_us_per_request']:.0f}  load {row['load']}"
+    )
+
+
 def write_bodies(folder: Path, name: str, bodies: list[dict]) -> Path:
     path = folder / f"{name}.jsonl"
     path.write_text("".join(json.dumps(body) + "\n" for body in bodies))
@@ -166,6 +183,7 @@ def main() -> None:
     from tests.e2e.conftest import free_port, wait_until
 
     settings = Settings()
+    load_at_start = load()
     sentences = distinct_sentences(args.sentences)
     assert len(set(sentences)) == len(sentences) == args.sentences
     encoder = load_encoder(
@@ -175,12 +193,6 @@ def main() -> None:
     )
     encoder.embed(sentences[:128])  # warm-up
     reference = encoder.embed(sentences[:8])
-    before = offline_rate(encoder, sentences, args.repeats)
-    print(
-        f"in-process before: {before['sentences_per_s']:.0f} sentences/s, {before['cpu_us_per_sentence']:.0f} us CPU"
-        f" each  load {before['load']}"
-    )
-
     work = Path(tempfile.mkdtemp(prefix="cloze-http-"))
     script = work / "cycle.lua"
     script.write_text(LUA)
@@ -213,35 +225,41 @@ def main() -> None:
         cosine = float((served * reference).sum(axis=1).min())
         assert cosine > 0.9999, f"the server runs another model or backend (cosine {cosine})"
         wrk(url, "/embed", embed_bodies, CONNECTIONS, 3, script, server.pid)  # warm-up
-        for route, bodies, connections in (
-            ("/embed", embed_bodies, CONNECTIONS),
-            ("/v1/embeddings", openai_bodies, CONNECTIONS),
-            *([] if args.no_search else [("/search", search_bodies, SEARCH_CONNECTIONS)]),
-        ):
+        # The in-process arm runs right before and right after each embedding arm (the server idles
+        # meanwhile): the load other work puts on the machine drifts, and each ratio is taken against the
+        # mean of its two neighbours.
+        offline = [offline_rate(encoder, sentences, args.repeats)]
+        show("in-process", offline[-1])
+        for route, bodies in (("/embed", embed_bodies), ("/v1/embeddings", openai_bodies)):
             arms[route] = {
-                "connections": connections,
-                **wrk(url, route, bodies, connections, args.seconds, script, server.pid),
+                "connections": CONNECTIONS,
+                **wrk(url, route, bodies, CONNECTIONS, args.seconds, script, server.pid),
             }
-            row = arms[route]
-            print(
-                f"{route:16s} c={connections:<3d} {row['requests_per_s']:7.0f} req/s  p50 {row['p50_ms']:6.1f} ms"
-                f"  p99 {row['p99_ms']:6.1f} ms  errors {row['errors_total']}  CPU us/request: server"
-                f" {row['server_cpu_us_per_request']:.0f} wrk {row['wrk_cpu_us_per_request']:.0f}  load {row['load']}"
-            )
+            show(route, arms[route])
+            offline.append(offline_rate(encoder, sentences, args.repeats))
+            show("in-process", offline[-1])
+            reference_rate = (offline[-2]["sentences_per_s"] + offline[-1]["sentences_per_s"]) / 2
+            reference_cpu = (offline[-2]["cpu_us_per_sentence"] + offline[-1]["cpu_us_per_sentence"]) / 2
+            arms[route]["in_process_sentences_per_s"] = reference_rate
+            arms[route]["ratio_to_in_process"] = arms[route]["requests_per_s"] / reference_rate
+            # Under load from other work the wall-clock ratio favours the HTTP arm (server and wrk threads
+            # get a larger share of a contended CPU than the two in-process threads); CPU time per text
+            # (server + wrk against the in-process arm's) does not, so it is recorded too.
+            http_cpu = arms[route]["server_cpu_us_per_request"] + arms[route]["wrk_cpu_us_per_request"]
+            arms[route]["cpu_time_ratio_to_in_process"] = reference_cpu / http_cpu
+        if not args.no_search:
+            arms["/search"] = {
+                "connections": SEARCH_CONNECTIONS,
+                "body": "hybrid, top_k 10, SciFact's queries",
+                **wrk(url, "/search", search_bodies, SEARCH_CONNECTIONS, args.seconds, script, server.pid),
+            }
+            show("/search", arms["/search"])
     finally:
         server.terminate()
         server.wait(60)
-    after = offline_rate(encoder, sentences, args.repeats)
-    print(f"in-process after: {after['sentences_per_s']:.0f} sentences/s  load {after['load']}")
-    offline = (before["sentences_per_s"] + after["sentences_per_s"]) / 2
-    ratios = {route: arms[route]["requests_per_s"] / offline for route in ("/embed", "/v1/embeddings")}
-    # Under load from other work the wall-clock ratio favours the HTTP arm (server and wrk threads get a
-    # larger share of a contended CPU than the two in-process threads); CPU time per text does not.
-    offline_cpu = (before["cpu_us_per_sentence"] + after["cpu_us_per_sentence"]) / 2
+    ratios = {route: arms[route]["ratio_to_in_process"] for route in ("/embed", "/v1/embeddings")}
     cpu_ratios = {
-        route: offline_cpu
-        / (arms[route]["server_cpu_us_per_request"] + arms[route]["wrk_cpu_us_per_request"])
-        for route in ("/embed", "/v1/embeddings")
+        route: arms[route]["cpu_time_ratio_to_in_process"] for route in ("/embed", "/v1/embeddings")
     }
     for route, ratio in ratios.items():
         print(f"{route}: {ratio:.2f}x the in-process rate; {cpu_ratios[route]:.2f}x its CPU time per text")
@@ -253,7 +271,10 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count()},
         "load_generator": f"wrk -t2, {CONNECTIONS} connections, {args.seconds} s per arm, loopback",
         "server_log_level": settings.log_level,
-        "in_process": {"before": before, "after": after, "mean_sentences_per_s": offline},
+        "load_at_start": load_at_start,
+        "load_at_end": load(),
+        "note": "load averages over the machine's 2 cores: above 2, other work shared the CPU during this run",
+        "in_process": offline,
         "http": arms,
         "ratio_to_in_process": ratios,
         "cpu_time_ratio_to_in_process": cpu_ratios,

@@ -2,7 +2,7 @@
 
 The embedding routes answer with bytes serialised by orjson straight from the float32 matrix: a response
 model of 384 floats per vector is validated and serialised element by element on the event loop, which is
-the bottleneck of a 2-core server (profile in benchmarks/results/http_throughput.json's notes)."""
+the bottleneck of a 2-core server (see app/service/lane.py)."""
 
 from __future__ import annotations
 
