@@ -60,7 +60,7 @@ class MicroBatcher:
         # A request of at most this many characters is tokenised right on the event loop (about 40 us for a
         # sentence here): handing it to the tokenizer thread and back cost more than the tokenising, in wake-ups
         # on both sides (HTTP, one sentence a request, 64 connections: 75 us of tokenizer-thread and 29 us of
-        # event-loop time per request that way, by per-thread CPU time; see benchmarks/http_throughput.py).
+        # event-loop time per request that way, by per-thread CPU time: docs/benchmarks.md, "Design measurements").
         # Longer requests still go to the thread, so a big one does not stall the loop.
         self.inline_chars = inline_chars
         self._on_batch = on_batch

@@ -56,7 +56,7 @@ def _matches_any(presented: bytes, keys: list[bytes]) -> bool:
 
 def _requirement(needed: Scope):
     # async: FastAPI runs a plain ``def`` dependency on its thread pool, a thread hop on every request
-    # (14% of the event loop's time on ``POST /embed`` under load, in py-spy; see benchmarks/http_throughput.py).
+    # (14% of the event loop's time on ``POST /embed`` in py-spy: docs/benchmarks.md, "Design measurements").
     async def dependency(
         request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
     ) -> None:

@@ -1,17 +1,16 @@
 """``EmbeddingLane``: ``POST /embed`` and ``POST /v1/embeddings`` answered as plain ASGI, in front of FastAPI.
 
 On a 2-core host the event loop's time per request decides how close the service comes to the runtime's
-offline rate. Measured by per-thread CPU time under wrk (64 connections, one sentence a request): uvicorn
-alone answers a fixed body for about 20 us of event-loop time a request; a FastAPI ``GET /healthz``
-through our middleware took about 120 us; ``POST /embed`` as a FastAPI route, 470 us. py-spy showed where:
-the middleware and exception layers each wrapping ``send``, the router, the request object, dependency
-solving (a sync API-key dependency even hopped to the thread pool), the body parsed in Python, and the
-response model validated and serialised 384 floats at a time (benchmarks/http_throughput.py measures the
-result). The lane does the same work directly: the size limit, request id, API key, one
-``model_validate_json`` with the route's own pydantic model, the route's own function, and the same
-request metrics and access line (``RequestRecorder``). Every other request, and every non-HTTP event
-(lifespan), goes to the FastAPI app unchanged; the FastAPI declarations of these two routes stay for the
-OpenAPI schema and answer the same way when the app runs without the lane."""
+offline rate. By per-thread CPU time under wrk (64 connections, one sentence a request; docs/benchmarks.md,
+"Design measurements"): uvicorn alone answers a fixed body for about 20 us of event-loop time a request;
+FastAPI's ``GET /healthz`` through our middleware, about 120 us; ``POST /embed`` as a FastAPI route, 470 us.
+py-spy showed where: the middleware and exception layers each wrapping ``send``, the router, the request
+object, dependency solving (a sync API-key dependency even hopped to the thread pool), the body parsed in
+Python, and the response model validated and serialised 384 floats at a time. The lane does the same work
+directly: the size limit, request id, API key, one ``model_validate_json`` with the route's own pydantic
+model, the route's own function, and the same request metrics and access line (``RequestRecorder``).
+Every other request, and every non-HTTP event (lifespan), goes to the FastAPI app unchanged; the FastAPI
+declarations of these two routes stay for the OpenAPI schema and answer the same way without the lane."""
 
 from __future__ import annotations
 

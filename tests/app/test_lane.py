@@ -1,0 +1,93 @@
+"""The embedding lane answers exactly as the FastAPI routes it stands in front of (same status, headers that
+matter, body), for answers and for every kind of refusal. In-process over ASGI, on the tiny random model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from app.service.lane import EmbeddingLane
+from app.service.main import create_app
+from app.settings import Settings
+from encoder_runtime import MicroBatcher, load_encoder
+
+READ = {"Authorization": "Bearer read-key"}
+CASES = [
+    ("/embed", {"inputs": ["the cat sat", "a dog"]}, READ),
+    ("/embed", {"inputs": "the cat", "normalize": False, "dimensions": 8}, READ),
+    ("/embed", {"inputs": ["word " * 80]}, READ),  # over the 64-token window: refused without truncate
+    ("/embed", {"inputs": ["word " * 80], "truncate": True}, READ),
+    ("/embed", {"inputs": []}, READ),
+    ("/embed", {"inputs": ["x"] * 9}, READ),  # over max_inputs
+    ("/embed", {"inputs": "a", "colour": 1}, READ),
+    ("/embed", {"inputs": "a", "prompt_name": "query"}, READ),
+    ("/embed", {"inputs": "a"}, {}),
+    ("/embed", {"inputs": "a"}, {"Authorization": "Bearer wrong"}),
+    ("/v1/embeddings", {"input": ["the cat", "word " * 80], "encoding_format": "base64"}, READ),
+    ("/v1/embeddings", {"input": "the cat", "encoding_format": "float", "dimensions": 4}, READ),
+    ("/v1/embeddings", {"input": "the cat", "dimensions": 10_000}, READ),
+    ("/v1/embeddings", {"input": 5}, READ),
+]
+
+
+@pytest.fixture(scope="module")
+def app(tiny_bert, tmp_path_factory):
+    settings = Settings(
+        api_keys=["write-key"], read_api_keys=["read-key"], max_inputs=8, index=tmp_path_factory.mktemp("i")
+    )
+    service = create_app(settings)
+    encoder = load_encoder(str(tiny_bert), backend="torch")
+    service.state.engines.encoder = encoder
+    return service
+
+
+def run(app, scenario):
+    """``scenario`` on a fresh event loop, with a batcher of its own (a batcher answers on the loop it began on)."""
+
+    async def main():
+        batcher = MicroBatcher.for_runtime(app.state.engines.encoder)
+        app.state.engines.embed_batcher = batcher
+        try:
+            return await scenario()
+        finally:
+            await batcher.stop()
+
+    return asyncio.run(main())
+
+
+async def answers(asgi, cases) -> list[tuple[int, str | None, bytes]]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://test") as client:
+        out = []
+        for route, body, headers in cases:
+            reply = await client.post(route, json=body, headers=headers)
+            out.append((reply.status_code, reply.headers.get("x-truncated-inputs"), reply.content))
+        return out
+
+
+def test_the_lane_answers_as_the_routes_do(app):
+    via_fastapi, via_lane = run(
+        app, lambda: asyncio.gather(answers(app, CASES), answers(EmbeddingLane(app), CASES))
+    )
+    statuses = [status for status, _, _ in via_fastapi]
+    assert statuses == [200, 200, 422, 200, 422, 422, 422, 422, 401, 401, 200, 200, 422, 422]
+    assert via_lane == via_fastapi
+
+
+def test_the_lane_keeps_the_body_limit_and_the_request_id(app):
+    async def scenario():
+        transport = httpx.ASGITransport(app=EmbeddingLane(app))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            big = await client.post(
+                "/embed", content=b'{"inputs": "' + b"z" * 5_000_000 + b'"}', headers=READ
+            )
+            given = await client.post("/embed", json={"inputs": "a"}, headers={**READ, "X-Request-ID": "abc"})
+            made = await client.post("/embed", json={"inputs": "a"}, headers=READ)
+            metrics = (await client.get("/metrics")).text
+        return big, given, made, metrics
+
+    big, given, made, metrics = run(app, scenario)
+    assert big.status_code == 413 and big.json()["field"] == "body"
+    assert given.headers["x-request-id"] == "abc" and made.headers["x-request-id"]
+    assert 'cloze_requests_total{method="POST",route="/embed",status="200"}' in metrics
