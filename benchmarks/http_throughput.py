@@ -173,6 +173,11 @@ def main() -> None:
     parser.add_argument("--backend", default="onnx-int8")
     parser.add_argument("--repeats", type=int, default=3, help="offline passes over the sentences, each time")
     parser.add_argument("--no-search", action="store_true", help="skip /search (no SciFact index build)")
+    parser.add_argument(
+        "--server-checkout",
+        default=str(ROOT),
+        help="serve from this checkout instead (e.g. main's, for a baseline beside this one's result)",
+    )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "http_throughput.json"))
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -209,7 +214,8 @@ def main() -> None:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "CLOZE_INDEX": str(index), "CLOZE_BACKEND": args.backend}
+    checkout = str(Path(args.server_checkout).resolve())
+    env = {**os.environ, "CLOZE_INDEX": str(index), "CLOZE_BACKEND": args.backend, "PYTHONPATH": checkout}
     log = work / "server.log"
     with log.open("w") as handle:
         server = subprocess.Popen(
@@ -217,6 +223,7 @@ def main() -> None:
             env=env,
             stdout=handle,
             stderr=subprocess.STDOUT,
+            cwd=checkout,
         )
     arms: dict[str, dict] = {}
     try:
@@ -266,6 +273,9 @@ def main() -> None:
     result = {
         "command": "python benchmarks/http_throughput.py " + " ".join(sys.argv[1:]),
         "backend": args.backend,
+        "server_checkout": subprocess.run(
+            ["git", "-C", checkout, "log", "-1", "--format=%h %s"], capture_output=True, text=True
+        ).stdout.strip(),
         "sentences": len(sentences),
         "mean_words": float(np.mean([len(s.split()) for s in sentences])),
         "machine": {"cpus": os.cpu_count()},
