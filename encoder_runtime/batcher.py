@@ -110,12 +110,16 @@ class MicroBatcher:
             await asyncio.to_thread(thread.join)
         self._tokenizers.shutdown(wait=False)
 
-    async def submit(self, texts: list[str]) -> tuple[list[Encoded], list[Any]]:
-        """Tokens and outputs for ``texts``, in order; raises ``Overloaded`` instead of queueing without end."""
-        if self._admitted + len(texts) > self.max_queue:
+    async def submit(self, texts: list[Any], cost: int | None = None) -> tuple[list[Encoded], list[Any]]:
+        """Tokens and outputs for ``texts``, in order; raises ``Overloaded`` instead of queueing without end.
+
+        ``cost`` is what the request counts against ``max_queue`` (default: one per text); fill-mask counts
+        its mask tokens, which is what its memory and time follow."""
+        cost = len(texts) if cost is None else cost
+        if self._admitted + cost > self.max_queue:
             raise Overloaded(self._admitted, self.max_queue)
         await self.start()
-        self._admitted += len(texts)
+        self._admitted += cost
         try:
             loop = asyncio.get_running_loop()
             items = await self._tokenized(loop, texts)
@@ -127,7 +131,7 @@ class MicroBatcher:
                 self._queue.notify()
             return items, list(await asyncio.gather(*futures))
         finally:
-            self._admitted -= len(texts)
+            self._admitted -= cost
 
     async def _tokenized(self, loop: asyncio.AbstractEventLoop, texts: list[str]) -> list[Encoded]:
         """``texts`` tokenised off the event loop, in one tokenizer call with whatever else arrived meanwhile:
