@@ -74,9 +74,7 @@ class FillMaskRuntime(TokenizedRuntime):
     def encode(self, texts: list[str | FillMaskQuery]) -> list[MaskedItem]:
         queries = [t if isinstance(t, FillMaskQuery) else FillMaskQuery(t) for t in texts]
         encoded = self.tokenizer.encode([q.text for q in queries])
-        return [
-            MaskedItem(e.ids, e.truncated, q.target_ids) for e, q in zip(encoded, queries, strict=True)
-        ]
+        return [MaskedItem(e.ids, e.truncated, q.target_ids) for e, q in zip(encoded, queries, strict=True)]
 
     def mask_count(self, text: str) -> int:
         """The cost of a text for admission: its mask tokens (what the head runs on)."""
@@ -86,7 +84,10 @@ class FillMaskRuntime(TokenizedRuntime):
         """One padded forward pass; per item and mask the best ``MAX_TOP_K`` tokens (or its targets)."""
         inputs = self.tokenizer.pad(items)
         positions = [
-            (row, col) for row, item in enumerate(items) for col, t in enumerate(item.ids) if t == self.mask_id
+            (row, col)
+            for row, item in enumerate(items)
+            for col, t in enumerate(item.ids)
+            if t == self.mask_id
         ]
         out = [MaskScores([], []) for _ in items]
         if not positions:

@@ -14,6 +14,14 @@ from index.records import ReadOnlyIndex, StorageError
 log = logging.getLogger("cloze.service")
 
 
+class BodyRejected(StarletteHTTPException):
+    """A request body refused while parsing (FastAPI re-raises HTTP exceptions from there as they are)."""
+
+    def __init__(self, message: str, field: str = "body"):
+        super().__init__(422, message)
+        self.field = field
+
+
 class ApiError(Exception):
     def __init__(
         self, status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None
@@ -39,8 +47,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"error": f"{field}: {first.get('msg')}", "field": field}, 422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail), "field": None}, exc.status_code, headers=exc.headers)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        field = getattr(exc, "field", None)
+        message = str(exc.detail)
+        if exc.status_code == 413:  # FastAPI's max_body_size, hit while a chunked body streamed in
+            limit = request.app.state.settings.max_body_bytes
+            message, field = f"request body over the {limit}-byte limit", "body"
+        return JSONResponse({"error": message, "field": field}, exc.status_code, headers=exc.headers)
 
     @app.exception_handler(ReadOnlyIndex)
     async def read_only(_: Request, exc: ReadOnlyIndex) -> JSONResponse:

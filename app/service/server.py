@@ -1,14 +1,60 @@
-"""``cloze serve``: uvicorn with JSON logs, graceful shutdown (in-flight requests drain), and the exposure check."""
+"""``cloze serve``: uvicorn with JSON logs, graceful shutdown (in-flight requests drain), the exposure check,
+and limits for slow or greedy clients: a connection cap, a keep-alive timeout and a header-read timeout."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.service.auth import check_exposure
 from app.service.middleware import JsonFormatter
 from app.settings import get_settings
 
 DRAIN_SECONDS = 30
+log = logging.getLogger("cloze.service")
+
+
+class HeaderTimeoutProtocol(HttpToolsProtocol):
+    """uvicorn (0.54) has no header-read timeout: a client that trickles header bytes (or opens a socket and
+    sends nothing) held a connection for ever. Here each request's headers must all arrive within
+    ``header_timeout`` of its first byte (of the connection, for the first request), or the socket closes."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.header_timeout = get_settings().header_timeout_s  # read in each worker process
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._arm_header_timer()
+
+    def _arm_header_timer(self) -> None:
+        self._cancel_header_timer()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+
+    def _cancel_header_timer(self) -> None:
+        timer = getattr(self, "_header_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            log.info("closing a connection whose request headers took over %ss", self.header_timeout)
+            self.transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if getattr(self, "_header_timer", None) is None:
+            self._arm_header_timer()
+
+    def on_headers_complete(self) -> None:
+        self._cancel_header_timer()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
 
 
 def configure_logging(level: str) -> None:
@@ -48,4 +94,7 @@ def run_server(host: str, port: int, workers: int = 1) -> None:
         workers=workers,
         log_config=None,
         timeout_graceful_shutdown=DRAIN_SECONDS,
+        http=HeaderTimeoutProtocol,
+        limit_concurrency=settings.limit_concurrency,
+        timeout_keep_alive=settings.keep_alive_s,
     )

@@ -6,7 +6,6 @@ import base64
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 from app.service.auth import require_read
 from app.service.engines import submit
@@ -20,10 +19,11 @@ from app.service.schemas import (
     OpenAIUsage,
     Prediction,
 )
-from app.service.validation import text_list
+from app.service.validation import StrictJSONRoute, text_list
 from encoder_runtime.encoder import l2_normalize
+from encoder_runtime.fill_mask import FillMaskQuery
 
-router = APIRouter(dependencies=[require_read])
+router = APIRouter(dependencies=[require_read], route_class=StrictJSONRoute)
 
 
 @router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, tags=["embeddings"])
@@ -91,23 +91,33 @@ async def fill_mask(body: FillMaskRequest, request: Request) -> list[list[list[d
     """Per input, per mask token, the top-k predictions in the Hugging Face pipeline's shape."""
     runtime, batcher = request.app.state.engines.require_fill_mask()
     texts = text_list(body.inputs, "inputs", request.app.state.settings)
+    settings = request.app.state.settings
+    masks = 0
     for position, text in enumerate(texts):
-        if runtime.mask_token not in text:
-            field = "inputs" if isinstance(body.inputs, str) else f"inputs[{position}]"
+        field = "inputs" if isinstance(body.inputs, str) else f"inputs[{position}]"
+        count = runtime.mask_count(text)
+        if not count:
             raise ApiError(
                 422, f"{field}: no {runtime.mask_token} token; this model fills {runtime.mask_token}", field
             )
+        if count > settings.max_masks:
+            raise ApiError(
+                422,
+                f"{field}: {count} {runtime.mask_token} tokens, over the limit of {settings.max_masks}",
+                field,
+            )
+        masks += count
+    target_ids = None
     if body.targets:
         try:
-            runtime.target_ids(body.targets)
+            target_ids = tuple(runtime.target_ids(body.targets))
         except ValueError as exc:
             raise ApiError(422, f"targets: {exc}", "targets") from exc
-    items, probabilities = await submit(batcher, texts)
-    results = await run_in_threadpool(
-        lambda: [
-            runtime.decode(t, i, p, body.top_k, body.targets)
-            for t, i, p in zip(texts, items, probabilities, strict=True)
-        ]
+    # Admitted by masks, the cost the head and the answer grow with (CLOZE_FILL_MASK_MAX_QUEUE).
+    queries = [FillMaskQuery(text, target_ids) for text in texts]
+    items, scores = await submit(batcher, queries, cost=masks)
+    results = await request.app.state.engines.work_pool.run(
+        lambda: [runtime.decode(t, i, s, body.top_k) for t, i, s in zip(texts, items, scores, strict=True)]
     )
     for position, result in enumerate(results):
         if result.masks_dropped:
