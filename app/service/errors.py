@@ -31,7 +31,8 @@ class ApiError(Exception):
 
 
 def _location(loc: tuple) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    # The first element is where the value came from; a field may itself be named "query" (/search's is).
+    parts = [str(p) for p in (loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc)]
     return ".".join(parts) or "body"
 
 

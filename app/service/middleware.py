@@ -46,10 +46,24 @@ class BodySizeLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
+        too_large = {"error": f"request body over the {self.max_bytes}-byte limit", "field": "body"}
         if declared and (not declared.isdigit() or int(declared) > self.max_bytes):
-            too_large = {"error": f"request body over the {self.max_bytes}-byte limit", "field": "body"}
             return await _send_json(send, 413, too_large)
-        return await self.app(scope, receive, send)
+        replaced = False
+
+        async def json_413(message: Message) -> None:
+            """Starlette's limiter answers a plain-text 413; the API answers in its one error shape."""
+            nonlocal replaced
+            if message["type"] == "http.response.start" and message["status"] == 413:
+                content_type = dict(message.get("headers", [])).get(b"content-type", b"")
+                if not content_type.startswith(b"application/json"):
+                    replaced = True
+                    return await _send_json(send, 413, too_large)
+            if replaced and message["type"] == "http.response.body":
+                return None
+            await send(message)
+
+        return await self.app(scope, receive, json_413)
 
 
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}

@@ -4,6 +4,8 @@ and limits for slow or greedy clients: a connection cap, a keep-alive timeout an
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -57,6 +59,23 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
 
+def return_freed_memory() -> None:
+    """Fix glibc's mmap threshold at 1 MiB: by default it rises after large frees (up to 32 MiB), so the
+    big transient arrays of a forward pass or a long document come from the heap afterwards and stay in the
+    process's RSS for good. Fixed, every block of 1 MiB or more goes back to the system when freed
+    (the RSS figures in benchmarks/results/hostile_input.json are with it)."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        libc.mallopt(m_mmap_threshold, 1 << 20)
+        libc.mallopt(m_trim_threshold, 4 << 20)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): their allocators do as they do
+        log.debug("mallopt unavailable", exc_info=True)
+
+
 def configure_logging(level: str) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
@@ -86,6 +105,7 @@ def run_server(host: str, port: int, workers: int = 1) -> None:
     check_exposure(host, settings.api_keys, settings.allow_open)
     check_workers(workers, settings.index_read_only)
     configure_logging(settings.log_level)
+    return_freed_memory()
     uvicorn.run(
         "app.service.main:create_app",
         factory=True,

@@ -50,9 +50,10 @@ def strict_loads(body: bytes) -> Any:
 
 def _check_tree(value: Any) -> None:
     """Depth and encodable strings, without recursion (the walk is as long as the body, no longer)."""
-    stack: list[tuple[Any, str, int]] = [(value, "body", 0)]
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
     while stack:
-        node, where, depth = stack.pop()
+        node, path, depth = stack.pop()
+        where = path or "body"  # paths read as FastAPI's validation errors do: "0.metadata.tags"
         if depth > MAX_BODY_DEPTH:
             raise BodyRejected(f"{where}: nested deeper than {MAX_BODY_DEPTH} levels", where)
         if isinstance(node, str):
@@ -62,9 +63,11 @@ def _check_tree(value: Any) -> None:
         elif isinstance(node, dict):
             for key, child in node.items():
                 _check_string(key, where)
-                stack.append((child, key if where == "body" else f"{where}.{key}", depth + 1))
+                stack.append((child, f"{path}.{key}" if path else key, depth + 1))
         elif isinstance(node, list):
-            stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(node))
+            stack.extend(
+                (child, f"{path}.{i}" if path else str(i), depth + 1) for i, child in enumerate(node)
+            )
 
 
 def _check_string(text: str, where: str) -> None:
@@ -129,7 +132,7 @@ def check_metadata(metadata: dict[str, Any], where: str, settings: Settings) -> 
                 raise ApiError(422, f"{where}: more than {settings.max_metadata_keys} keys in all", where)
             stack.extend((child, f"{path}.{key}", depth + 1) for key, child in node.items())
         elif isinstance(node, list):
-            stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(node))
+            stack.extend((child, f"{path}.{i}", depth + 1) for i, child in enumerate(node))
         elif isinstance(node, int) and not isinstance(node, bool) and not INT64[0] <= node <= INT64[1]:
             raise ApiError(422, f"{path}: {node} is outside 64-bit integers", path)
     size = len(json.dumps(metadata, ensure_ascii=False).encode())

@@ -107,6 +107,13 @@ async def fill_mask(body: FillMaskRequest, request: Request) -> list[list[list[d
                 field,
             )
         masks += count
+    if masks > settings.fill_mask_max_queue:  # could never be admitted: a 429 would be a lie
+        raise ApiError(
+            422,
+            f"inputs: {masks} {runtime.mask_token} tokens in one request, over the limit of "
+            f"{settings.fill_mask_max_queue}",
+            "inputs",
+        )
     target_ids = None
     if body.targets:
         try:

@@ -103,7 +103,7 @@ async def upsert_documents(
     if len(set(ids)) != len(ids):
         raise ApiError(422, "body: the same id appears twice in one batch", "id")
     for position, doc in enumerate(documents):
-        where = f"[{position}]"
+        where = str(position)  # as FastAPI names a field of a list body: "0.text"
         if not doc.id.strip():
             raise ApiError(422, f"{where}.id: empty or only whitespace", f"{where}.id")
         if not doc.text.strip():
