@@ -80,6 +80,18 @@ def host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+def _same_origin(origin: str, host: str) -> bool:
+    """``Origin`` names the host the request was sent to. A ``Host`` without a port (a proxy that forwards
+    ``$host``, as docker/nginx.conf does) matches that host on any port."""
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return False
+    name = host_name(host)
+    port = host.rsplit(":", 1)[1] if host.count(":") == 1 or host.startswith("[") and "]:" in host else None
+    origin_port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.hostname == name and (port is None or str(origin_port) == port)
+
+
 class BrowserGuard:
     """What keeps a web page the user happens to visit from driving the service through their browser.
 
@@ -118,8 +130,7 @@ class BrowserGuard:
         origin = headers.get("origin")
         if origin is not None:
             origin = origin.rstrip("/").lower()
-            same = urlsplit(origin).netloc == host.lower() and origin.startswith(("http://", "https://"))
-            if not same and origin not in self.trusted:
+            if not _same_origin(origin, host) and origin not in self.trusted:
                 return (
                     403,
                     f"Origin {origin!r} may not call this service: add it to CLOZE_TRUSTED_ORIGINS",

@@ -210,3 +210,14 @@ def test_browser_guard() -> None:
     assert keyed.refusal(scope("GET", host="search.example.org")) is None
     assert keyed.refusal(scope("POST", host="s.example", origin="https://app.example")) is None
     assert keyed.refusal(scope("POST", host="s.example", sec_fetch_site="cross-site"))[0] == 403
+
+
+def test_same_origin_through_a_proxy_that_drops_the_port() -> None:
+    from app.service.middleware import _same_origin
+
+    assert _same_origin("http://localhost:8000", "localhost:8000")
+    assert not _same_origin("http://localhost:9999", "localhost:8000")
+    assert _same_origin("http://localhost:8000", "localhost")  # nginx: proxy_set_header Host $host
+    assert _same_origin("http://[::1]:8000", "[::1]:8000")
+    assert _same_origin("https://search.example", "search.example:443")
+    assert not _same_origin("http://evil.example", "localhost")
