@@ -221,3 +221,16 @@ def test_same_origin_through_a_proxy_that_drops_the_port() -> None:
     assert _same_origin("http://[::1]:8000", "[::1]:8000")
     assert _same_origin("https://search.example", "search.example:443")
     assert not _same_origin("http://evil.example", "localhost")
+
+
+def test_read_only_replica_refuses_a_rebuild_at_once(tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    from app.service.main import create_app
+
+    app = create_app(Settings(index=tmp_path / "idx", index_read_only=True))
+    http = TestClient(app, base_url="http://127.0.0.1:8000")  # not as a context: no lifespan, nothing loads
+    reply = http.post("/index/rebuild")
+    assert reply.status_code == 409 and "read-only" in reply.json()["error"]
+    assert http.put("/documents", json=[{"id": "a", "text": "b"}]).status_code == 409
+    assert app.state.jobs.jobs == {}

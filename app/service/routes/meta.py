@@ -29,7 +29,10 @@ async def models(request: Request) -> dict:
         },
         "fill_mask": None,
         "fill_mask_error": engines.fill_mask_error,
-        "index": engines.index.manifest if engines.index is not None else None,
+        # The manifest counts rows: in a worker thread, never on the event loop.
+        "index": await engines.work_pool.run(lambda: engines.index.manifest)
+        if engines.index is not None
+        else None,
     }
     if engines.fill_mask is not None:
         fill = engines.fill_mask
