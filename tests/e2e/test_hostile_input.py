@@ -442,3 +442,42 @@ def test_cross_site_pages_cannot_drive_the_service(server):
     check(server, "Sec-Fetch-Site cross-site DELETE", lambda h: h.delete("/documents/x", headers=cross), 403)
     same = {"Origin": server.url}  # the playground itself
     assert server.http.post("/search", json={"query": "vaccine"}, headers=same).status_code == 200
+
+
+# ---- liveness and readiness tell the truth --------------------------------------------------------------
+
+
+def test_a_model_that_never_loads_is_retried_then_reported_failed(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "CLOZE_INDEX": str(tmp_path / "idx"),
+        "CLOZE_MODEL": str(tmp_path / "no-such-model"),
+        "CLOZE_MODEL_LOAD_ATTEMPTS": "3",  # backoff 1 s + 2 s: healthz is 200 meanwhile
+    }
+    with (tmp_path / "log").open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until(url + "/healthz", process, tmp_path / "log", 120)
+            seen = []
+            for _ in range(240):
+                health = httpx.get(url + "/healthz", timeout=5)
+                seen.append(health.status_code)
+                if health.status_code == 503:
+                    break
+                time.sleep(0.25)
+            assert seen[0] == 200 and health.status_code == 503 and health.json()["status"] == "failed"
+            ready = httpx.get(url + "/readyz", timeout=5)
+            assert ready.status_code == 503 and ready.json()["attempts"] == 3
+            assert "no-such-model" in ready.json()["reason"] and "retry-after" not in ready.headers
+            assert httpx.post(url + "/embed", json={"inputs": "x"}, timeout=5).status_code == 503
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=40)
