@@ -48,12 +48,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"error": f"{field}: {first.get('msg')}", "field": field}, 422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         field = getattr(exc, "field", None)
         message = str(exc.detail)
-        if exc.status_code == 413:  # FastAPI's max_body_size, hit while a chunked body streamed in
-            limit = request.app.state.settings.max_body_bytes
-            message, field = f"request body over the {limit}-byte limit", "body"
         return JSONResponse({"error": message, "field": field}, exc.status_code, headers=exc.headers)
 
     @app.exception_handler(ReadOnlyIndex)

@@ -43,7 +43,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="Semantic search, embeddings and fill-mask over encoders you train yourself.",
         lifespan=lifespan,
-        max_body_size=settings.max_body_bytes,  # a chunked body over the limit is a 413 while it streams
     )
     app.state.settings, app.state.metrics = settings, metrics
     app.state.keys = KeyRing(settings.api_keys, settings.read_api_keys)

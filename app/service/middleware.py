@@ -36,8 +36,10 @@ async def _send_json(
 
 
 class BodySizeLimit:
-    """413 before reading a body whose Content-Length is too big. A body that grows too big while it
-    streams (chunked) is FastAPI's ``max_body_size``, set in ``create_app``, also a 413."""
+    """413 for a body over ``max_bytes``: at once when its Content-Length says so, else as soon as a chunked
+    body grows past it. The body is read here (at most ``max_bytes``) and handed on whole: a limit raised
+    from inside ``receive`` reached FastAPI's body parsing as a 400, and Starlette's own limiter answers
+    in plain text from outside this app's middleware."""
 
     def __init__(self, app: ASGIApp, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -49,21 +51,26 @@ class BodySizeLimit:
         too_large = {"error": f"request body over the {self.max_bytes}-byte limit", "field": "body"}
         if declared and (not declared.isdigit() or int(declared) > self.max_bytes):
             return await _send_json(send, 413, too_large)
-        replaced = False
-
-        async def json_413(message: Message) -> None:
-            """Starlette's limiter answers a plain-text 413; the API answers in its one error shape."""
-            nonlocal replaced
-            if message["type"] == "http.response.start" and message["status"] == 413:
-                content_type = dict(message.get("headers", [])).get(b"content-type", b"")
-                if not content_type.startswith(b"application/json"):
-                    replaced = True
-                    return await _send_json(send, 413, too_large)
-            if replaced and message["type"] == "http.response.body":
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
                 return None
-            await send(message)
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                return await _send_json(send, 413, too_large)
+            if not message.get("more_body", False):
+                break
+        pending: Message | None = {"type": "http.request", "body": bytes(body), "more_body": False}
 
-        return await self.app(scope, receive, json_413)
+        async def replay() -> Message:
+            nonlocal pending
+            if pending is not None:
+                message, pending = pending, None
+                return message
+            return await receive()  # after the body: only a disconnect is left to come
+
+        return await self.app(scope, replay, send)
 
 
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
