@@ -361,7 +361,10 @@ def test_chunked_body_over_the_limit_is_413(server):
     # Answered before the body is read: the server closes with the client still sending, and the reset
     # can cost the client the answer's body (its status has arrived), so the body is checked when present.
     if declared.content:
-        assert declared.headers["content-type"] == "application/json", (declared.headers, declared.content[:200])
+        assert declared.headers["content-type"] == "application/json", (
+            declared.headers,
+            declared.content[:200],
+        )
         assert field_of(declared) == "body"
 
 

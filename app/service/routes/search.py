@@ -160,9 +160,6 @@ async def rebuild_index(request: Request) -> JobAccepted:
     if request.app.state.settings.index_read_only:  # at once, not a 202 for a job that must fail
         raise ApiError(409, "the index is open read-only: rebuild it with the indexer")
     index = request.app.state.engines.require_index()
-    if request.app.state.settings.index_read_only:
-        # A replica on a read-only volume: the job would only fail later, after a 202.
-        raise ApiError(409, "the index is open read-only: rebuild it with the indexer", None)
     jobs = request.app.state.jobs
     running = [
         job for job in jobs.jobs.values() if job.kind == "rebuild" and job.status in ("queued", "running")
