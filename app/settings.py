@@ -39,6 +39,13 @@ class Settings(BaseSettings):
         default_factory=list, description="Read keys, comma-separated; unset = reads are open"
     )
     allow_open: bool = Field(False, description="Allow serving without keys on a non-loopback host")
+    open_operations: bool = Field(
+        False, description="With read keys set, still answer /metrics and /readyz without a key"
+    )
+    trusted_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Browser origins (scheme://host:port) besides the service's own that may call it",
+    )
 
     # Batching
     max_batch_tokens: int = Field(8192, ge=64, description="Token budget of one forward pass (padded)")
@@ -54,11 +61,40 @@ class Settings(BaseSettings):
     max_chars: int = Field(20_000, ge=1, description="Most characters in one text")
     max_body_bytes: int = Field(4_000_000, ge=1024, description="Largest request body (413 above)")
     max_top_k: int = Field(100, ge=1, description="Largest top_k for /search")
+    max_document_chars: int = Field(
+        1_000_000, ge=1, description="Most characters in one document's text (PUT /documents)"
+    )
+    max_metadata_bytes: int = Field(16_384, ge=2, description="Largest metadata object, as JSON")
+    max_metadata_depth: int = Field(8, ge=1, description="Deepest nesting of lists and objects in metadata")
+    max_metadata_keys: int = Field(256, ge=1, description="Most keys in one metadata object, all levels")
+    max_filter_values: int = Field(1024, ge=1, description="Most values in one search filter list")
+    max_masks: int = Field(64, ge=1, description="Most mask tokens in one fill-mask text")
+    fill_mask_max_queue: int = Field(
+        1024, ge=1, description="Mask tokens admitted and unanswered before fill-mask answers 429"
+    )
+    max_pending: int = Field(
+        256, ge=1, description="Requests waiting for a search, write or storage thread before 429"
+    )
+
+    # Connections (uvicorn)
+    limit_concurrency: int = Field(
+        512, ge=1, description="Open connections plus requests in flight before uvicorn answers 503"
+    )
+    keep_alive_s: int = Field(5, ge=1, description="Idle keep-alive connections close after this")
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="A request whose headers have not all arrived by then is dropped"
+    )
+
+    # Health
+    model_load_attempts: int = Field(
+        5, ge=1, description="Tries to load the embedding model before /healthz reports the process failed"
+    )
+    max_jobs_kept: int = Field(100, ge=1, description="Finished jobs kept for GET /jobs/{id}")
 
     log_level: str = Field("info", description="Log level")
     access_log: bool = Field(True, description="One JSON line per request (logger cloze.access, at INFO)")
 
-    @field_validator("api_keys", "read_api_keys", mode="before")
+    @field_validator("api_keys", "read_api_keys", "trusted_origins", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):

@@ -117,12 +117,16 @@ class MicroBatcher:
             await asyncio.to_thread(thread.join)
         self._tokenizers.shutdown(wait=False)
 
-    async def submit(self, texts: list[str]) -> tuple[list[Encoded], list[Any]]:
-        """Tokens and outputs for ``texts``, in order; raises ``Overloaded`` instead of queueing without end."""
-        if self._admitted + len(texts) > self.max_queue:
+    async def submit(self, texts: list[Any], cost: int | None = None) -> tuple[list[Encoded], list[Any]]:
+        """Tokens and outputs for ``texts``, in order; raises ``Overloaded`` instead of queueing without end.
+
+        ``cost`` is what the request counts against ``max_queue`` (default: one per text); fill-mask counts
+        its mask tokens, which is what its memory and time follow."""
+        cost = len(texts) if cost is None else cost
+        if self._admitted + cost > self.max_queue:
             raise Overloaded(self._admitted, self.max_queue)
         await self.start()
-        self._admitted += len(texts)
+        self._admitted += cost
         try:
             loop = asyncio.get_running_loop()
             if sum(map(len, texts)) <= self.inline_chars:
@@ -139,7 +143,7 @@ class MicroBatcher:
                 return items, [await futures[0]]
             return items, list(await asyncio.gather(*futures))
         finally:
-            self._admitted -= len(texts)
+            self._admitted -= cost
 
     async def _tokenized(self, loop: asyncio.AbstractEventLoop, texts: list[str]) -> list[Encoded]:
         """Long ``texts`` tokenised off the event loop, in one tokenizer call with whatever else arrived meanwhile:

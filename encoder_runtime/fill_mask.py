@@ -1,4 +1,9 @@
-"""Fill-mask like the Hugging Face pipeline: per mask token, the top-k {score, token, token_str, sequence}."""
+"""Fill-mask like the Hugging Face pipeline: per mask token, the top-k {score, token, token_str, sequence}.
+
+Memory is bounded by masks, not by positions: the backend computes the MLM head only at mask positions
+(``Backend.mask_logits``), a few hundred rows at a time, and each pass keeps only the top ``MAX_TOP_K``
+tokens per mask (or the request's targets). A [positions x vocabulary] array is never made.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +19,35 @@ from encoder_runtime.model_dir import ModelInfo, resolve_model_path
 from encoder_runtime.tokenization import Encoded, TextTokenizer
 from encoder_runtime.tokenized_runtime import TokenizedRuntime
 
+MAX_TOP_K = 50  # the most predictions per mask a request may ask for; each pass keeps this many
+
 
 class NoMaskToken(ValueError):
     """The text has no mask token for the model to fill."""
+
+
+@dataclass(frozen=True)
+class FillMaskQuery:
+    """A text and, optionally, the only token ids it may be filled with (the pipeline's ``targets``)."""
+
+    text: str
+    target_ids: tuple[int, ...] | None = None
+
+    def __len__(self) -> int:  # its characters, as the micro-batcher sizes a text
+        return len(self.text)
+
+
+@dataclass(frozen=True)
+class MaskedItem(Encoded):
+    target_ids: tuple[int, ...] | None = None
+
+
+@dataclass
+class MaskScores:
+    """Per mask of one text: candidate token ids and their probabilities, best first."""
+
+    tokens: list[np.ndarray]
+    scores: list[np.ndarray]
 
 
 @dataclass
@@ -43,14 +74,44 @@ class FillMaskRuntime(TokenizedRuntime):
         if self.mask_token is None:
             raise ValueError(f"{info.path} has no mask token: it is not a masked language model")
 
-    def run(self, items: list[Encoded]) -> list[np.ndarray]:
-        """Probabilities [masks, vocab] per item, from one padded forward pass."""
+    def encode(self, texts: list[str | FillMaskQuery]) -> list[MaskedItem]:
+        queries = [t if isinstance(t, FillMaskQuery) else FillMaskQuery(t) for t in texts]
+        encoded = self.tokenizer.encode([q.text for q in queries])
+        return [MaskedItem(e.ids, e.truncated, q.target_ids) for e, q in zip(encoded, queries, strict=True)]
+
+    def mask_count(self, text: str) -> int:
+        """The cost of a text for admission: its mask tokens (what the head runs on)."""
+        return text.count(self.mask_token)
+
+    def run(self, items: list[Encoded]) -> list[MaskScores]:
+        """One padded forward pass; per item and mask the best ``MAX_TOP_K`` tokens (or its targets)."""
         inputs = self.tokenizer.pad(items)
-        logits = self.backend(inputs)
-        out = []
-        for row, item in enumerate(items):
-            positions = [i for i, token in enumerate(item.ids) if token == self.mask_id]
-            out.append(softmax(logits[row, positions].astype(np.float32)))
+        positions = [
+            (row, col)
+            for row, item in enumerate(items)
+            for col, t in enumerate(item.ids)
+            if t == self.mask_id
+        ]
+        out = [MaskScores([], []) for _ in items]
+        if not positions:
+            return out
+        where = np.asarray(positions, dtype=np.int64)
+        done = 0
+        for logits in self.backend.mask_logits(inputs, where):
+            probs = softmax(logits.astype(np.float32, copy=False))
+            for offset, row_probs in enumerate(probs):
+                row = int(where[done + offset, 0])
+                targets = getattr(items[row], "target_ids", None)
+                if targets:
+                    pool = np.asarray(targets, dtype=np.int64)
+                    best = pool[np.argsort(-row_probs[pool], kind="stable")]
+                else:
+                    k = min(MAX_TOP_K, row_probs.shape[0])
+                    top = np.argpartition(-row_probs, k - 1)[:k]
+                    best = top[np.lexsort((top, -row_probs[top]))]
+                out[row].tokens.append(best.astype(np.int64))
+                out[row].scores.append(row_probs[best].astype(np.float32))
+            done += len(probs)
         return out
 
     def target_ids(self, targets: list[str]) -> list[int]:
@@ -68,22 +129,20 @@ class FillMaskRuntime(TokenizedRuntime):
             ids.setdefault(token)
         return list(ids)
 
-    def decode(
-        self, text: str, item: Encoded, probs: np.ndarray, top_k: int = 5, targets: list[str] | None = None
-    ) -> FillMaskResult:
+    def decode(self, text: str, item: Encoded, scores: MaskScores, top_k: int = 5) -> FillMaskResult:
         positions = [i for i, token in enumerate(item.ids) if token == self.mask_id]
         in_text = text.count(self.mask_token)
         if not positions and not in_text:
             raise NoMaskToken(f"no {self.mask_token} token in the input: the model fills {self.mask_token}")
-        candidates = np.array(self.target_ids(targets)) if targets else None
         result = FillMaskResult(truncated=item.truncated, masks_dropped=max(in_text - len(positions), 0))
         # The pipeline's sequences: special tokens skipped for one mask, kept (so the other masks show) for several.
         single = len(positions) == 1
-        for position, row in zip(positions, probs, strict=True):
-            pool = candidates if candidates is not None else np.arange(row.shape[0])
-            best = pool[np.argsort(-row[pool], kind="stable")[:top_k]]
+        for position, tokens, probs in zip(positions, scores.tokens, scores.scores, strict=True):
             result.masks.append(
-                [self._prediction(item, position, int(token), float(row[token]), single) for token in best]
+                [
+                    self._prediction(item, position, int(token), float(score), single)
+                    for token, score in zip(tokens[:top_k], probs[:top_k], strict=True)
+                ]
             )
         return result
 
@@ -102,10 +161,11 @@ class FillMaskRuntime(TokenizedRuntime):
         self, texts: list[str], top_k: int = 5, targets: list[str] | None = None
     ) -> list[FillMaskResult]:
         """Offline path (one batch); the service goes through a MicroBatcher with ``encode``/``run``/``decode``."""
-        items = self.encode(texts)
+        target_ids = tuple(self.target_ids(targets)) if targets else None
+        items = self.encode([FillMaskQuery(text, target_ids) for text in texts])
         return [
-            self.decode(text, item, probs, top_k, targets)
-            for text, item, probs in zip(texts, items, self.run(items), strict=True)
+            self.decode(text, item, scores, top_k)
+            for text, item, scores in zip(texts, items, self.run(items), strict=True)
         ]
 
 

@@ -8,10 +8,22 @@ checked against the fields the store has seen, so a typo is an error instead of 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Set
 from typing import Any
 
 from index.records import UnknownFilterField
+
+INT64 = (-(2**63), 2**63 - 1)
+MAX_FILTER_VALUES = 10_000  # SQLite binds at most 32,766 parameters in one statement
+
+
+class InvalidFilterValue(ValueError):
+    """A filter value SQLite cannot compare: an integer past 64 bits, NaN, too long a list."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"filter.{field}: {message}")
+        self.field = f"filter.{field}"
 
 
 def compile_filters(filters: dict[str, Any], known_fields: Set[str]) -> tuple[str, list[Any]]:
@@ -21,6 +33,10 @@ def compile_filters(filters: dict[str, Any], known_fields: Set[str]) -> tuple[st
         if field not in known_fields or '"' in field:
             raise UnknownFilterField(f"no document has the metadata field {field!r}")
         values = list(wanted) if isinstance(wanted, list | tuple | set) else [wanted]
+        if len(values) > MAX_FILTER_VALUES:
+            raise InvalidFilterValue(field, f"{len(values)} values, more than {MAX_FILTER_VALUES}")
+        for value in values:
+            check_value(field, value)
         if not values:
             clauses.append("0")
             continue
@@ -28,6 +44,13 @@ def compile_filters(filters: dict[str, Any], known_fields: Set[str]) -> tuple[st
         clauses.append(f"EXISTS (SELECT 1 FROM json_each(d.metadata, ?) WHERE value IN ({marks}))")
         params += [f'$."{field}"', *[sql_value(v) for v in values]]
     return (" AND ".join(clauses) or "1"), params
+
+
+def check_value(field: str, value: Any) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64[0] <= value <= INT64[1]:
+        raise InvalidFilterValue(field, f"{value} is outside SQLite's 64-bit integers")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidFilterValue(field, f"{value} is not a finite number")
 
 
 def sql_value(value: Any) -> Any:

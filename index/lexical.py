@@ -119,11 +119,23 @@ class LexicalIndex:
         return len(doc_ids)
 
     def _stem(self, terms: list[str]) -> list[str]:
+        """Indexing: every word of the corpus is cached (the vocabulary grows with the documents)."""
         unknown = [w for w in set(terms) if w not in self._stems]
         if unknown:
             with _STEMMER_LOCK:
                 self._stems.update(zip(unknown, self._stemmer.stemWords(unknown), strict=True))
         return [self._stems[w] for w in terms]
+
+    def _stem_query(self, terms: list[str]) -> list[str]:
+        """Queries: corpus words from the indexing cache, any other word stemmed and forgotten, so random
+        query words cannot grow memory (300 random-word queries kept 85 MB for the life of a version)."""
+        stems = self._stems
+        unknown = [w for w in set(terms) if w not in stems]
+        fresh: dict[str, str] = {}
+        if unknown:
+            with _STEMMER_LOCK:
+                fresh = dict(zip(unknown, self._stemmer.stemWords(unknown), strict=True))
+        return [stems.get(w) or fresh[w] for w in terms]
 
     def _add(self, doc_id: str, text: str) -> None:
         tokens = words(text)
@@ -151,7 +163,8 @@ class LexicalIndex:
 
     def search(self, text: str, limit: int) -> list[tuple[str, float]]:
         """Top ``limit`` (doc_id, BM25 score), best first; only documents with a query term score."""
-        stems = list(dict.fromkeys(self._stem(query_terms(text))))[:MAX_QUERY_TERMS]
+        terms = list(dict.fromkeys(query_terms(text)))[:MAX_QUERY_TERMS]  # the terms FTS5 would get
+        stems = list(dict.fromkeys(self._stem_query(terms)))
         with self._lock:
             if not self._alive_count or limit <= 0:
                 return []

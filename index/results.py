@@ -14,15 +14,17 @@ from index.version import OpenVersion
 def assemble_hits(
     version: OpenVersion, ranked: Ranked, query_vector: np.ndarray | None, query_text: str
 ) -> list[SearchHit]:
-    chunks = version.store.chunks_of([doc_id for doc_id, _, _ in ranked])
+    doc_ids = [doc_id for doc_id, _, _ in ranked]
+    chunks = version.store.chunks_of(doc_ids)
+    documents = version.store.documents_of(doc_ids)  # each document's text read once, not per chunk
     hits = []
     for doc_id, score, chunk_id in ranked:
-        rows = chunks.get(doc_id)
-        if not rows:
+        rows, document = chunks.get(doc_id), documents.get(doc_id)
+        if not rows or document is None:
             continue  # deleted between ranking and reading
         row = pick_chunk(version, rows, chunk_id, query_vector, query_text)
         hits.append(
-            SearchHit(doc_id, float(score), row.doc_text, row.chunk_text, row.chunk_index, row.metadata)
+            SearchHit(doc_id, float(score), document.text, row.chunk_text, row.chunk_index, document.metadata)
         )
     return hits
 

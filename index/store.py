@@ -72,10 +72,8 @@ CREATE TABLE IF NOT EXISTS state(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 class ChunkRow:
     chunk_id: int
     doc_id: str
-    doc_text: str
     chunk_text: str
     chunk_index: int
-    metadata: dict[str, Any]
 
 
 class DocumentStore:
@@ -358,15 +356,25 @@ class DocumentStore:
         return dict(rows.fetchall())
 
     def chunks_of(self, doc_ids: Iterable[str]) -> dict[str, list[ChunkRow]]:
+        """The chunks of each document, without the document's own text (``documents_of`` reads that once:
+        joined per chunk, a 500 KB document was read once per chunk and one search peaked at 2.3 GB)."""
         rows = self._conn().execute(
-            "SELECT c.id, d.id, d.text, c.text, c.chunk_index, d.metadata FROM chunks c JOIN documents d ON d.rid = c.doc_rid "
+            "SELECT c.id, d.id, c.text, c.chunk_index FROM chunks c JOIN documents d ON d.rid = c.doc_rid "
             "WHERE d.id IN (SELECT value FROM json_each(?)) ORDER BY c.chunk_index",
             (json.dumps(list(doc_ids)),),
         )
         out: dict[str, list[ChunkRow]] = {}
         for r in rows:
-            out.setdefault(r[1], []).append(ChunkRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])))
+            out.setdefault(r[1], []).append(ChunkRow(r[0], r[1], r[2], r[3]))
         return out
+
+    def documents_of(self, doc_ids: Iterable[str]) -> dict[str, Document]:
+        """Each document once: id -> ``Document`` (missing ids are left out)."""
+        rows = self._conn().execute(
+            "SELECT id, text, metadata FROM documents WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(doc_ids)),),
+        )
+        return {r[0]: Document(r[0], r[1], json.loads(r[2])) for r in rows}
 
     def filtered_chunk_ids(self, filters: dict[str, Any]) -> np.ndarray:
         where, params = self.filter_sql(filters)

@@ -54,12 +54,14 @@ def _matches_any(presented: bytes, keys: list[bytes]) -> bool:
     return matched
 
 
-def _requirement(needed: Scope):
-    # async: FastAPI runs a plain ``def`` dependency on its thread pool, a thread hop on every request
-    # (14% of the event loop's time on ``POST /embed`` in py-spy: docs/benchmarks.md, "Design measurements").
+def _requirement(needed: Scope, operations: bool = False):
+    # async: a plain ``def`` dependency runs on anyio's shared thread pool: a thread hop on every request
+    # (docs/benchmarks.md, "Design measurements"), and a keyed search queued there behind upserts.
     async def dependency(
         request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
     ) -> None:
+        if operations and request.app.state.settings.open_operations:
+            return
         request.app.state.keys.check(credentials.credentials if credentials else None, needed)
 
     return dependency
@@ -67,6 +69,8 @@ def _requirement(needed: Scope):
 
 require_read = Depends(_requirement("read"))
 require_write = Depends(_requirement("write"))
+# /metrics and /readyz: read keys when set (error texts name file paths), unless CLOZE_OPEN_OPERATIONS.
+require_operations = Depends(_requirement("read", operations=True))
 
 
 def is_loopback(host: str) -> bool:

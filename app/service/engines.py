@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import faiss
 from starlette.concurrency import run_in_threadpool
 
+from app.service.admission import BoundedPool
 from app.service.errors import ApiError
 from app.service.metrics import Metrics
 from app.settings import Settings
@@ -29,6 +28,7 @@ from index.search_index import SearchIndex
 
 log = logging.getLogger("cloze.service")
 RELOAD_EVERY_S = 2.0
+DEFAULT_PENDING = 256
 
 
 @dataclass
@@ -41,15 +41,25 @@ class Engines:
     index: Any = None  # index.SearchIndex
     index_error: str | None = None
     load_error: str | None = None
+    load_attempts: int = 0
+    load_failed: bool = False  # every attempt failed: this process will never become ready
+    stats: dict[str, int] = field(default_factory=dict)  # refreshed in the background, read by /metrics
     # Searches run here, first come first served, one per core: on anyio's 40-thread pool sixteen
     # concurrent searches share two cores and all finish late (c=16 p99 of hybrid /search: benchmarks/results/search_latency.json).
-    search_pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="search")
+    search_pool: BoundedPool = field(
+        default_factory=lambda: BoundedPool("search", os.cpu_count() or 1, DEFAULT_PENDING)
     )
+    # Upserts embed in their own thread and serialise on the index's writer lock anyway.
+    write_pool: BoundedPool = field(default_factory=lambda: BoundedPool("write", 2, DEFAULT_PENDING))
+    # Short storage reads and fill-mask decoding: never the event loop, never anyio's unbounded queue.
+    work_pool: BoundedPool = field(default_factory=lambda: BoundedPool("work", 4, DEFAULT_PENDING))
+
+    def bound(self, max_pending: int) -> None:
+        for pool in (self.search_pool, self.write_pool, self.work_pool):
+            pool.max_pending = max_pending
 
     async def run_search(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.search_pool, functools.partial(function, *args, **kwargs))
+        return await self.search_pool.run(function, *args, **kwargs)
 
     @property
     def ready(self) -> bool:
@@ -57,7 +67,8 @@ class Engines:
 
     def require_encoder(self) -> tuple[EncoderRuntime, MicroBatcher]:
         if self.encoder is None or self.embed_batcher is None:
-            raise ApiError(503, self.load_error or "model is loading", headers={"Retry-After": "2"})
+            retry = None if self.load_failed else {"Retry-After": "2"}
+            raise ApiError(503, self.load_error or "model is loading", headers=retry)
         return self.encoder, self.embed_batcher
 
     def require_fill_mask(self) -> tuple[FillMaskRuntime, MicroBatcher]:
@@ -72,23 +83,27 @@ class Engines:
         return self.index
 
 
-async def submit(batcher: MicroBatcher, texts: list[str]) -> tuple[list, list]:
+async def submit(batcher: MicroBatcher, texts: list, cost: int | None = None) -> tuple[list, list]:
     """The batcher's answer, or 429 with Retry-After when its queue is full."""
     try:
-        return await batcher.submit(texts)
+        return await batcher.submit(texts, cost)
     except Overloaded as exc:
         raise ApiError(429, str(exc), headers={"Retry-After": str(max(1, round(exc.retry_after)))}) from exc
 
 
 def _batcher(
-    runtime: EncoderRuntime | FillMaskRuntime, settings: Settings, metrics: Metrics, name: str
+    runtime: EncoderRuntime | FillMaskRuntime,
+    settings: Settings,
+    metrics: Metrics,
+    name: str,
+    max_queue: int,
 ) -> MicroBatcher:
     batcher = MicroBatcher.for_runtime(
         runtime,
         max_batch_tokens=settings.max_batch_tokens,
         max_batch_size=settings.max_batch_size,
         max_wait_ms=settings.max_wait_ms,
-        max_queue=settings.max_queue,
+        max_queue=max_queue,
         on_batch=metrics.batch_observer(name),
     )
     metrics.watch_queue(name, lambda: batcher.depth)
@@ -96,34 +111,72 @@ def _batcher(
 
 
 async def load_engines(engines: Engines, settings: Settings, metrics: Metrics) -> None:
+    """Load what is missing, retrying a failed load with backoff (a model folder on a volume that is
+    still mounting, a transient disk error); after ``model_load_attempts`` failures of the embedding
+    model the process reports itself failed on /healthz, so an orchestrator replaces it."""
+    delay = 1.0
+    while True:
+        engines.load_attempts += 1
+        await _load_models(engines, settings, metrics)
+        if engines.encoder is not None:
+            break
+        if engines.load_attempts >= settings.model_load_attempts:
+            engines.load_failed = True
+            log.error("giving up after %d attempts: %s", engines.load_attempts, engines.load_error)
+            return
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 30.0)
+    await _open_index(engines, settings, metrics)  # last: ready means every model has been tried
+    await retry_fill_mask(engines, settings, metrics)
+
+
+async def _load_models(engines: Engines, settings: Settings, metrics: Metrics) -> None:
     common = {
         "backend": settings.backend,
         "device": settings.device,
         "threads": settings.threads,
         "onnx_cache": settings.onnx_cache,
     }
-    try:
-        engines.encoder = await run_in_threadpool(
-            load_encoder,
-            settings.model or None,
-            max_batch_tokens=settings.max_batch_tokens,
-            max_batch_size=settings.max_batch_size,
-            **common,
-        )
-        engines.embed_batcher = _batcher(engines.encoder, settings, metrics, "embed")
-    except Exception as exc:
-        engines.load_error = f"embedding model failed to load: {exc}"
-        log.exception("embedding model failed to load")
-        return
-    try:
-        engines.fill_mask = await run_in_threadpool(
-            load_fill_mask, settings.fill_mask_model or None, **common
-        )
-        engines.fill_mask_batcher = _batcher(engines.fill_mask, settings, metrics, "fill-mask")
-    except Exception as exc:  # the service still embeds and searches without a fill-mask model
-        engines.fill_mask_error = f"fill-mask unavailable: {exc}"
-        log.warning(engines.fill_mask_error)
-    await _open_index(engines, settings, metrics)  # last: ready means every model has been tried
+    if engines.encoder is None:
+        try:
+            encoder = await run_in_threadpool(
+                load_encoder,
+                settings.model or None,
+                max_batch_tokens=settings.max_batch_tokens,
+                max_batch_size=settings.max_batch_size,
+                **common,
+            )
+            engines.embed_batcher = _batcher(encoder, settings, metrics, "embed", settings.max_queue)
+            engines.encoder, engines.load_error = encoder, None
+        except Exception as exc:
+            engines.load_error = (
+                f"embedding model failed to load (attempt {engines.load_attempts} of "
+                f"{settings.model_load_attempts}): {exc}"
+            )
+            log.exception("embedding model failed to load")
+            return
+    if engines.fill_mask is None and engines.load_attempts <= settings.model_load_attempts:
+        try:
+            fill = await run_in_threadpool(load_fill_mask, settings.fill_mask_model or None, **common)
+            engines.fill_mask_batcher = _batcher(
+                fill, settings, metrics, "fill-mask", settings.fill_mask_max_queue
+            )
+            engines.fill_mask, engines.fill_mask_error = fill, None
+        except Exception as exc:  # the service still embeds and searches without a fill-mask model
+            engines.fill_mask_error = f"fill-mask unavailable: {exc}"
+            log.warning(engines.fill_mask_error)
+
+
+async def retry_fill_mask(engines: Engines, settings: Settings, metrics: Metrics) -> None:
+    """A fill-mask model that failed to load is tried again (with the embedding model up) a few times."""
+    delay = 2.0
+    for _ in range(settings.model_load_attempts - 1):
+        if engines.fill_mask is not None or engines.load_failed:
+            return
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 30.0)
+        if engines.encoder is not None and engines.fill_mask is None:
+            await _load_models(engines, settings, metrics)
 
 
 async def _open_index(engines: Engines, settings: Settings, metrics: Metrics) -> None:
@@ -144,8 +197,18 @@ async def _open_index(engines: Engines, settings: Settings, metrics: Metrics) ->
             log.exception("index failed to open")
         engines.index_error = f"index at {settings.index} failed to open: {exc}"
         return
+    await refresh_stats(engines)
+    # /metrics reads the figures the follower refreshes every few seconds: a scrape never counts rows.
     for unit in ("documents", "chunks", "vectors"):
-        metrics.index_size.labels(unit).set_function(lambda unit=unit: engines.index.stats()[unit])
+        metrics.index_size.labels(unit).set_function(lambda unit=unit: engines.stats.get(unit, 0))
+
+
+async def refresh_stats(engines: Engines) -> None:
+    if engines.index is not None:
+        try:
+            engines.stats = await run_in_threadpool(engines.index.stats)
+        except Exception:  # a version swapped under the count: the next round gets it
+            log.debug("index stats not refreshed", exc_info=True)
 
 
 async def follow_published_index(engines: Engines, settings: Settings, metrics: Metrics) -> None:
@@ -164,12 +227,14 @@ async def follow_published_index(engines: Engines, settings: Settings, metrics: 
                     log.info("switched to a newly published index version")
             except Exception:
                 log.exception("index reload failed; still serving the previous version")
+            await refresh_stats(engines)
 
 
 async def close_engines(engines: Engines) -> None:
     for batcher in (engines.embed_batcher, engines.fill_mask_batcher):
         if batcher is not None:
             await batcher.stop()
-    engines.search_pool.shutdown(wait=True)  # in-flight searches end before the index closes
+    for pool in (engines.search_pool, engines.write_pool, engines.work_pool):
+        pool.shutdown()  # in-flight searches and writes end before the index closes
     if engines.index is not None:
         engines.index.close()

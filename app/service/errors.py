@@ -14,6 +14,14 @@ from index.records import ReadOnlyIndex, StorageError
 log = logging.getLogger("cloze.service")
 
 
+class BodyRejected(StarletteHTTPException):
+    """A request body refused while parsing (FastAPI re-raises HTTP exceptions from there as they are)."""
+
+    def __init__(self, message: str, field: str = "body"):
+        super().__init__(422, message)
+        self.field = field
+
+
 class ApiError(Exception):
     def __init__(
         self, status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None
@@ -23,7 +31,8 @@ class ApiError(Exception):
 
 
 def _location(loc: tuple) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    # The first element is where the value came from; a field may itself be named "query" (/search's is).
+    parts = [str(p) for p in (loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc)]
     return ".".join(parts) or "body"
 
 
@@ -46,7 +55,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail), "field": None}, exc.status_code, headers=exc.headers)
+        field = getattr(exc, "field", None)
+        message = str(exc.detail)
+        return JSONResponse({"error": message, "field": field}, exc.status_code, headers=exc.headers)
 
     @app.exception_handler(ReadOnlyIndex)
     async def read_only(_: Request, exc: ReadOnlyIndex) -> JSONResponse:

@@ -35,6 +35,9 @@ class Job:
 
 @dataclass
 class JobRegistry:
+    """Finished jobs beyond the newest ``keep`` are forgotten (a loop of failing rebuilds grew it without end)."""
+
+    keep: int = 100
     jobs: dict[str, Job] = field(default_factory=dict)
     _pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="jobs")
@@ -45,6 +48,9 @@ class JobRegistry:
         job = Job(uuid.uuid4().hex[:12], kind)
         with self._lock:
             self.jobs[job.job_id] = job
+            finished = [j for j in self.jobs.values() if j.status in ("succeeded", "failed")]
+            for old in finished[: max(0, len(finished) - self.keep)]:  # dicts keep insertion order
+                del self.jobs[old.job_id]
         self._pool.submit(self._run, job, work)
         return job
 

@@ -22,9 +22,10 @@ from fastapi import FastAPI
 from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
-from app.service.errors import ApiError, validation_error
-from app.service.middleware import RequestRecorder
+from app.service.errors import ApiError, BodyRejected, validation_error
+from app.service.middleware import BrowserGuard, RequestRecorder
 from app.service.routes.inference import LANES
+from app.service.validation import strict_loads
 
 log = logging.getLogger("cloze.service")
 
@@ -35,6 +36,7 @@ class EmbeddingLane:
         self.state = app.state
         self.recorder: RequestRecorder = app.state.recorder
         self.max_bytes: int = app.state.settings.max_body_bytes
+        self.guard = BrowserGuard(app, app.state.settings)  # the lane answers before the app's middleware
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         lane = LANES.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -46,10 +48,15 @@ class EmbeddingLane:
         model, answer = lane
         status = 500
         try:
+            refusal = self.guard.refusal(scope)
+            if refusal is not None:
+                raise ApiError(*refusal)
             self.state.keys.check(_bearer(scope), "read")
             body = await self._body(scope, receive)
             try:
-                request = model.model_validate_json(body)
+                request = model.model_validate(strict_loads(body))
+            except BodyRejected as exc:
+                raise ApiError(422, exc.detail, exc.field) from None
             except ValidationError as exc:
                 message, field = validation_error(exc.errors(include_url=False))
                 raise ApiError(422, message, field) from None

@@ -17,7 +17,7 @@ from app.service.errors import install_error_handlers
 from app.service.jobs import JobRegistry
 from app.service.lane import EmbeddingLane
 from app.service.metrics import Metrics
-from app.service.middleware import BodySizeLimit, RequestLog, RequestRecorder
+from app.service.middleware import BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
 from app.service.routes import inference, meta, playground, search
 from app.settings import Settings, get_settings
 
@@ -34,7 +34,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         follower = asyncio.create_task(follow_published_index(app.state.engines, settings, metrics))
         yield
         follower.cancel()
-        await asyncio.gather(loading, return_exceptions=True)
+        loading.cancel()  # a load in a worker thread finishes there; its retries and backoff end here
+        await asyncio.gather(loading, follower, return_exceptions=True)
         app.state.jobs.shutdown()
         await close_engines(app.state.engines)
 
@@ -47,13 +48,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings, app.state.metrics = settings, metrics
     app.state.recorder = RequestRecorder(metrics)
     app.state.keys = KeyRing(settings.api_keys, settings.read_api_keys)
-    app.state.engines, app.state.jobs = Engines(), JobRegistry()
+    app.state.engines, app.state.jobs = Engines(), JobRegistry(keep=settings.max_jobs_kept)
+    app.state.engines.bound(settings.max_pending)
     install_error_handlers(app)
     for module in (inference, search, meta, playground):
         app.include_router(module.router)
     _add_pages(app)
-    app.add_middleware(RequestLog, recorder=app.state.recorder)
+    app.add_middleware(BrowserGuard, settings=settings)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        RequestLog, recorder=app.state.recorder
+    )  # outermost: refusals are logged and counted too
     return app
 
 

@@ -1,4 +1,5 @@
-"""ASGI middleware: request-size limit (413), request ids with one JSON log line per request, metrics."""
+"""ASGI middleware: request-size limit (413), the browser guard, request ids with one JSON log line per
+request, metrics."""
 
 from __future__ import annotations
 
@@ -7,17 +8,16 @@ import logging
 import secrets
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.service.metrics import Metrics
+from app.settings import Settings
 
 access_log = logging.getLogger("cloze.access")
-
-
-class _TooLarge(Exception):
-    pass
 
 
 async def _send_json(
@@ -39,7 +39,10 @@ async def _send_json(
 
 
 class BodySizeLimit:
-    """413 before reading a body whose Content-Length is too big, and while reading one that grows too big."""
+    """413 for a body over ``max_bytes``: at once when its Content-Length says so, else as soon as a chunked
+    body grows past it. The body is read here (at most ``max_bytes``) and handed on whole: a limit raised
+    from inside ``receive`` reached FastAPI's body parsing as a 400, and Starlette's own limiter answers
+    in plain text from outside this app's middleware."""
 
     def __init__(self, app: ASGIApp, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -49,29 +52,111 @@ class BodySizeLimit:
             return await self.app(scope, receive, send)
         declared = _header(scope, b"content-length")
         too_large = {"error": f"request body over the {self.max_bytes}-byte limit", "field": "body"}
-        if declared and declared.isdigit() and int(declared) > self.max_bytes:
+        if declared and (not declared.isdigit() or int(declared) > self.max_bytes):
             return await _send_json(send, 413, too_large)
-        seen = 0
-        started = False
-
-        async def counting_receive() -> Message:
-            nonlocal seen
+        body = bytearray()
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise _TooLarge
-            return message
+            if message["type"] == "http.disconnect":
+                return None
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                return await _send_json(send, 413, too_large)
+            if not message.get("more_body", False):
+                break
+        pending: Message | None = {"type": "http.request", "body": bytes(body), "more_body": False}
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def replay() -> Message:
+            nonlocal pending
+            if pending is not None:
+                message, pending = pending, None
+                return message
+            return await receive()  # after the body: only a disconnect is left to come
 
-        try:
-            await self.app(scope, counting_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await _send_json(send, 413, too_large)
+        return await self.app(scope, replay, send)
+
+
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
+UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+# The only bodies a cross-site HTML form (or a "simple" fetch) can send without a CORS preflight.
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
+
+
+def host_name(host: str) -> str:
+    """``Host`` header -> its host name, lower-case, without port or IPv6 brackets."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _same_origin(origin: str, host: str) -> bool:
+    """``Origin`` names the host the request was sent to. A ``Host`` without a port (a proxy that forwards
+    ``$host``, as docker/nginx.conf does) matches that host on any port."""
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return False
+    name = host_name(host)
+    port = host.rsplit(":", 1)[1] if host.count(":") == 1 or host.startswith("[") and "]:" in host else None
+    origin_port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.hostname == name and (port is None or str(origin_port) == port)
+
+
+class BrowserGuard:
+    """What keeps a web page the user happens to visit from driving the service through their browser.
+
+    - Keyless mode (no write keys, not ``CLOZE_ALLOW_OPEN``: the service only runs on loopback then): the
+      ``Host`` header must name loopback, so a DNS-rebound name (evil.example -> 127.0.0.1) gets 403.
+    - A request whose ``Origin`` is neither the service's own nor in ``CLOZE_TRUSTED_ORIGINS`` gets 403
+      (browsers send ``Origin`` on every cross-origin request but simple GETs).
+    - Writes and other unsafe methods refuse form and text bodies (415) and ``Sec-Fetch-Site: cross-site``
+      (403): a cross-site HTML form can send only those, without a preflight.
+    """
+
+    def __init__(self, app: ASGIApp, settings: Settings):
+        self.app = app
+        self.keyless = not settings.api_keys and not settings.allow_open
+        self.trusted = {origin.rstrip("/").lower() for origin in settings.trusted_origins}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        refusal = self.refusal(scope)
+        if refusal is not None:
+            status, message, field = refusal
+            return await _send_json(send, status, {"error": message, "field": field})
+        return await self.app(scope, receive, send)
+
+    def refusal(self, scope: Scope) -> tuple[int, str, str] | None:
+        headers = Headers(scope=scope)
+        host = headers.get("host", "")
+        if self.keyless and host_name(host) not in LOOPBACK_NAMES:
+            return (
+                403,
+                f"Host {host!r} is not a loopback name: without API keys this service answers only "
+                "requests addressed to localhost (a guard against DNS rebinding)",
+                "Host",
+            )
+        origin = headers.get("origin")
+        if origin is not None:
+            origin = origin.rstrip("/").lower()
+            if not _same_origin(origin, host) and origin not in self.trusted:
+                return (
+                    403,
+                    f"Origin {origin!r} may not call this service: add it to CLOZE_TRUSTED_ORIGINS",
+                    "Origin",
+                )
+        if scope["method"] in UNSAFE_METHODS:
+            if headers.get("sec-fetch-site") == "cross-site":
+                return 403, "cross-site requests may not change anything", "Sec-Fetch-Site"
+            content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            if content_type in FORM_TYPES:
+                return (
+                    415,
+                    f"Content-Type {content_type!r} refused: send application/json (cross-site form guard)",
+                    "Content-Type",
+                )
+        return None
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from encoder_runtime.fill_mask import MAX_TOP_K
+
 Text = str
 SearchMode = Literal["dense", "bm25", "hybrid"]
 FilterValue = str | int | float | bool | list[str | int | float | bool]
@@ -131,7 +133,7 @@ class DecodeRequest(Strict):
 
 
 class FillMaskParameters(Strict):
-    top_k: int = Field(5, ge=1, le=50)
+    top_k: int = Field(5, ge=1, le=MAX_TOP_K)
     targets: list[str] | None = Field(None, min_length=1, max_length=50)
 
 

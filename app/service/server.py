@@ -1,14 +1,79 @@
-"""``cloze serve``: uvicorn with JSON logs, graceful shutdown (in-flight requests drain), and the exposure check."""
+"""``cloze serve``: uvicorn with JSON logs, graceful shutdown (in-flight requests drain), the exposure check,
+and limits for slow or greedy clients: a connection cap, a keep-alive timeout and a header-read timeout."""
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
+import ctypes.util
 import logging
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.service.auth import check_exposure
 from app.service.middleware import JsonFormatter
 from app.settings import get_settings
 
 DRAIN_SECONDS = 30
+log = logging.getLogger("cloze.service")
+
+
+class HeaderTimeoutProtocol(HttpToolsProtocol):
+    """uvicorn (0.54) has no header-read timeout: a client that trickles header bytes (or opens a socket and
+    sends nothing) held a connection for ever. Here each request's headers must all arrive within
+    ``header_timeout`` of its first byte (of the connection, for the first request), or the socket closes."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.header_timeout = get_settings().header_timeout_s  # read in each worker process
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._arm_header_timer()
+
+    def _arm_header_timer(self) -> None:
+        self._cancel_header_timer()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+
+    def _cancel_header_timer(self) -> None:
+        timer = getattr(self, "_header_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            log.info("closing a connection whose request headers took over %ss", self.header_timeout)
+            self.transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if getattr(self, "_header_timer", None) is None:
+            self._arm_header_timer()
+
+    def on_headers_complete(self) -> None:
+        self._cancel_header_timer()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+
+def return_freed_memory() -> None:
+    """Fix glibc's mmap threshold at 1 MiB: by default it rises after large frees (up to 32 MiB), so the
+    big transient arrays of a forward pass or a long document come from the heap afterwards and stay in the
+    process's RSS for good. Fixed, every block of 1 MiB or more goes back to the system when freed
+    (the RSS figures in benchmarks/results/hostile_input.json are with it)."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        libc.mallopt(m_mmap_threshold, 1 << 20)
+        libc.mallopt(m_trim_threshold, 4 << 20)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): their allocators do as they do
+        log.debug("mallopt unavailable", exc_info=True)
 
 
 def configure_logging(level: str, access_log: bool = True) -> None:
@@ -42,6 +107,7 @@ def run_server(host: str, port: int, workers: int = 1) -> None:
     check_exposure(host, settings.api_keys, settings.allow_open)
     check_workers(workers, settings.index_read_only)
     configure_logging(settings.log_level, settings.access_log)
+    return_freed_memory()
     uvicorn.run(
         "app.service.main:create_service",
         factory=True,
@@ -51,4 +117,7 @@ def run_server(host: str, port: int, workers: int = 1) -> None:
         log_config=None,
         access_log=False,  # RequestLog writes one line per request; uvicorn's would be a second, unseen one
         timeout_graceful_shutdown=DRAIN_SECONDS,
+        http=HeaderTimeoutProtocol,
+        limit_concurrency=settings.limit_concurrency,
+        timeout_keep_alive=settings.keep_alive_s,
     )

@@ -1,9 +1,101 @@
-"""Checks that depend on settings, with errors that name the field."""
+"""Checks that depend on settings, and the JSON parser every route reads bodies with; errors name the field.
+
+``StrictJSONRoute`` parses a request body once, refusing what ``json.loads`` lets through by default:
+duplicate keys (which value did the client mean?), ``NaN`` / ``Infinity`` (not JSON), lone UTF-16
+surrogates (SQLite and the tokenizer cannot encode them), and nesting past ``MAX_BODY_DEPTH``.
+"""
 
 from __future__ import annotations
 
-from app.service.errors import ApiError
+import json
+import math
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+
+from app.service.errors import ApiError, BodyRejected
 from app.settings import Settings
+
+MAX_BODY_DEPTH = 32  # metadata has its own, lower limit (CLOZE_MAX_METADATA_DEPTH)
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise BodyRejected(f"{key}: the key appears twice in one object", key)
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise BodyRejected(f"body: {name} is not a JSON number")
+
+
+def strict_loads(body: bytes) -> Any:
+    try:
+        value = json.loads(body, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise BodyRejected(f"body: nested deeper than {MAX_BODY_DEPTH} levels") from exc
+    except (UnicodeDecodeError, ValueError) as exc:
+        if isinstance(exc, BodyRejected):
+            raise
+        raise BodyRejected(f"body: not valid JSON: {exc}") from exc
+    _check_tree(value)
+    return value
+
+
+def _check_tree(value: Any) -> None:
+    """Depth and encodable strings, without recursion (the walk is as long as the body, no longer)."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        where = path or "body"  # paths read as FastAPI's validation errors do: "0.metadata.tags"
+        if depth > MAX_BODY_DEPTH:
+            raise BodyRejected(f"{where}: nested deeper than {MAX_BODY_DEPTH} levels", where)
+        if isinstance(node, str):
+            _check_string(node, where)
+        elif isinstance(node, float) and not math.isfinite(node):  # 1e999 parses as inf
+            raise BodyRejected(f"{where}: {node} is not a finite number", where)
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                _check_string(key, where)
+                stack.append((child, f"{path}.{key}" if path else key, depth + 1))
+        elif isinstance(node, list):
+            stack.extend(
+                (child, f"{path}.{i}" if path else str(i), depth + 1) for i, child in enumerate(node)
+            )
+
+
+def _check_string(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BodyRejected(
+            f"{where}: a lone UTF-16 surrogate (\\u{ord(text[exc.start]):04x})", where
+        ) from exc
+
+
+class StrictJSONRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = strict_loads(await self.body())
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    """Every route of a router made with ``route_class=StrictJSONRoute`` parses its body strictly."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict_handler(request: Request) -> Response:
+            return await handler(StrictJSONRequest(request.scope, request.receive))
+
+        return strict_handler
 
 
 def text_list(value: str | list[str], field: str, settings: Settings) -> list[str]:
@@ -23,3 +115,45 @@ def text_list(value: str | list[str], field: str, settings: Settings) -> list[st
                 422, f"{where}: {len(text)} characters, over the limit of {settings.max_chars}", where
             )
     return texts
+
+
+def check_metadata(metadata: dict[str, Any], where: str, settings: Settings) -> None:
+    """Depth, key count and size, before anything is stored: a document nested 300 levels deep was
+    stored, and every later read of it answered 500."""
+    keys = 0
+    stack: list[tuple[Any, str, int]] = [(metadata, where, 1)]
+    while stack:
+        node, path, depth = stack.pop()
+        if isinstance(node, dict | list) and depth > settings.max_metadata_depth:
+            raise ApiError(422, f"{path}: nested deeper than {settings.max_metadata_depth} levels", path)
+        if isinstance(node, dict):
+            keys += len(node)
+            if keys > settings.max_metadata_keys:
+                raise ApiError(422, f"{where}: more than {settings.max_metadata_keys} keys in all", where)
+            stack.extend((child, f"{path}.{key}", depth + 1) for key, child in node.items())
+        elif isinstance(node, list):
+            stack.extend((child, f"{path}.{i}", depth + 1) for i, child in enumerate(node))
+        elif isinstance(node, int) and not isinstance(node, bool) and not INT64[0] <= node <= INT64[1]:
+            raise ApiError(422, f"{path}: {node} is outside 64-bit integers", path)
+    size = len(json.dumps(metadata, ensure_ascii=False).encode())
+    if size > settings.max_metadata_bytes:
+        raise ApiError(
+            422, f"{where}: {size} bytes as JSON, over the limit of {settings.max_metadata_bytes}", where
+        )
+
+
+def check_filter(filters: dict[str, Any] | None, settings: Settings) -> None:
+    for name, wanted in (filters or {}).items():
+        where = f"filter.{name}"
+        values = wanted if isinstance(wanted, list) else [wanted]
+        if len(values) > settings.max_filter_values:
+            raise ApiError(
+                422,
+                f"{where}: {len(values)} values, more than the limit of {settings.max_filter_values}",
+                where,
+            )
+        for value in values:
+            if isinstance(value, int) and not isinstance(value, bool) and not INT64[0] <= value <= INT64[1]:
+                raise ApiError(422, f"{where}: {value} is outside 64-bit integers", where)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ApiError(422, f"{where}: {value} is not a finite number", where)

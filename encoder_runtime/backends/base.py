@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Literal, Protocol
 
 import numpy as np
@@ -24,3 +25,12 @@ class Backend(Protocol):
     max_padding: float
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray: ...
+
+    def mask_logits(self, inputs: dict[str, np.ndarray], where: np.ndarray) -> Iterator[np.ndarray]:
+        """Fill-mask: logits [n, V] at the (row, column) pairs of ``where`` ([N, 2]), in order, a bounded
+        number of rows at a time (``MASK_ROWS_PER_CHUNK``), so memory follows masks, never positions."""
+        ...
+
+
+# Rows of [V]-wide logits held at once (256 x 30,522 floats = 31 MB for a BERT vocabulary).
+MASK_ROWS_PER_CHUNK = 256

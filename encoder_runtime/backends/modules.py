@@ -46,3 +46,14 @@ def load_module(path: Path, task: Task, input_names: tuple[str, ...], **model_kw
     loader = AutoModel if task == "embed" else AutoModelForMaskedLM
     model = loader.from_pretrained(path, **model_kwargs).eval()
     return SingleOutput(model, input_names, OUTPUT_OF_TASK[task]).eval()
+
+
+def masked_lm_parts(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """(encoder, head) of a masked LM whose head maps hidden states to logits row by row: BERT's ``cls``,
+    RoBERTa's ``lm_head``. None for other heads (the caller computes full logits then)."""
+    encoder = getattr(model, "base_model", None)
+    for name in ("cls", "lm_head"):
+        head = getattr(model, name, None)
+        if encoder is not None and encoder is not model and isinstance(head, torch.nn.Module):
+            return encoder, head
+    return None

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from encoder_runtime import devices
+from encoder_runtime.backends.base import MASK_ROWS_PER_CHUNK
 
 log = logging.getLogger(__name__)
 
@@ -58,3 +60,16 @@ class OnnxBackend:
     def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
         feed = {name: inputs[name].astype(np.int64, copy=False) for name in self.input_names}
         return self.session.run(None, feed)[0]
+
+    def mask_logits(self, inputs: dict[str, np.ndarray], where: np.ndarray) -> Iterator[np.ndarray]:
+        """The exported graph gives logits at every position, so the batch runs a few rows at a time:
+        each run holds at most ``MASK_ROWS_PER_CHUNK`` x width positions' logits (plus one row's)."""
+        batch, width = inputs["input_ids"].shape
+        rows_per_run = max(1, MASK_ROWS_PER_CHUNK // width)
+        for first in range(0, batch, rows_per_run):
+            last = min(batch, first + rows_per_run)
+            picked = where[(where[:, 0] >= first) & (where[:, 0] < last)]
+            if not len(picked):
+                continue
+            logits = self({name: value[first:last] for name, value in inputs.items()})
+            yield logits[picked[:, 0] - first, picked[:, 1]]

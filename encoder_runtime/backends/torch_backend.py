@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from encoder_runtime.backends.base import Task
-from encoder_runtime.backends.modules import load_module
+from encoder_runtime.backends.base import MASK_ROWS_PER_CHUNK, Task
+from encoder_runtime.backends.modules import load_module, masked_lm_parts
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +34,34 @@ class TorchBackend:
         if self.device.type == "cuda":
             module = module.half()  # fp16 on GPU: twice the throughput, cosine to fp32 > 0.9999
         self.module = module
+        # Fill-mask: the encoder and the MLM head apart, so the head runs only at mask positions.
+        self._mlm = masked_lm_parts(module.model) if task == "fill-mask" else None
         self.provider = f"{self.device.type}{' fp16' if self.device.type == 'cuda' else ''}"
         log.info("torch backend on %s", self.provider)
 
+    def _tensors(self, inputs: dict[str, np.ndarray]) -> list[torch.Tensor]:
+        return [torch.from_numpy(inputs[name]).to(self.device) for name in self.input_names]
+
     @torch.inference_mode()
     def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        tensors = [torch.from_numpy(inputs[name]).to(self.device) for name in self.input_names]
         with _intra_op_threads(self._threads_per_pass):
-            return self.module(*tensors).float().cpu().numpy()
+            return self.module(*self._tensors(inputs)).float().cpu().numpy()
+
+    @torch.inference_mode()
+    def mask_logits(self, inputs: dict[str, np.ndarray], where: np.ndarray) -> Iterator[np.ndarray]:
+        rows = torch.from_numpy(where[:, 0]).to(self.device)
+        cols = torch.from_numpy(where[:, 1]).to(self.device)
+        with _intra_op_threads(self._threads_per_pass):
+            tensors = self._tensors(inputs)
+            if self._mlm is None:  # a head we don't know how to split: full logits, then the mask rows
+                hidden, head = self.module(*tensors)[rows, cols], None
+            else:
+                encoder, head = self._mlm
+                states = encoder(**dict(zip(self.input_names, tensors, strict=True)))[0]
+                hidden = states[rows, cols]
+            for start in range(0, hidden.shape[0], MASK_ROWS_PER_CHUNK):
+                part = hidden[start : start + MASK_ROWS_PER_CHUNK]
+                yield (head(part) if head is not None else part).float().cpu().numpy()
 
 
 @contextmanager

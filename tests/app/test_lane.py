@@ -84,7 +84,7 @@ def test_the_lane_keeps_the_body_limit_and_the_request_id(app):
             )
             given = await client.post("/embed", json={"inputs": "a"}, headers={**READ, "X-Request-ID": "abc"})
             made = await client.post("/embed", json={"inputs": "a"}, headers=READ)
-            metrics = (await client.get("/metrics")).text
+            metrics = (await client.get("/metrics", headers=READ)).text
         return big, given, made, metrics
 
     big, given, made, metrics = run(app, scenario)

@@ -86,3 +86,151 @@ def test_text_list_names_the_offending_field() -> None:
     assert field_of(["fine", "x" * 11]) == "input[1]"
     assert field_of("\n\t") == "input"
     assert field_of("x" * 11, "query") == "query"
+
+
+def test_bounded_pool_answers_429_when_full() -> None:
+    import asyncio
+    import threading
+
+    from app.service.admission import BoundedPool
+
+    pool = BoundedPool("test", threads=1, max_pending=2)
+    release = threading.Event()
+
+    async def scenario() -> list:
+        first = asyncio.ensure_future(pool.run(release.wait))
+        second = asyncio.ensure_future(pool.run(release.wait))
+        await asyncio.sleep(0.05)
+        try:
+            await pool.run(release.wait)
+            refused = None
+        except ApiError as exc:
+            refused = (exc.status, exc.headers)
+        release.set()
+        await asyncio.gather(first, second)
+        return [refused, pool.pending]
+
+    assert asyncio.run(scenario()) == [(429, {"Retry-After": "1"}), 0]
+    pool.shutdown()
+
+
+def test_job_registry_forgets_old_finished_jobs() -> None:
+    from app.service.jobs import JobRegistry
+
+    registry = JobRegistry(keep=3)
+
+    def fail(_progress):
+        raise RuntimeError("read-only volume")
+
+    import time
+
+    jobs = []
+    for _ in range(10):  # a loop of failing rebuilds (a read-only volume), one after another
+        jobs.append(registry.submit("rebuild", fail))
+        while jobs[-1].status != "failed":
+            time.sleep(0.01)
+    registry.shutdown()
+    assert len(registry.jobs) == 4  # the newest three finished ones, and the one submitted last
+    assert registry.get(jobs[0].job_id) is None and registry.get(jobs[-1].job_id) is not None
+
+
+def test_writer_waiting_holds_back_new_readers() -> None:
+    import threading
+    import time
+
+    from index.locks import ReadWriteLock
+
+    lock, order = ReadWriteLock(), []
+    first_reader = threading.Event()
+
+    def reader(name: str, hold: float) -> None:
+        with lock.read():
+            first_reader.set()
+            order.append(name)
+            time.sleep(hold)
+
+    def writer() -> None:
+        with lock.write():
+            order.append("writer")
+
+    threads = [threading.Thread(target=reader, args=("r1", 0.3))]
+    threads[0].start()
+    first_reader.wait()
+    threads.append(threading.Thread(target=writer))
+    threads[1].start()
+    time.sleep(0.05)  # the writer now waits for r1
+    threads.append(threading.Thread(target=reader, args=("r2", 0)))
+    threads[2].start()
+    for thread in threads:
+        thread.join(5)
+    assert order == ["r1", "writer", "r2"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b'{"a": 1, "a": 2}', 422),
+        (b'{"a": NaN}', 422),
+        (b'{"a": 1e999}', 422),
+        (b'{"a": "\\udc00"}', 422),
+        (b"[" * 50 + b"]" * 50, 422),
+        (b'{"a": [1, 2, {"b": "ok"}]}', None),
+    ],
+)
+def test_strict_json(body: bytes, status: int | None) -> None:
+    from app.service.errors import BodyRejected
+    from app.service.validation import strict_loads
+
+    try:
+        strict_loads(body)
+        got = None
+    except BodyRejected as exc:
+        got = exc.status_code
+    assert got == status
+
+
+def test_browser_guard() -> None:
+    from app.service.middleware import BrowserGuard
+
+    def scope(method: str, **headers: str) -> dict:
+        return {
+            "type": "http",
+            "method": method,
+            "headers": [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()],
+        }
+
+    keyless = BrowserGuard(None, Settings())
+    assert keyless.refusal(scope("GET", host="evil.example"))[0] == 403
+    assert keyless.refusal(scope("GET", host="[::1]:8000")) is None
+    assert keyless.refusal(scope("POST", host="localhost:8000", origin="http://localhost:8000")) is None
+    assert keyless.refusal(scope("POST", host="localhost:8000", origin="null"))[0] == 403
+    form = scope("POST", host="127.0.0.1", content_type="application/x-www-form-urlencoded")
+    assert keyless.refusal(form)[0] == 415
+    keyed = BrowserGuard(None, Settings(api_keys=["k"], trusted_origins="https://app.example"))
+    assert keyed.refusal(scope("GET", host="search.example.org")) is None
+    assert keyed.refusal(scope("POST", host="s.example", origin="https://app.example")) is None
+    assert keyed.refusal(scope("POST", host="s.example", sec_fetch_site="cross-site"))[0] == 403
+
+
+def test_same_origin_through_a_proxy_that_drops_the_port() -> None:
+    from app.service.middleware import _same_origin
+
+    assert _same_origin("http://localhost:8000", "localhost:8000")
+    assert not _same_origin("http://localhost:9999", "localhost:8000")
+    assert _same_origin("http://localhost:8000", "localhost")  # nginx: proxy_set_header Host $host
+    assert _same_origin("http://[::1]:8000", "[::1]:8000")
+    assert _same_origin("https://search.example", "search.example:443")
+    assert not _same_origin("http://evil.example", "localhost")
+
+
+def test_read_only_replica_refuses_a_rebuild_at_once(tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    from app.service.main import create_app
+
+    app = create_app(Settings(index=tmp_path / "idx", index_read_only=True))
+    http = TestClient(app, base_url="http://127.0.0.1:8000")  # not as a context: no lifespan, nothing loads
+    reply = http.post("/index/rebuild")
+    assert reply.status_code == 409 and "read-only" in reply.json()["error"]
+    assert http.put("/documents", json=[{"id": "a", "text": "b"}]).status_code == 409
+    assert app.state.jobs.jobs == {}

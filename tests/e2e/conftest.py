@@ -54,7 +54,8 @@ def wait_until(url: str, process: subprocess.Popen, log_path: Path, timeout: flo
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code == 200:
+            # /readyz needs a read key when read keys are set; a key is ignored where none are.
+            if httpx.get(url, timeout=2, headers={"Authorization": f"Bearer {READ_KEY}"}).status_code == 200:
                 return
         time.sleep(0.25)
     raise TimeoutError(f"{url} not ready after {timeout}s:\n{log_path.read_text()[-4000:]}")

@@ -15,7 +15,7 @@ def reference(bundled_torch):
 
 
 def test_health_and_models(client):
-    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/healthz").json() == {"status": "ok", "ready": True}
     models = client.get("/models").json()
     assert models["embedding"]["dimension"] == 384
     assert models["embedding"]["model_id"] == "sentence-transformers/all-MiniLM-L6-v2"

@@ -23,6 +23,10 @@ def test_keys_distinguish_missing_unknown_and_insufficient(server):
     write = {"Authorization": f"Bearer {WRITE_KEY}"}
     assert httpx.post(server + "/embed", json=body, headers=write).status_code == 200  # write keys also read
     assert httpx.get(server + "/healthz").status_code == 200  # probes stay open
+    # With read keys set everything else needs one: /readyz's reasons and /metrics name files and sizes.
+    for path in ("/readyz", "/metrics", "/models", "/index/fields"):
+        assert httpx.get(server + path).status_code == 401, path
+        assert httpx.get(server + path, headers=read).status_code == 200, path
 
 
 def test_limits_name_the_field(client):

@@ -248,3 +248,21 @@ def test_cpu_sessions_keep_add_and_layer_norm_apart(tiny_bert, tmp_path):
     assert "SkipLayerNormalization" in ops_after_session(None)  # what ORT does unless told not to
     kept_apart = ops_after_session(SLOW_CPU_FUSIONS)
     assert "SkipLayerNormalization" not in kept_apart and "LayerNormalization" in kept_apart
+
+
+def test_fill_mask_head_at_mask_positions_equals_full_logits(tiny_bert):
+    """The split path (encoder, then the head on mask rows only) answers as the full-logits forward does,
+    on torch and on ONNX Runtime (which runs the batch a few rows at a time)."""
+    split = load_fill_mask(str(tiny_bert), backend="torch")
+    assert split.backend._mlm is not None
+    texts = ["the [MASK] sat on the [MASK] .", "[MASK] is the capital of [MASK] ."] * 3
+    items = split.encode(texts)
+    reference = split.backend(split.tokenizer.pad(items))  # [b, t, V] logits at every position
+    for runtime in (split, load_fill_mask(str(tiny_bert), backend="onnx")):
+        for item, row, scores in zip(items, reference, runtime.run(items), strict=True):
+            masks = [i for i, t in enumerate(item.ids) if t == split.mask_id]
+            assert len(scores.tokens) == len(masks)
+            for position, tokens, probs in zip(masks, scores.tokens, scores.scores, strict=True):
+                assert tokens[0] == int(np.argmax(row[position]))
+                expected = np.exp(row[position] - row[position].max())
+                assert np.isclose(probs[0], (expected / expected.sum())[tokens[0]], atol=1e-4)

@@ -14,7 +14,6 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 
 from app.service.auth import require_read
@@ -31,11 +30,12 @@ from app.service.schemas import (
     SimpleToken,
     TokenizeRequest,
 )
-from app.service.validation import text_list
+from app.service.validation import StrictJSONRoute, text_list
 from encoder_runtime import EncoderRuntime, pipeline_output
 from encoder_runtime.encoder import l2_normalize
+from encoder_runtime.fill_mask import FillMaskQuery
 
-router = APIRouter(dependencies=[require_read])
+router = APIRouter(dependencies=[require_read], route_class=StrictJSONRoute)
 
 
 def json_response(content: object, headers: dict[str, str] | None = None) -> Response:
@@ -178,7 +178,9 @@ async def tokenize(body: TokenizeRequest, request: Request) -> Response:
     encoder, _ = request.app.state.engines.require_encoder()
     refuse_unsupported(body.prompt_name, "right")
     texts = text_list(body.inputs, "inputs", request.app.state.settings)
-    tokens = await run_in_threadpool(encoder.tokenizer.tokens, texts, body.add_special_tokens)
+    tokens = await request.app.state.engines.work_pool.run(
+        encoder.tokenizer.tokens, texts, body.add_special_tokens
+    )
     return json_response(tokens)
 
 
@@ -199,7 +201,9 @@ async def decode(body: DecodeRequest, request: Request) -> Response:
             raise ApiError(422, f"{where}: {len(ids)} ids, over the limit of {settings.max_chars}", where)
         if any(not 0 <= token < vocabulary for token in ids):
             raise ApiError(422, f"{where}: token ids must lie in [0, {vocabulary})", where)
-    texts = await run_in_threadpool(encoder.tokenizer.decode, batch, body.skip_special_tokens)
+    texts = await request.app.state.engines.work_pool.run(
+        encoder.tokenizer.decode, batch, body.skip_special_tokens
+    )
     return json_response(texts)
 
 
@@ -215,23 +219,40 @@ async def fill_mask(body: FillMaskRequest, request: Request) -> Response:
     runtime, batcher = request.app.state.engines.require_fill_mask()
     texts = text_list(body.inputs, "inputs", request.app.state.settings)
     top_k, targets = body.parameters.top_k, body.parameters.targets
+    settings = request.app.state.settings
+    masks = 0
     for position, text in enumerate(texts):
-        if runtime.mask_token not in text:
-            field = "inputs" if isinstance(body.inputs, str) else f"inputs[{position}]"
+        field = "inputs" if isinstance(body.inputs, str) else f"inputs[{position}]"
+        count = runtime.mask_count(text)
+        if not count:
             raise ApiError(
                 422, f"{field}: no {runtime.mask_token} token; this model fills {runtime.mask_token}", field
             )
+        if count > settings.max_masks:
+            raise ApiError(
+                422,
+                f"{field}: {count} {runtime.mask_token} tokens, over the limit of {settings.max_masks}",
+                field,
+            )
+        masks += count
+    if masks > settings.fill_mask_max_queue:  # could never be admitted: a 429 would be a lie
+        raise ApiError(
+            422,
+            f"inputs: {masks} {runtime.mask_token} tokens in one request, over the limit of "
+            f"{settings.fill_mask_max_queue}",
+            "inputs",
+        )
+    target_ids = None
     if targets:
         try:
-            runtime.target_ids(targets)
+            target_ids = tuple(runtime.target_ids(targets))
         except ValueError as exc:
             raise ApiError(422, f"parameters.targets: {exc}", "parameters.targets") from exc
-    items, probabilities = await submit(batcher, texts)
-    results = await run_in_threadpool(
-        lambda: [
-            runtime.decode(t, i, p, top_k, targets)
-            for t, i, p in zip(texts, items, probabilities, strict=True)
-        ]
+    # Admitted by masks, the cost the head and the answer grow with (CLOZE_FILL_MASK_MAX_QUEUE).
+    queries = [FillMaskQuery(text, target_ids) for text in texts]
+    items, scores = await submit(batcher, queries, cost=masks)
+    results = await request.app.state.engines.work_pool.run(
+        lambda: [runtime.decode(t, i, s, top_k) for t, i, s in zip(texts, items, scores, strict=True)]
     )
     for position, result in enumerate(results):
         if result.masks_dropped:

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.service.auth import require_read
+from app.service.auth import require_operations, require_read
 
 router = APIRouter(tags=["operations"])
 
@@ -29,7 +29,10 @@ async def models(request: Request) -> dict:
         },
         "fill_mask": None,
         "fill_mask_error": engines.fill_mask_error,
-        "index": engines.index.manifest if engines.index is not None else None,
+        # The manifest counts rows: in a worker thread, never on the event loop.
+        "index": await engines.work_pool.run(lambda: engines.index.manifest)
+        if engines.index is not None
+        else None,
     }
     if engines.fill_mask is not None:
         fill = engines.fill_mask
@@ -45,21 +48,42 @@ async def models(request: Request) -> dict:
 
 
 @router.get("/healthz")
-async def healthz() -> dict:
-    """The process is alive (models may still be loading)."""
-    return {"status": "ok"}
+async def healthz(request: Request) -> JSONResponse:
+    """Liveness: 200 while the process is or can still become ready (models may be loading or retrying);
+    503 once it never will (the embedding model failed every attempt), so an orchestrator replaces it."""
+    engines = request.app.state.engines
+    if engines.load_failed:
+        return JSONResponse({"status": "failed", "ready": False}, 503)
+    return JSONResponse({"status": "ok", "ready": engines.ready})
 
 
-@router.get("/readyz")
+@router.get("/readyz", dependencies=[require_operations])
 async def readyz(request: Request) -> JSONResponse:
-    """Ready to serve: the embedding model and the index are loaded."""
+    """Ready to serve: the embedding model and the index are loaded; else why not (with read keys set,
+    only for a key holder: the reasons name files)."""
     engines = request.app.state.engines
     if engines.ready:
-        return JSONResponse({"status": "ready", "fill_mask": engines.fill_mask is not None})
+        return JSONResponse(
+            {
+                "status": "ready",
+                "fill_mask": engines.fill_mask is not None,
+                "fill_mask_error": engines.fill_mask_error,
+            }
+        )
     reason = engines.load_error or engines.index_error or "loading"
-    return JSONResponse({"status": "not ready", "reason": reason}, 503, headers={"Retry-After": "2"})
+    headers = None if engines.load_failed else {"Retry-After": "2"}
+    return JSONResponse(
+        {
+            "status": "failed" if engines.load_failed else "not ready",
+            "reason": reason,
+            "attempts": engines.load_attempts,
+        },
+        503,
+        headers=headers,
+    )
 
 
-@router.get("/metrics", include_in_schema=False)
+@router.get("/metrics", include_in_schema=False, dependencies=[require_operations])
 async def metrics(request: Request) -> Response:
+    """Prometheus text. Index sizes come from figures refreshed in the background: a scrape counts no rows."""
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

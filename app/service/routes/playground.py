@@ -10,13 +10,13 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.concurrency import run_in_threadpool
 
 from app.service.auth import require_read
 from app.service.errors import ApiError
+from app.service.validation import StrictJSONRoute
 from encoder_runtime.tokenization import TextTokenizer
 
-router = APIRouter(dependencies=[require_read], tags=["playground"])
+router = APIRouter(dependencies=[require_read], tags=["playground"], route_class=StrictJSONRoute)
 Action = Literal["mask", "random", "kept"]
 
 
@@ -62,18 +62,21 @@ async def mask_preview(body: MaskPreviewRequest, request: Request) -> MaskPrevie
     settings = request.app.state.settings
     if len(body.text) > settings.max_chars:
         raise ApiError(422, f"text: over the limit of {settings.max_chars} characters", "text")
+    if not body.text.strip():
+        raise ApiError(422, "text: empty or only whitespace", "text")
     tokenizer, model_id = _serving_tokenizer(request)
     if tokenizer.hf.mask_token is None:
         raise ApiError(422, f"the tokenizer of {model_id} has no mask token", "text")
-    return await run_in_threadpool(_preview, body, tokenizer, model_id)
+    return await request.app.state.engines.work_pool.run(_preview, body, tokenizer, model_id)
 
 
 @router.get("/index/fields", response_model=IndexFields)
 async def index_fields(request: Request) -> IndexFields:
     """Metadata field names the search filters accept (an unknown field is a 422 from ``/search``)."""
     index = request.app.state.engines.require_index()
-    fields = await run_in_threadpool(index.metadata_fields)
-    return IndexFields(fields=sorted(fields), counts=await run_in_threadpool(index.stats))
+    pool = request.app.state.engines.work_pool
+    fields = await pool.run(index.metadata_fields)
+    return IndexFields(fields=sorted(fields), counts=await pool.run(index.stats))
 
 
 def _serving_tokenizer(request: Request) -> tuple[TextTokenizer, str]:

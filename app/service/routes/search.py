@@ -6,7 +6,6 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Query, Request
-from starlette.concurrency import run_in_threadpool
 
 from app.service.auth import require_read, require_write
 from app.service.engines import submit
@@ -23,9 +22,11 @@ from app.service.schemas import (
     SearchResult,
     UpsertResponse,
 )
+from app.service.validation import StrictJSONRoute, check_filter, check_metadata
+from index.filters import InvalidFilterValue
 from index.records import Document, UnknownFilterField
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJSONRoute)
 DocumentId = Annotated[str, Path(min_length=1, max_length=512)]
 
 
@@ -51,6 +52,9 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
     settings, engines = request.app.state.settings, request.app.state.engines
     if len(body.query) > settings.max_chars:
         raise ApiError(422, f"query: over the limit of {settings.max_chars} characters", "query")
+    if not body.query.strip():
+        raise ApiError(422, "query: empty or only whitespace", "query")
+    check_filter(body.filter, settings)
     if body.top_k > settings.max_top_k:
         raise ApiError(422, f"top_k: {body.top_k} is over the limit of {settings.max_top_k}", "top_k")
     index = engines.require_index()
@@ -64,9 +68,11 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
             index.search, vector, body.query, top_k=body.top_k, mode=body.mode, filters=body.filter
         )
     except UnknownFilterField as exc:
-        unknown = sorted(set(body.filter or {}) - await run_in_threadpool(index.metadata_fields))
+        unknown = sorted(set(body.filter or {}) - await engines.work_pool.run(index.metadata_fields))
         field = f"filter.{unknown[0]}" if unknown else "filter"
         raise ApiError(422, f"{field}: no document has this metadata field", field) from exc
+    except InvalidFilterValue as exc:
+        raise ApiError(422, str(exc), exc.field) from exc
     results = [
         SearchResult(
             id=hit.id,
@@ -96,9 +102,26 @@ async def upsert_documents(
     ids = [doc.id for doc in documents]
     if len(set(ids)) != len(ids):
         raise ApiError(422, "body: the same id appears twice in one batch", "id")
+    for position, doc in enumerate(documents):
+        where = str(position)  # as FastAPI names a field of a list body: "0.text"
+        if not doc.id.strip():
+            raise ApiError(422, f"{where}.id: empty or only whitespace", f"{where}.id")
+        if not doc.text.strip():
+            raise ApiError(422, f"{where}.text: empty or only whitespace", f"{where}.text")
+        if len(doc.text) > settings.max_document_chars:
+            raise ApiError(
+                422,
+                f"{where}.text: {len(doc.text)} characters, over the limit of {settings.max_document_chars}",
+                f"{where}.text",
+            )
+        check_metadata(doc.metadata, f"{where}.metadata", settings)
+    if settings.index_read_only:
+        raise ApiError(409, "the index is open read-only: change documents through the indexer")
     engines.require_encoder()
     index = engines.require_index()
-    count = await run_in_threadpool(index.upsert, [Document(d.id, d.text, d.metadata) for d in documents])
+    count = await engines.write_pool.run(
+        index.upsert, [Document(d.id, d.text, d.metadata) for d in documents]
+    )
     return UpsertResponse(upserted=count)
 
 
@@ -106,7 +129,8 @@ async def upsert_documents(
     "/documents/{doc_id}", response_model=DocumentOut, dependencies=[require_read], tags=["documents"]
 )
 async def get_document(doc_id: DocumentId, request: Request) -> DocumentOut:
-    document = await run_in_threadpool(request.app.state.engines.require_index().get, doc_id)
+    engines = request.app.state.engines
+    document = await engines.work_pool.run(engines.require_index().get, doc_id)
     if document is None:
         raise ApiError(404, f"no document with id {doc_id!r}", "doc_id")
     return DocumentOut(id=document.id, text=document.text, metadata=document.metadata)
@@ -116,7 +140,10 @@ async def get_document(doc_id: DocumentId, request: Request) -> DocumentOut:
     "/documents/{doc_id}", response_model=DeleteResponse, dependencies=[require_write], tags=["documents"]
 )
 async def delete_document(doc_id: DocumentId, request: Request) -> DeleteResponse:
-    if not await run_in_threadpool(request.app.state.engines.require_index().delete, doc_id):
+    engines = request.app.state.engines
+    if request.app.state.settings.index_read_only:
+        raise ApiError(409, "the index is open read-only: change documents through the indexer")
+    if not await engines.write_pool.run(engines.require_index().delete, doc_id):
         raise ApiError(404, f"no document with id {doc_id!r}", "doc_id")
     return DeleteResponse(deleted=doc_id)
 
@@ -130,10 +157,9 @@ async def delete_document(doc_id: DocumentId, request: Request) -> DeleteRespons
 )
 async def rebuild_index(request: Request) -> JobAccepted:
     """Re-embed every document into a new index version; searches use the old one until it is published."""
+    if request.app.state.settings.index_read_only:  # at once, not a 202 for a job that must fail
+        raise ApiError(409, "the index is open read-only: rebuild it with the indexer")
     index = request.app.state.engines.require_index()
-    if request.app.state.settings.index_read_only:
-        # A replica on a read-only volume: the job would only fail later, after a 202.
-        raise ApiError(409, "the index is open read-only: rebuild it with the indexer", None)
     jobs = request.app.state.jobs
     running = [
         job for job in jobs.jobs.values() if job.kind == "rebuild" and job.status in ("queued", "running")
