@@ -64,6 +64,8 @@ def fill_unmined(pairs: list[dict[str, str]], mined, num_negatives: int, seed: i
 
     from datasets import Dataset
 
+    if len(pairs) < 2:
+        raise ValueError("the corpus gave fewer than two training pairs: too small to adapt on")
     rows = mined.to_list()
     kept = {row["anchor"] for row in rows}
     rng = random.Random(seed)

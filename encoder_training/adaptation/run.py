@@ -4,9 +4,9 @@ folder that ``cloze export`` and ``cloze index build`` take as they take any oth
 Order: read the corpus and make pairs; mine hard negatives with the *starting* encoder (a good
 retriever already, unlike a half-adapted one); MLM stage; contrastive stage from the MLM stage's
 encoder; then the forgetting guard, a linear interpolation of the weights with the starting model's
-(WiSE-FT; Wortsman et al. 2022). Work files live in ``OUT.work`` (checkpoints, mined pairs,
-``state.json``); running the same command again resumes there, and they are removed on success
-unless ``keep_work``.
+(WiSE-FT; Wortsman et al. 2022). The run's record is ``OUT/training.json`` (what ``cloze export`` puts on
+the model card). Work files live in ``OUT.work`` (checkpoints, mined pairs, ``state.json``): running
+the same command again resumes there; they are removed on success unless ``keep_work``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from encoder_training.adaptation.timing import RunState
 
 log = logging.getLogger(__name__)
 STAGES = ("mlm", "contrastive")
-RECORD = "adapt.json"
+RECORD = "training.json"  # the record `cloze train finetune` writes: `cloze export` puts it on the model card
 SAVE_RESERVE_S = 20.0  # loading, interpolating and saving after the last stage (at most 5% of the budget)
 
 
@@ -74,7 +74,7 @@ def validate(config: AdaptConfig) -> None:
 
 
 def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
-    """Run the recipe; returns the output folder (with ``adapt.json``: recipe, stage records, times)."""
+    """Run the recipe; returns the output folder (with ``training.json``: recipe, stage records, times)."""
     from sentence_transformers import SentenceTransformer
 
     from encoder_training.adaptation.contrastive import mine, run_contrastive
@@ -142,9 +142,12 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
     model.save(str(out))
     stamp_legacy_pooling(out)
     record = {
+        "trained_with": "cloze adapt",
         "recipe": asdict(config),
         "base_model": str(start),
         "base_fingerprint": fingerprint(start),
+        "data": {"documents": len(passages), "pairs": records.get("mine", {}).get("rows", 0)},
+        "steps": {stage: records[stage]["steps"] for stage in STAGES if stage in records},
         "stages": records,
         "seconds_spent": {k: round(v, 1) for k, v in state.data["spent"].items()},
         "wall_time_s": round(time.perf_counter() - started, 1),

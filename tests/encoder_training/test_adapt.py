@@ -154,10 +154,20 @@ def test_adapt_cli_runs_both_stages_within_budget_and_resumes(
 
     vectors = load_encoder(str(out), backend="torch").embed(["the cat sat", "a dog plays"], normalize=True)
     assert vectors.shape == (2, 32)
+    # ready for `cloze export`: the card describes the adaptation
+    from encoder_training.export import export_model
+
+    card = json.loads(
+        (export_model(out, tmp_path / "exported", measure_scores=False) / "card.json").read_text()
+    )
+    assert card["training"]["data"]["documents"] == 24 and card["training"]["recipe"]["stages"] == [
+        "mlm",
+        "contrastive",
+    ]
     # a second run finds every stage done and trains nothing again
-    record = json.loads((out / "adapt.json").read_text())
+    record = json.loads((out / "training.json").read_text())
     main(argv)
-    again = json.loads((out / "adapt.json").read_text())
+    again = json.loads((out / "training.json").read_text())
     assert again["stages"] == record["stages"] and again["wall_time_s"] < record["wall_time_s"]
     assert torch.equal(
         _layer0(out)["encoder.layer.0.attention.self.query.weight"],
@@ -181,3 +191,26 @@ def test_adapt_cli_rejects_bad_input(tiny_bert: Path, tmp_path: Path) -> None:
     corpus_path = _corpus(tmp_path / "c.jsonl", documents=4)
     with pytest.raises(SystemExit):
         main(["adapt", "--corpus", str(corpus_path), "--out", str(tmp_path / "o"), "--stages", "distill"])
+
+
+def test_an_index_folder_gives_the_same_passages_as_its_corpus(tiny_bert: Path, tmp_path: Path) -> None:
+    from encoder_runtime import load_encoder
+    from index.builder import BuildOptions, build_from_input
+
+    corpus_path = _corpus(tmp_path / "c.jsonl", documents=6)
+    encoder = load_encoder(str(tiny_bert), backend="torch")
+    build_from_input(tmp_path / "index", corpus_path, encoder, BuildOptions(show_progress=False))
+    assert read_passages(tmp_path / "index") == read_passages(corpus_path)
+
+
+def test_pairs_without_a_mined_negative_get_a_random_passage(tmp_path: Path) -> None:
+    from datasets import Dataset
+
+    from encoder_training.adaptation.contrastive import fill_unmined
+
+    pairs = [{"anchor": f"a{i}", "positive": f"p{i}"} for i in range(10)]
+    mined = Dataset.from_list([{"anchor": "a0", "positive": "p0", "negative_1": "p5"}])
+    rows = fill_unmined(pairs, mined, num_negatives=1, seed=0).to_list()
+    assert sorted(r["anchor"] for r in rows) == sorted(p["anchor"] for p in pairs)
+    assert next(r for r in rows if r["anchor"] == "a0")["negative_1"] == "p5"
+    assert all(r["negative_1"] != r["positive"] and r["negative_1"].startswith("p") for r in rows)
