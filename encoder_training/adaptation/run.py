@@ -79,7 +79,7 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
 
     from encoder_training.adaptation.contrastive import mine, run_contrastive
     from encoder_training.adaptation.mlm import run_mlm
-    from encoder_training.finetuning.cli import default_data_dir
+    from encoder_training.data_folder import default_data_dir
     from encoder_training.finetuning.data import load_training_rows
     from encoder_training.finetuning.train import stamp_legacy_pooling
 
