@@ -196,12 +196,7 @@ def print_table(result: dict) -> None:
         minutes = " ".join(f"{k} {v}" for k, v in entry.get("stage_minutes", {}).items())
         print(f"{name:18} {entry['dense']:7.4f} {entry['hybrid']:7.4f} {entry['sts_b_test']:7.4f}  {minutes}")
     if "int8" in result["scifact"].get("both", {}):
-        print(
-            "int8 (both):",
-            result["scifact"]["both"]["int8"],
-            "bundled:",
-            result["scifact"]["bundled"]["int8"],
-        )
+        print("int8 (both):", result["scifact"]["both"]["int8"])
     if "msmarco" in result:
         print(
             "MS MARCO dense:", result["msmarco"]["bundled"]["dense"], "->", result["msmarco"]["both"]["dense"]
