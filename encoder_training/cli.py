@@ -1,11 +1,12 @@
 """Sub-commands of the training stage, registered into the groups of ``app.cli``: pre-training
-(``cloze train tokenizer|pretrain``), fine-tuning (``cloze train finetune``) and every evaluator
-(``cloze eval sts|mlm|lama|beir``)."""
+(``cloze train tokenizer|pretrain``), fine-tuning (``cloze train finetune``), adaptation
+(``cloze adapt``) and every evaluator (``cloze eval sts|mlm|lama|beir``)."""
 
 from __future__ import annotations
 
 import argparse
 
+from encoder_training.adaptation import cli as adaptation_cli
 from encoder_training.evaluation import cli as evaluation_cli
 from encoder_training.finetuning import cli as finetuning_cli
 from encoder_training.pretraining import cli as pretraining_cli
@@ -14,4 +15,5 @@ from encoder_training.pretraining import cli as pretraining_cli
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     pretraining_cli.register(groups)
     finetuning_cli.register(groups)
+    adaptation_cli.register(groups)
     evaluation_cli.register(groups)

@@ -28,5 +28,5 @@ def test_cli_help_is_instant_and_lists_every_stage():
         [sys.executable, "-m", "app.cli", "--help"], capture_output=True, text=True, check=True
     ).stdout
     assert time.perf_counter() - started < 5
-    for command in ("train", "eval", "index", "serve", "export"):
+    for command in ("train", "eval", "index", "serve", "export", "adapt"):
         assert command in out

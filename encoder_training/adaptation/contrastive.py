@@ -1,0 +1,156 @@
+"""Stage 2: contrastive fine-tuning on the pairs the corpus makes (``corpus.make_pairs``), with hard
+negatives mined from the corpus by the starting encoder, through the sentence-transformers trainer.
+
+Mining is sentence-transformers' ``mine_hard_negatives``: for each anchor, the starting encoder's top
+``mine_range_max`` passages are the candidates, and the false-negative guard is NV-Retriever's
+TopK-PercPos (Moreira et al. 2024): a candidate scoring above ``(1 - relative_margin)`` times the
+positive's score is too close to be trusted as a negative and is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from sentence_transformers.base.sampler import BatchSamplers
+from transformers.trainer_callback import ProgressCallback
+
+from encoder_training.adaptation.recipe import AdaptConfig
+from encoder_training.adaptation.timing import ResumableTimeBox, RunState
+from encoder_training.pretraining.train import TimeBoxProgress, budget_schedule
+
+log = logging.getLogger(__name__)
+MINED = "mined.jsonl"
+
+
+def mine(config: AdaptConfig, model, pairs: list[dict[str, str]], work: Path):
+    """(anchor, positive, negative_1..n) rows, one per pair; cached in ``work/mined.jsonl`` so a resume does not re-mine."""
+    from datasets import Dataset
+    from sentence_transformers.util import mine_hard_negatives
+
+    cached = work / MINED
+    if cached.is_file():
+        return Dataset.from_json(str(cached))
+    dataset = Dataset.from_list(pairs)
+    if config.mine_negatives:
+        candidates = len(dataset)
+        dataset = mine_hard_negatives(
+            dataset,
+            model,
+            anchor_column_name="anchor",
+            positive_column_name="positive",
+            range_min=config.mine_range_min,
+            range_max=min(config.mine_range_max, max(candidates - 1, config.num_negatives)),
+            relative_margin=config.mine_relative_margin,
+            max_score=config.mine_max_score,
+            num_negatives=config.num_negatives,
+            sampling_strategy="top",
+            output_format="n-tuple",
+            batch_size=64,
+            verbose=False,
+        )
+        dataset = fill_unmined(pairs, dataset, config.num_negatives, config.seed)
+    work.mkdir(parents=True, exist_ok=True)
+    dataset.to_json(str(cached))
+    return dataset
+
+
+def fill_unmined(pairs: list[dict[str, str]], mined, num_negatives: int, seed: int):
+    """Pairs for which no candidate passed the guard come back with random passages as negatives (what
+    in-batch negatives are anyway), so mining never shrinks the training set."""
+    import random
+
+    from datasets import Dataset
+
+    if len(pairs) < 2:
+        raise ValueError("the corpus gave fewer than two training pairs: too small to adapt on")
+    rows = mined.to_list()
+    kept = {row["anchor"] for row in rows}
+    rng = random.Random(seed)
+    positives = [pair["positive"] for pair in pairs]
+    for pair in pairs:
+        if pair["anchor"] in kept:
+            continue
+        others = [
+            p for p in rng.sample(positives, min(len(positives), num_negatives + 1)) if p != pair["positive"]
+        ]
+        row = dict(pair)
+        for number in range(num_negatives):
+            row[f"negative_{number + 1}"] = others[number % len(others)]
+        rows.append(row)
+    rng.shuffle(rows)
+    return Dataset.from_list(rows)
+
+
+class BudgetTrainer(SentenceTransformerTrainer):
+    """The sentence-transformers trainer with the learning rate decaying to zero at the end of the
+    wall-clock budget (the pre-training stage's schedule), since steps are what the clock allows."""
+
+    def __init__(self, *args, time_box: ResumableTimeBox, warmup: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.time_box = time_box
+        self.warmup = warmup
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None:
+            self.lr_scheduler = budget_schedule(optimizer or self.optimizer, self.warmup, self.time_box)
+        return self.lr_scheduler
+
+
+def run_contrastive(
+    config: AdaptConfig, model, train, general, work: Path, minutes: float, state: RunState
+) -> dict:
+    """Train ``model`` in place for ``minutes`` with MNRL (in-batch plus mined negatives)."""
+    from datasets import Dataset
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    stage_dir = work / "contrastive"
+    datasets = {"corpus": train}
+    if general:
+        datasets["general"] = Dataset.from_list(general)
+    loss = MultipleNegativesRankingLoss(model)
+    time_box = ResumableTimeBox(minutes, state, "contrastive")
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(stage_dir / "checkpoints"),
+        per_device_train_batch_size=config.contrastive_batch_size,
+        learning_rate=config.contrastive_learning_rate,
+        max_steps=1_000_000,  # the clock stops it
+        batch_sampler=BatchSamplers.NO_DUPLICATES,
+        save_strategy="steps",
+        save_steps=25,
+        save_total_limit=1,
+        logging_steps=10,
+        report_to="none",
+        seed=config.seed,
+        dataloader_drop_last=True,
+    )
+    trainer = BudgetTrainer(
+        model=model,
+        args=args,
+        train_dataset=datasets if len(datasets) > 1 else train,
+        loss=loss,
+        callbacks=[time_box],
+        time_box=time_box,
+        warmup=config.warmup_steps,
+    )
+    if trainer.pop_callback(ProgressCallback):
+        trainer.add_callback(TimeBoxProgress(time_box))
+    checkpoints = sorted(
+        (stage_dir / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])
+    )
+    started = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
+    seconds = time.perf_counter() - started
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    record = {
+        "rows": {name: len(d) for name, d in datasets.items()},
+        "columns": train.column_names,
+        "steps": result.global_step,
+        "seconds": round(seconds, 1),
+        "first_loss": losses[0] if losses else None,
+        "final_loss": losses[-1] if losses else None,
+    }
+    log.info("contrastive stage: %s", record)
+    return record

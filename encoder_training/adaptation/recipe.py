@@ -1,0 +1,52 @@
+"""``AdaptConfig``: every tunable of ``cloze adapt`` with its default and where that default came from.
+
+Honest status (docs/adapt.md): on two shared CPU cores one 30-minute SciFact run and its evaluation
+took most of the time there was, so only the recipe as a whole was measured, on SciFact's train queries
+(809, ``--split train``: dense nDCG@10 0.6778 -> 0.6823, ``benchmarks/results/adapt_scifact_train.json``).
+No single default below was swept: each comes from the paper named beside it, or from time
+(``mine_max_seq_length``, ``mlm_fraction``). SciFact's test queries chose nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class AdaptConfig:
+    model: str = ""  # encoder folder to start from ("" = the bundled all-MiniLM-L6-v2)
+    corpus: str = ""  # JSONL / CSV / TSV / Parquet / folder of .txt, or an index folder
+    out: str = ""
+    max_time_minutes: float = 60.0  # the whole run: mining, MLM and contrastive stages together
+    stages: list[str] = field(default_factory=lambda: ["mlm", "contrastive"])
+    max_documents: int | None = None  # read at most this many documents (None: all)
+    seed: int = 42
+
+    # stage 1: continued masked-language-model pre-training on the corpus
+    mlm_fraction: float = 0.2  # share of the budget (as in the measured run; MLM alone hurt there)
+    mlm_masking: str = "whole_word"  # token | whole_word | span (encoder_training.masking)
+    mlm_rate: float = 0.15  # BERT
+    mlm_learning_rate: float = 5e-5  # the range of domain-adaptive pre-training (Gururangan 2020)
+    mlm_batch_size: int = 32
+    mlm_block_size: int = 128
+    mlm_warmup_steps: int = 20
+
+    # stage 2: contrastive fine-tuning on corpus-made pairs with mined hard negatives
+    pair_kinds: list[str] = field(default_factory=lambda: ["ict"])  # ict | title | crop
+    keep_sentence: float = 0.1  # ICT: leave the anchor sentence in its passage this often (ORQA)
+    pair_rounds: int = 1  # pairs per document (one per round)
+    mine_negatives: bool = True
+    mine_range_max: int = 50  # candidates: the encoder's top-N passages for the anchor
+    mine_range_min: int = 0  # skip this many top candidates (near-duplicates)
+    mine_relative_margin: float = 0.05  # false-negative guard: NV-Retriever TopK-PercPos(95%)
+    mine_max_score: float | None = None  # ... and never above this cosine
+    num_negatives: int = 1
+    mine_max_seq_length: int = 128  # mining embeds the corpus once; half the window halves that time
+    general_pairs: list[str] = field(default_factory=list)  # optional general pairs mixed in (forgetting)
+    contrastive_learning_rate: float = 3e-5  # a little above the 2e-5 of the ICT run in DESIGN.md
+    contrastive_batch_size: int = 32
+    max_seq_length: int = 256  # the window the index chunks documents to
+    warmup_steps: int = 20
+
+    # forgetting guard: interpolate the adapted weights with the starting model's (WiSE-FT)
+    interpolate: float = 0.5  # weight of the adapted model (1.0: none); WiSE-FT middle, not swept

@@ -1,0 +1,72 @@
+"""The run's clock: one budget split over the stages, kept across resumes in ``state.json``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from encoder_training.pretraining.train import TimeBox
+
+
+class RunState:
+    """``OUT/work/state.json``: seconds spent per stage and the stages finished (what resume reads)."""
+
+    def __init__(self, work: Path):
+        self.path = work / "state.json"
+        self.data = json.loads(self.path.read_text()) if self.path.is_file() else {"spent": {}, "done": []}
+
+    def spent(self, stage: str) -> float:
+        return float(self.data["spent"].get(stage, 0.0))
+
+    def total_spent(self) -> float:
+        return sum(float(v) for v in self.data["spent"].values())
+
+    def add(self, stage: str, seconds: float) -> None:
+        self.data["spent"][stage] = self.spent(stage) + seconds
+        self.save()
+
+    def set_spent(self, stage: str, seconds: float) -> None:
+        self.data["spent"][stage] = seconds
+        self.save()
+
+    def is_done(self, stage: str) -> bool:
+        return stage in self.data["done"]
+
+    def finish(self, stage: str, record: dict | None = None) -> None:
+        if stage not in self.data["done"]:
+            self.data["done"].append(stage)
+        self.data.setdefault("records", {})[stage] = record or {}
+        self.save()
+
+    def record(self, stage: str) -> dict:
+        return self.data.get("records", {}).get(stage, {})
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.data, indent=2))
+
+
+class ResumableTimeBox(TimeBox):
+    """A ``TimeBox`` that starts with ``already`` seconds used (a resumed stage keeps its budget and its
+    learning-rate decay), and writes the time used to the run state at every checkpoint."""
+
+    def __init__(self, minutes: float, state: RunState, stage: str):
+        super().__init__(minutes)
+        self.state = state
+        self.stage = stage
+        self.already = state.spent(stage)
+
+    def fraction_used(self) -> float:
+        if self.started is None:
+            return min(1.0, self.already / self.budget)
+        return min(1.0, (self.already + time.perf_counter() - self.started) / self.budget)
+
+    def seconds_used(self) -> float:
+        return self.already + (time.perf_counter() - self.started if self.started is not None else 0.0)
+
+    def on_save(self, args, state, control, **kwargs):
+        self.state.set_spent(self.stage, self.seconds_used())
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.state.set_spent(self.stage, self.seconds_used())

@@ -1,0 +1,216 @@
+"""``cloze adapt``: pairs the corpus makes, the stages' mechanics on a tiny BERT, resume, interpolation.
+
+Quality (does adaptation beat the bundled model?) is measured by ``benchmarks/adapt.py``, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from app.cli import main
+from encoder_training.adaptation import corpus
+from encoder_training.adaptation.corpus import Passage, make_pairs, read_passages, split_sentences
+from encoder_training.adaptation.run import interpolate, work_dir
+from tests.conftest import TINY_WORDS
+
+SENTENCES = [
+    "The cat sat on the mat in Paris.",
+    "A dog was playing music with a guitar.",
+    "The king read a long book on the river.",
+    "The queen of France plays the guitar.",
+]
+
+
+def _corpus(path: Path, documents: int = 24, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    with path.open("w") as handle:
+        for number in range(documents):
+            sentences = [
+                " ".join(rng.choice(TINY_WORDS) for _ in range(7)).capitalize() + "." for _ in range(4)
+            ]
+            title = " ".join(rng.choice(TINY_WORDS) for _ in range(4))
+            handle.write(
+                json.dumps({"_id": f"d{number}", "title": title, "text": " ".join(sentences)}) + "\n"
+            )
+    return path
+
+
+def test_sentences_split_at_sentence_ends_only() -> None:
+    text = "Mice (n = 12) were used. Results differ, e.g. in 3 cases. 5 of them died! Why?"
+    assert split_sentences(text) == [
+        "Mice (n = 12) were used.",
+        "Results differ, e.g. in 3 cases.",
+        "5 of them died!",
+        "Why?",
+    ]
+
+
+def test_ict_pair_takes_one_sentence_out_of_its_passage() -> None:
+    passage = Passage("p", "A title", " ".join(SENTENCES))
+    pair = corpus.ict_pair(passage, random.Random(1), keep_sentence=0.0)
+    assert pair is not None and pair["anchor"] in SENTENCES
+    assert pair["anchor"] not in pair["positive"] and pair["positive"].startswith("A title\n\n")
+    assert sum(s in pair["positive"] for s in SENTENCES) == 3
+    kept = corpus.ict_pair(passage, random.Random(1), keep_sentence=1.0)
+    assert kept is not None and kept["anchor"] in kept["positive"]
+    assert corpus.ict_pair(Passage("q", "", " ".join(SENTENCES[:2])), random.Random(0), 0.0) is None
+
+
+def test_title_and_crop_pairs() -> None:
+    passage = Passage("p", "A title", " ".join(SENTENCES))
+    assert corpus.title_pair(passage) == {"anchor": "A title", "positive": passage.body}
+    assert corpus.title_pair(Passage("p", "", passage.body)) is None
+    crop = corpus.crop_pair(passage, random.Random(0))
+    assert crop is not None
+    words = passage.text.split()
+    for side in crop.values():
+        span = side.split()
+        assert len(span) >= corpus.MIN_SENTENCE_WORDS
+        assert any(words[i : i + len(span)] == span for i in range(len(words)))
+
+
+def test_at_most_one_pair_per_passage_per_round() -> None:
+    passages = [
+        Passage(str(i), f"title {i}", " ".join(f"{s[:-1]} number {i}." for s in SENTENCES)) for i in range(30)
+    ]
+    assert len(make_pairs(passages, ["ict", "title", "crop"], rounds=2, seed=3)) == 60
+    pairs = make_pairs(passages, ["ict", "title"], rounds=2, seed=3)
+    assert {"title 7"} < {p["anchor"] for p in pairs}  # both kinds were drawn
+    for round_pairs in (pairs[:30], pairs[30:]):
+        owners = [
+            int(re.findall(r"(?:number|title) (\d+)", p["anchor"] + " " + p["positive"])[0])
+            for p in round_pairs
+        ]
+        assert sorted(owners) == list(range(30))
+    assert make_pairs(passages, ["ict"], seed=3) == make_pairs(passages, ["ict"], seed=3)
+    with pytest.raises(ValueError, match="pair kinds"):
+        make_pairs(passages, ["queries"])
+
+
+def test_passages_keep_title_apart_from_body(tmp_path: Path) -> None:
+    path = _corpus(tmp_path / "c.jsonl", documents=3)
+    passages = read_passages(path)
+    record = json.loads(path.read_text().splitlines()[0])
+    assert passages[0] == Passage("d0", record["title"], record["text"])
+    assert passages[0].text == f"{record['title']}\n\n{record['text']}"
+    assert len(read_passages(path, limit=2)) == 2
+    (tmp_path / "empty.jsonl").write_text('{"_id": "x", "text": ""}\n')
+    with pytest.raises(ValueError, match="no text"):
+        read_passages(tmp_path / "empty.jsonl")
+
+
+def test_interpolation_is_linear_between_start_and_adapted(tiny_bert: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    start = SentenceTransformer(str(tiny_bert), device="cpu")
+    key = "0.model.encoder.layer.0.attention.self.query.weight"
+    base = start.state_dict()[key].clone()
+    for weight, expected in ((0.0, base), (0.5, base + 0.5), (1.0, base + 1.0)):
+        model = SentenceTransformer(str(tiny_bert), device="cpu")
+        with torch.no_grad():
+            model.state_dict()[key].add_(1.0)
+        interpolate(model, tiny_bert, weight)
+        assert torch.allclose(model.state_dict()[key], expected, atol=1e-6)
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        interpolate(model, tiny_bert, 1.5)
+
+
+def _layer0(folder: Path) -> dict[str, torch.Tensor]:
+    weights = load_file(str(folder / "model.safetensors"))
+    return {k.removeprefix("bert."): v for k, v in weights.items() if "encoder.layer.0." in k}
+
+
+def test_adapt_cli_runs_both_stages_within_budget_and_resumes(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    corpus_path = _corpus(tmp_path / "corpus.jsonl")
+    out = tmp_path / "adapted"
+    argv = [
+        "adapt", "--model", str(tiny_bert), "--corpus", str(corpus_path), "--out", str(out),
+        "--max-time-minutes", "0.6", "--mlm-block-size", "32", "--mlm-batch-size", "4",
+        "--contrastive-batch-size", "4", "--max-seq-length", "48", "--interpolate", "1.0", "--keep-work",
+    ]  # fmt: skip
+    main(argv)
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    stages = summary["stages"]
+    assert stages["documents"] == 24
+    assert stages["mine"]["rows"] == stages["mine"]["pairs"] == 24 and stages["mine"]["negative_columns"] == 1
+    assert stages["mlm"]["head"] == "own" and stages["mlm"]["steps"] > 0
+    assert stages["contrastive"]["steps"] > 0
+    assert stages["contrastive"]["columns"] == ["anchor", "positive", "negative_1"]
+    assert sum(summary["seconds_spent"].values()) <= 0.6 * 60 + 5  # the clock stops each stage
+    # both stages moved the weights: MLM's encoder differs from the start, contrastive from MLM's
+    start, mlm, final = _layer0(tiny_bert), _layer0(work_dir(out) / "mlm" / "model"), _layer0(out)
+    assert any(not torch.equal(start[k], mlm[k]) for k in start)
+    assert any(not torch.equal(mlm[k], final[k]) for k in mlm)
+    from encoder_runtime import load_encoder
+
+    vectors = load_encoder(str(out), backend="torch").embed(["the cat sat", "a dog plays"], normalize=True)
+    assert vectors.shape == (2, 32)
+    # ready for `cloze export`: the card describes the adaptation
+    from encoder_training.export import export_model
+
+    card = json.loads(
+        (export_model(out, tmp_path / "exported", measure_scores=False) / "card.json").read_text()
+    )
+    assert card["training"]["data"]["documents"] == 24 and card["training"]["recipe"]["stages"] == [
+        "mlm",
+        "contrastive",
+    ]
+    # a second run finds every stage done and trains nothing again
+    record = json.loads((out / "training.json").read_text())
+    main(argv)
+    again = json.loads((out / "training.json").read_text())
+    assert again["stages"] == record["stages"] and again["wall_time_s"] < record["wall_time_s"]
+    assert torch.equal(
+        _layer0(out)["encoder.layer.0.attention.self.query.weight"],
+        final["encoder.layer.0.attention.self.query.weight"],
+    )
+
+
+def test_adapt_cli_rejects_bad_input(tiny_bert: Path, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "adapt",
+                "--model",
+                str(tiny_bert),
+                "--corpus",
+                str(tmp_path / "missing.jsonl"),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+    corpus_path = _corpus(tmp_path / "c.jsonl", documents=4)
+    with pytest.raises(SystemExit):
+        main(["adapt", "--corpus", str(corpus_path), "--out", str(tmp_path / "o"), "--stages", "distill"])
+
+
+def test_an_index_folder_gives_the_same_passages_as_its_corpus(tiny_bert: Path, tmp_path: Path) -> None:
+    from encoder_runtime import load_encoder
+    from index.builder import BuildOptions, build_from_input
+
+    corpus_path = _corpus(tmp_path / "c.jsonl", documents=6)
+    encoder = load_encoder(str(tiny_bert), backend="torch")
+    build_from_input(tmp_path / "index", corpus_path, encoder, BuildOptions(show_progress=False))
+    assert read_passages(tmp_path / "index") == read_passages(corpus_path)
+
+
+def test_pairs_without_a_mined_negative_get_a_random_passage(tmp_path: Path) -> None:
+    from datasets import Dataset
+
+    from encoder_training.adaptation.contrastive import fill_unmined
+
+    pairs = [{"anchor": f"a{i}", "positive": f"p{i}"} for i in range(10)]
+    mined = Dataset.from_list([{"anchor": "a0", "positive": "p0", "negative_1": "p5"}])
+    rows = fill_unmined(pairs, mined, num_negatives=1, seed=0).to_list()
+    assert sorted(r["anchor"] for r in rows) == sorted(p["anchor"] for p in pairs)
+    assert next(r for r in rows if r["anchor"] == "a0")["negative_1"] == "p5"
+    assert all(r["negative_1"] != r["positive"] and r["negative_1"].startswith("p") for r in rows)
