@@ -159,14 +159,18 @@ def _live_position(root: Path) -> tuple[int, int] | None:
 
 
 def _publish_unless_written_meanwhile(draft: VersionDraft, baseline: tuple[int, int] | None) -> None:
-    """A build publishes a new corpus; it does not carry over what a live writer acknowledged while it
-    ran, so it refuses to publish over such writes (the finished version stays, ``--resume`` publishes
-    it). It takes the writer lock when free, so no write slips in between the check and the switch; a
-    running writer keeps the lock, and then the check is made just before the rename."""
+    """A build publishes a new corpus; it does not carry over what a live writer acknowledged while it ran.
+    So it publishes only holding the writer lock (no write can slip in between the check and the switch)
+    and only when the live index took no write since the build began; otherwise the finished version
+    stays unpublished and ``--resume`` publishes it once the writer has stopped."""
     try:
-        lease: layout.WriterLease | None = layout.WriterLease(draft.root)
-    except IndexLocked:
-        lease = None
+        lease = layout.WriterLease(draft.root)
+    except IndexLocked as exc:
+        raise LiveWritesDuringBuild(
+            f"{exc}; version {draft.number} was built but not published, since a write that process "
+            "acknowledged during the switch would be lost. Stop it and run again with --resume, or rebuild "
+            "through the service (POST /index/rebuild keeps live writes)"
+        ) from exc
     try:
         now = _live_position(draft.root)
         if baseline is not None and now is not None and now[0] == baseline[0] and now[1] > baseline[1]:
@@ -178,8 +182,7 @@ def _publish_unless_written_meanwhile(draft: VersionDraft, baseline: tuple[int, 
             )
         draft.publish()
     finally:
-        if lease is not None:
-            lease.release()
+        lease.release()
 
 
 def build_if_needed(out: Path, input_path: Path, encoder: Any, options: BuildOptions) -> dict[str, Any]:

@@ -136,7 +136,8 @@ def test_sigkill_mid_publish_keeps_previous_version_and_resume_finishes(
     kill(process)
     # The new version is complete on disk but was never published: readers still get version 1.
     assert layout.current_version(out) == 1 and (layout.version_dir(out, 2) / layout.MANIFEST).is_file()
-    index = SearchIndex.open(out, tiny_encoder, create=False)
+    # A reader (a writable open would be the index's one writer, and the build would not publish past it).
+    index = SearchIndex.open(out, tiny_encoder, create=False, read_only=True)
     assert index.stats()["documents"] == 20
     text = tiny_documents(20, seed=1)[3]["text"]
     assert (

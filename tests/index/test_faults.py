@@ -254,3 +254,46 @@ def test_a_build_refuses_to_publish_over_writes_the_live_index_took_meanwhile(
     live.close()
     resumed = build_from_input(root, other, tiny_encoder, BuildOptions(show_progress=False, resume=True))
     assert resumed["version"] == 2 == layout.current_version(root) and resumed["documents"] == 20
+
+
+def test_a_build_does_not_publish_while_another_process_writes_the_index(
+    tmp_path: Path, tiny_encoder
+) -> None:
+    """The writer lock is held by a live service in another process: a build's switch could lose a write
+    that process acknowledges in between, so the build stays unpublished until the writer stops."""
+    import subprocess
+    import sys
+
+    from index.builder import BuildOptions, build_from_input
+    from index.records import LiveWritesDuringBuild
+    from tests.index.conftest import write_jsonl
+
+    root = tmp_path / "idx"
+    build_from_input(
+        root,
+        write_jsonl(tmp_path / "a.jsonl", tiny_documents(8)),
+        tiny_encoder,
+        BuildOptions(show_progress=False),
+    )
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from index.layout import WriterLease; WriterLease(sys.argv[1]); "
+            "print('held', flush=True); sys.stdin.read()",
+            str(root),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        other = write_jsonl(tmp_path / "b.jsonl", tiny_documents(10, seed=3))
+        with pytest.raises(LiveWritesDuringBuild, match="open for writing by another process"):
+            build_from_input(root, other, tiny_encoder, BuildOptions(show_progress=False))
+        assert layout.current_version(root) == 1
+    finally:
+        holder.communicate("")
+    resumed = build_from_input(root, other, tiny_encoder, BuildOptions(show_progress=False, resume=True))
+    assert resumed["version"] == 2 == layout.current_version(root) and resumed["documents"] == 10
