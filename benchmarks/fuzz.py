@@ -15,7 +15,6 @@ import gzip
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.conftest import READ_KEY, WRITE_KEY, free_port, wait_until  # noqa: E402
+from tests.e2e.conftest import READ_KEY, WRITE_KEY, serve_process  # noqa: E402
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 
@@ -123,44 +122,24 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/fuzz.json"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="cloze-fuzz-"))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
         "CLOZE_INDEX": str(work / "index"),
         "CLOZE_API_KEYS": WRITE_KEY,
         "CLOZE_READ_API_KEYS": READ_KEY,
         "CLOZE_LOG_LEVEL": "warning",
     }
-    env.pop("CLOZE_FILL_MASK_MODEL", None)
     log_path = work / "server.log"
     load_before = os.getloadavg()
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-        try:
-            wait_until(url + "/readyz", process, log_path, 300)
-            seed_documents(url, args.documents)
-            runs = [
-                run_schemathesis(
-                    url, "with a write key", f"Authorization: Bearer {WRITE_KEY}", args.examples, work
-                ),
-                run_schemathesis(url, "without keys", None, args.examples, work),
-            ]
-            alive = httpx.get(url + "/healthz", timeout=10).status_code
-            memory = rss_mb(process.pid)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    with serve_process(env, log_path, timeout=300, drop=("CLOZE_FILL_MASK_MODEL",)) as (url, process):
+        seed_documents(url, args.documents)
+        runs = [
+            run_schemathesis(
+                url, "with a write key", f"Authorization: Bearer {WRITE_KEY}", args.examples, work
+            ),
+            run_schemathesis(url, "without keys", None, args.examples, work),
+        ]
+        alive = httpx.get(url + "/healthz", timeout=10).status_code
+        memory = rss_mb(process.pid)
     tracebacks = log_path.read_text().count("Traceback")
     result = {
         "command": f"python benchmarks/fuzz.py --examples {args.examples} --documents {args.documents}",

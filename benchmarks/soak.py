@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.conftest import free_port, wait_until  # noqa: E402
+from tests.e2e.conftest import serve_process  # noqa: E402
 
 QUERIES = [
     "liberty and the constitution",
@@ -161,45 +160,22 @@ def main() -> None:
         raise SystemExit(f"no demo index at {demo}: run `make demo-index` first")
     work = Path(tempfile.mkdtemp(prefix="cloze-soak-"))
     shutil.copytree(demo, work / "index")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "CLOZE_INDEX": str(work / "index"),
-        "CLOZE_LOG_LEVEL": "warning",
-    }
-    for name in ("CLOZE_API_KEYS", "CLOZE_READ_API_KEYS", "CLOZE_FILL_MASK_MODEL"):
-        env.pop(name, None)
+    env = {"CLOZE_INDEX": str(work / "index"), "CLOZE_LOG_LEVEL": "warning"}
+    keyless = ("CLOZE_API_KEYS", "CLOZE_READ_API_KEYS", "CLOZE_FILL_MASK_MODEL")
     log_path = work / "server.log"
     seconds = int(args.minutes * 60)
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-        try:
-            wait_until(url + "/readyz", process, log_path, 300)
-            time.sleep(5)  # the fill-mask model loads just after readiness
-            sampler = RssSampler(process.pid)
-            sampler.start()
-            load_before = os.getloadavg()
-            warmup = run_mix(url, args.warmup_seconds, work)
-            warm_rss = sampler.samples[-1][1]
-            warm_at = sampler.samples[-1][0]
-            measured = run_mix(url, seconds, work)
-            sampler.stop.set()
-            sampler.join()
-            load_after = os.getloadavg()
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    with serve_process(env, log_path, timeout=300, drop=keyless) as (url, process):
+        time.sleep(5)  # the fill-mask model loads just after readiness
+        sampler = RssSampler(process.pid)
+        sampler.start()
+        load_before = os.getloadavg()
+        warmup = run_mix(url, args.warmup_seconds, work)
+        warm_rss = sampler.samples[-1][1]
+        warm_at = sampler.samples[-1][0]
+        measured = run_mix(url, seconds, work)
+        sampler.stop.set()
+        sampler.join()
+        load_after = os.getloadavg()
     samples = sampler.samples
     last_minute = [rss for t, rss in samples if t >= samples[-1][0] - 60]
     five_xx = sum(

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from app.service.errors import ApiError, BodyRejected, validation_error
-from app.service.middleware import BrowserGuard, RequestRecorder
+from app.service.middleware import BrowserGuard, RequestRecorder, send_json_bytes
 from app.service.routes.inference import LANES
 from app.service.validation import strict_loads
 
@@ -69,12 +69,12 @@ class EmbeddingLane:
             headers = [
                 (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (exc.headers or {}).items()
             ]
-            await _send(
+            await send_json_bytes(
                 send, status, orjson.dumps({"error": exc.message, "field": exc.field}), headers + extra
             )
         except Exception:
             log.exception("unhandled error on POST %s", scope["path"])
-            await _send(send, 500, b'{"error":"internal error","field":null}', extra)
+            await send_json_bytes(send, 500, b'{"error":"internal error","field":null}', extra)
         finally:
             self.recorder.record(scope, scope["path"], status, time.perf_counter() - started, request_id)
 
@@ -105,18 +105,3 @@ def _bearer(scope: Scope) -> str | None:
             scheme, _, token = value.decode("latin-1").partition(" ")
             return (token.strip() or None) if scheme.lower() == "bearer" else None
     return None
-
-
-async def _send(send: Send, status: int, payload: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})

@@ -23,7 +23,13 @@ access_log = logging.getLogger("cloze.access")
 async def _send_json(
     send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
-    payload = orjson.dumps(body)
+    await send_json_bytes(send, status, orjson.dumps(body), headers)
+
+
+async def send_json_bytes(
+    send: Send, status: int, payload: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """A whole JSON response as raw ASGI messages (for answers made outside FastAPI's routing)."""
     await send(
         {
             "type": "http.response.start",

@@ -24,28 +24,50 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def serve_process(
+    env: dict[str, str],
+    log_path: Path,
+    ready_path: str = "/readyz",
+    timeout: float = 240,
+    drop: tuple[str, ...] = (),
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`cloze serve` on a free loopback port with this process's environment, ``HF_HUB_OFFLINE=1`` and
+    ``env``, less the variables in ``drop``; yields (url, process) once ``ready_path`` answers 200, and
+    stops the server with SIGTERM (as a supervisor would) at the end."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
+    for name in drop:
+        full_env.pop(name, None)
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        try:
+            wait_until(url + ready_path, process, log_path, timeout)
+            yield url, process
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
 @contextlib.contextmanager
 def running_server(
     env: dict[str, str], log_path: Path, ready_path: str = "/readyz", timeout: float = 240
 ) -> Iterator[str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            wait_until(url + ready_path, process, log_path, timeout)
-            yield url
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    with serve_process(env, log_path, ready_path, timeout) as (url, _):
+        yield url
 
 
 def wait_until(url: str, process: subprocess.Popen, log_path: Path, timeout: float) -> None:

@@ -13,7 +13,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import socket
 import string
 import subprocess
@@ -26,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import free_port, wait_until
+from tests.e2e.conftest import serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_INDEX = ROOT / "data" / "demo-index"
@@ -82,39 +81,20 @@ def demo_index(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(demo_index, tmp_path_factory) -> Iterator[Server]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     log_path = tmp_path_factory.mktemp("hostile-logs") / "server.log"
     env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
         "CLOZE_INDEX": str(demo_index),
         "CLOZE_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
         "CLOZE_MAX_PENDING": "8",
     }
-    for name in ("CLOZE_API_KEYS", "CLOZE_READ_API_KEYS", "CLOZE_FILL_MASK_MODEL", "CLOZE_MODEL"):
-        env.pop(name, None)
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            wait_until(url + "/readyz", process, log_path, 300)
-            served = Server(url, process)
-            for _ in range(600):  # the shipped fill-mask model loads just after the index opens
-                if served.http.get("/readyz").json().get("fill_mask"):
-                    break
-                time.sleep(0.2)
-            yield served
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    keyless = ("CLOZE_API_KEYS", "CLOZE_READ_API_KEYS", "CLOZE_FILL_MASK_MODEL", "CLOZE_MODEL")
+    with serve_process(env, log_path, timeout=300, drop=keyless) as (url, process):
+        served = Server(url, process)
+        for _ in range(600):  # the shipped fill-mask model loads just after the index opens
+            if served.http.get("/readyz").json().get("fill_mask"):
+                break
+            time.sleep(0.2)
+        yield served
     if os.environ.get("HOSTILE_RESULTS"):
         Path(os.environ["HOSTILE_RESULTS"]).write_text(
             json.dumps({"rss_limit_mb": RSS_LIMIT_MB, "cases": MEASURED}, indent=2)
@@ -461,36 +441,21 @@ def test_cross_site_pages_cannot_drive_the_service(server):
 
 
 def test_a_model_that_never_loads_is_retried_then_reported_failed(tmp_path):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
         "CLOZE_INDEX": str(tmp_path / "idx"),
         "CLOZE_MODEL": str(tmp_path / "no-such-model"),
         "CLOZE_MODEL_LOAD_ATTEMPTS": "3",  # backoff 1 s + 2 s: healthz is 200 meanwhile
     }
-    with (tmp_path / "log").open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            wait_until(url + "/healthz", process, tmp_path / "log", 120)
-            seen = []
-            for _ in range(240):
-                health = httpx.get(url + "/healthz", timeout=5)
-                seen.append(health.status_code)
-                if health.status_code == 503:
-                    break
-                time.sleep(0.25)
-            assert seen[0] == 200 and health.status_code == 503 and health.json()["status"] == "failed"
-            ready = httpx.get(url + "/readyz", timeout=5)
-            assert ready.status_code == 503 and ready.json()["attempts"] == 3
-            assert "no-such-model" in ready.json()["reason"] and "retry-after" not in ready.headers
-            assert httpx.post(url + "/embed", json={"inputs": "x"}, timeout=5).status_code == 503
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=40)
+    with serve_process(env, tmp_path / "log", ready_path="/healthz", timeout=120) as (url, _):
+        seen = []
+        for _ in range(240):
+            health = httpx.get(url + "/healthz", timeout=5)
+            seen.append(health.status_code)
+            if health.status_code == 503:
+                break
+            time.sleep(0.25)
+        assert seen[0] == 200 and health.status_code == 503 and health.json()["status"] == "failed"
+        ready = httpx.get(url + "/readyz", timeout=5)
+        assert ready.status_code == 503 and ready.json()["attempts"] == 3
+        assert "no-such-model" in ready.json()["reason"] and "retry-after" not in ready.headers
+        assert httpx.post(url + "/embed", json={"inputs": "x"}, timeout=5).status_code == 503
