@@ -19,9 +19,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from encoder_runtime.model_dir import fingerprint, resolve_model_path
+from encoder_training.adaptation.contrastive import mine, run_contrastive
 from encoder_training.adaptation.corpus import make_pairs, read_passages
+from encoder_training.adaptation.mlm import run_mlm
 from encoder_training.adaptation.recipe import AdaptConfig
 from encoder_training.adaptation.timing import RunState
+from encoder_training.data_folder import default_data_dir
+from encoder_training.finetuning.data import load_training_rows
+from encoder_training.finetuning.train import stamp_legacy_pooling
 
 log = logging.getLogger(__name__)
 STAGES = ("mlm", "contrastive")
@@ -76,12 +81,6 @@ def validate(config: AdaptConfig) -> None:
 def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
     """Run the recipe; returns the output folder (with ``training.json``: recipe, stage records, times)."""
     from sentence_transformers import SentenceTransformer
-
-    from encoder_training.adaptation.contrastive import mine, run_contrastive
-    from encoder_training.adaptation.mlm import run_mlm
-    from encoder_training.data_folder import default_data_dir
-    from encoder_training.finetuning.data import load_training_rows
-    from encoder_training.finetuning.train import stamp_legacy_pooling
 
     validate(config)
     started = time.perf_counter()
