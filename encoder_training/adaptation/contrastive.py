@@ -10,16 +10,14 @@ positive's score is too close to be trusted as a negative and is skipped.
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from sentence_transformers.base.sampler import BatchSamplers
-from transformers.trainer_callback import ProgressCallback
 
 from encoder_training.adaptation.recipe import AdaptConfig
-from encoder_training.adaptation.timing import ResumableTimeBox, RunState
-from encoder_training.pretraining.train import TimeBoxProgress, budget_schedule
+from encoder_training.adaptation.timing import ResumableTimeBox, RunState, train_resuming
+from encoder_training.pretraining.train import budget_schedule
 
 log = logging.getLogger(__name__)
 MINED = "mined.jsonl"
@@ -135,14 +133,7 @@ def run_contrastive(
         time_box=time_box,
         warmup=config.warmup_steps,
     )
-    if trainer.pop_callback(ProgressCallback):
-        trainer.add_callback(TimeBoxProgress(time_box))
-    checkpoints = sorted(
-        (stage_dir / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])
-    )
-    started = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
-    seconds = time.perf_counter() - started
+    result, seconds = train_resuming(trainer, time_box, stage_dir)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     record = {
         "rows": {name: len(d) for name, d in datasets.items()},

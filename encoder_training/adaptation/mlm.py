@@ -11,23 +11,21 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 
 import torch
 from transformers import TrainingArguments, set_seed
-from transformers.trainer_callback import ProgressCallback
 
 from encoder_runtime.default_fill_mask import DELTA_DIR
 from encoder_runtime.model_dir import fingerprint
 from encoder_training.adaptation.recipe import AdaptConfig
-from encoder_training.adaptation.timing import ResumableTimeBox, RunState
+from encoder_training.adaptation.timing import ResumableTimeBox, RunState, train_resuming
 from encoder_training.masking import MaskingConfig
 from encoder_training.pretraining.data import BlockDataset, MaskingCollator, pack_blocks
 from encoder_training.pretraining.delta import HEAD_KEYS
 from encoder_training.pretraining.fast_dropout import use_fast_dropout
 from encoder_training.pretraining.models import SparseBertForMaskedLM
-from encoder_training.pretraining.train import PretrainTrainer, Throughput, TimeBoxProgress
+from encoder_training.pretraining.train import PretrainTrainer, Throughput
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +112,7 @@ def run_mlm(
         callbacks=[Throughput(tokens_per_step, model), time_box],
         time_box=time_box,
     )
-    if trainer.pop_callback(ProgressCallback):
-        trainer.add_callback(TimeBoxProgress(time_box))
-    checkpoints = sorted(
-        (stage_dir / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])
-    )
-    started = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
-    seconds = time.perf_counter() - started
+    result, seconds = train_resuming(trainer, time_box, stage_dir)
     encoder = SentenceTransformer(str(start), local_files_only=True)
     missing, unexpected = encoder[0].auto_model.load_state_dict(model.bert.state_dict(), strict=False)
     if unexpected or any(not key.startswith("pooler.") for key in missing):

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
-from encoder_training.pretraining.train import TimeBox
+from transformers.trainer_callback import ProgressCallback
+
+from encoder_training.pretraining.train import TimeBox, TimeBoxProgress
 
 
 class RunState:
@@ -70,3 +73,16 @@ class ResumableTimeBox(TimeBox):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.state.set_spent(self.stage, self.seconds_used())
+
+
+def train_resuming(trainer: Any, time_box: TimeBox, stage_dir: Path) -> tuple[Any, float]:
+    """Run a stage's trainer under its time box, from the stage's newest checkpoint when one exists, with
+    a progress bar that counts the budget; returns the trainer's result and the seconds it took."""
+    if trainer.pop_callback(ProgressCallback):
+        trainer.add_callback(TimeBoxProgress(time_box))
+    checkpoints = sorted(
+        (stage_dir / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])
+    )
+    started = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
+    return result, time.perf_counter() - started
