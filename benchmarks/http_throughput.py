@@ -119,13 +119,25 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU of each thread of a running process, by thread id (the main thread's id is ``pid``)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
 def wrk(url: str, route: str, bodies: Path, connections: int, seconds: int, script: Path, pid: int) -> dict:
-    server_cpu, wrk_cpu = cpu_seconds(pid), children_cpu()
+    server_cpu, wrk_cpu, threads = cpu_seconds(pid), children_cpu(), thread_cpu_seconds(pid)
     out = subprocess.run(
         ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", str(script), url],
         env={**os.environ, "BODIES": str(bodies), "ROUTE": route},
@@ -134,11 +146,19 @@ def wrk(url: str, route: str, bodies: Path, connections: int, seconds: int, scri
         check=True,
     ).stdout
     server_cpu, wrk_cpu = cpu_seconds(pid) - server_cpu, children_cpu() - wrk_cpu
+    threads = {tid: seconds - threads.get(tid, 0.0) for tid, seconds in thread_cpu_seconds(pid).items()}
     line = next(line for line in out.splitlines() if line.startswith("RESULT "))
     result = json.loads(line.removeprefix("RESULT "))
     result["requests_per_s"] = result["requests"] / result["seconds"]
     result["server_cpu_us_per_request"] = server_cpu / result["requests"] * 1e6
     result["wrk_cpu_us_per_request"] = wrk_cpu / result["requests"] * 1e6
+    # Where the server's time goes: the event loop runs on the main thread (HTTP, the lane, inline
+    # tokenising, responses); the rest is the inference threads (and the tokenizer thread for long texts).
+    loop_cpu = threads.get(pid, 0.0)
+    result["server_cpu_us_per_request_by_thread"] = {
+        "event_loop": loop_cpu / result["requests"] * 1e6,
+        "other_threads": (sum(threads.values()) - loop_cpu) / result["requests"] * 1e6,
+    }
     result["errors_total"] = sum(result["errors"].values())
     result["load"] = load()
     return result
@@ -154,7 +174,8 @@ def show(name: str, row: dict) -> None:
     print(
         f"{name:16s} c={row['connections']:<3d} {row['requests_per_s']:7.0f} req/s  p50 {row['p50_ms']:6.1f} ms"
         f"  p99 {row['p99_ms']:6.1f} ms  errors {row['errors_total']}  CPU us/request: server"
-        f" {row['server_cpu_us_per_request']:.0f} wrk {row['wrk_cpu_us_per_request']:.0f}  load {row['load']}"
+        f" {row['server_cpu_us_per_request']:.0f} (loop {row['server_cpu_us_per_request_by_thread']['event_loop']:.0f})"
+        f" wrk {row['wrk_cpu_us_per_request']:.0f}  load {row['load']}"
     )
 
 

@@ -18,13 +18,47 @@ DRAIN_SECONDS = 30
 log = logging.getLogger("cloze.service")
 
 
+class CoalescingTransport:
+    """A transport that sends what one turn of the event loop wrote as one ``write``: uvicorn writes a
+    response's status line and headers, then its body, each straight to the socket, so every small answer
+    cost two send() calls here and two reads in the client. Everything but ``write``, ``close`` and
+    ``abort`` goes to the real transport unchanged (flow control, extra info, reading)."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self._transport, self._loop = transport, loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(data)
+
+    def flush(self) -> None:
+        if self._pending:
+            data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+            self._pending.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self._transport.abort()
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
 class HeaderTimeoutProtocol(HttpToolsProtocol):
     """uvicorn (0.54) has no header-read timeout: a client that trickles header bytes (or opens a socket and
     sends nothing) held a connection for ever. Here each request's headers must all arrive within
     ``header_timeout`` of its first byte (of the connection, for the first request), or the socket closes."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
         self.header_timeout = get_settings().header_timeout_s  # read in each worker process
         self._header_timer: asyncio.TimerHandle | None = None
         self._arm_header_timer()
@@ -85,7 +119,9 @@ def configure_logging(level: str, access_log: bool = True) -> None:
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = name != "uvicorn.access"  # our RequestLog writes the access line
-    logging.logProcesses = False  # no getpid() system call per log line (one per request with the access log)
+    # No getpid() system call, thread or process-name lookup per log line (one per request with the access
+    # log); the JSON lines never show them.
+    logging.logProcesses = logging.logThreads = logging.logMultiprocessing = False
     logging.getLogger("cloze.access").setLevel(logging.NOTSET if access_log else logging.WARNING)
 
 
