@@ -4,7 +4,8 @@ Honest status (docs/adapt.md): on two shared CPU cores one 30-minute SciFact run
 took most of the time there was, so only the recipe as a whole was measured, on SciFact's train queries
 (809, ``--split train``: dense nDCG@10 0.6778 -> 0.6823, ``benchmarks/results/adapt_scifact_train.json``).
 No single default below was swept: each comes from the paper named beside it, or from time
-(``mine_max_seq_length``, ``mlm_fraction``). SciFact's test queries chose nothing.
+(``mine_max_seq_length``, ``mlm_fraction``). SciFact's test queries chose nothing: the 60-minute run on
+them (``benchmarks/results/adapt_test_60min.json``) reports these defaults, it did not pick them.
 """
 
 from __future__ import annotations
