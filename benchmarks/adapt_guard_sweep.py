@@ -24,19 +24,17 @@ from benchmarks.adapt import MSMARCO, RESULTS, SCIFACT, beir, load  # noqa: E402
 
 
 def interpolated(work: Path, weight: float, out: Path) -> Path:
-    """``work``'s contrastive encoder blended with the bundled one at ``weight`` (cached in ``out``)."""
+    """``work``'s contrastive encoder blended with the run's starting model at ``weight`` (cached in ``out``)."""
     if (out / "config.json").is_file():
         return out
     from sentence_transformers import SentenceTransformer
 
-    from encoder_runtime.model_dir import resolve_model_path
-    from encoder_training.adaptation.run import interpolate
-    from encoder_training.finetuning.train import stamp_legacy_pooling
+    from encoder_training.adaptation.run import RECORD, save_blended
 
+    finished = work.with_name(work.name.removesuffix(".work"))
+    start = Path(json.loads((finished / RECORD).read_text())["base_model"])
     model = SentenceTransformer(str(work / "contrastive" / "model"), local_files_only=True, device="cpu")
-    interpolate(model, resolve_model_path(None), weight)
-    model.save(str(out))
-    stamp_legacy_pooling(out)
+    save_blended(model, start, weight, out)
     return out
 
 

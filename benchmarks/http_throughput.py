@@ -113,10 +113,15 @@ def offline_rate(encoder, sentences: list[str], repeats: int) -> dict:
     }
 
 
+def stat_cpu_seconds(stat: Path) -> float:
+    """User + system CPU from a /proc ``stat`` file (a process's, or one thread's under ``task/``)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of every thread of a running process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
 
 
 def thread_cpu_seconds(pid: int) -> dict[int, float]:
@@ -124,10 +129,9 @@ def thread_cpu_seconds(pid: int) -> dict[int, float]:
     out = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[int(task.name)] = stat_cpu_seconds(task / "stat")
         except FileNotFoundError:  # the thread ended meanwhile
             continue
-        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return out
 
 

@@ -56,6 +56,14 @@ def interpolate(adapted, start_dir: Path, weight: float) -> None:
     adapted.load_state_dict(blended)
 
 
+def save_blended(adapted, start_dir: Path, weight: float, out: Path) -> None:
+    """The forgetting guard's last step: ``adapted`` interpolated toward ``start_dir`` at ``weight``, saved as
+    a sentence-transformers folder ``cloze export`` and ``cloze index build`` take."""
+    interpolate(adapted, start_dir, weight)
+    adapted.save(str(out))
+    stamp_legacy_pooling(out)
+
+
 def mine_record(pairs: list[dict[str, str]], train, seconds: float) -> dict:
     columns = [c for c in train.column_names if c.startswith("negative")]
     return {
@@ -137,9 +145,7 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
             model.max_seq_length = config.max_seq_length
         records["contrastive"] = state.record("contrastive")
 
-    interpolate(model, start, config.interpolate)
-    model.save(str(out))
-    stamp_legacy_pooling(out)
+    save_blended(model, start, config.interpolate, out)
     record = {
         "trained_with": "cloze adapt",
         "recipe": asdict(config),
