@@ -70,10 +70,10 @@ def measure(backend: str, budget_s: float) -> dict:
         per_row, fixed = np.polyfit(rows, costs, 1)
         per_token = per_row / width
         derived[width] = {
-            "row_us": round(per_row, 1),
-            "padded_token_us": round(per_token, 2),
-            "fixed_pass_us": round(fixed, 1),
-            "fixed_pass_in_tokens": round(fixed / per_token, 1),
+            "row_us": round(float(per_row), 1),
+            "padded_token_us": round(float(per_token), 2),
+            "fixed_pass_us": round(float(fixed), 1),
+            "fixed_pass_in_tokens": round(float(fixed / per_token), 1),
         }
     short = [derived[w]["fixed_pass_in_tokens"] for w in WIDTHS if w <= SHORT]
     return {

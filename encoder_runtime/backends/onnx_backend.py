@@ -45,9 +45,10 @@ class OnnxBackend:
         # (docs/benchmarks.md, "Design measurements").
         self.parallel_passes = cores if on_cpu else 1
         self.max_padding = 0.02 if on_cpu else 0.1
-        # A single-threaded CPU pass of a few short texts costs 300-600 us beyond its tokens, about what
-        # 8-12 padded tokens do (benchmarks/results/pass_cost.json). Fill-mask positions cost more (each
-        # projects onto the vocabulary) and CUDA passes were not measured: no allowance there.
+        # A single-threaded int8 CPU pass of a few texts 8-32 tokens wide costs 460-600 us beyond its rows,
+        # what 12-16 padded tokens cost (fp32: 4-17; benchmarks/results/pass_cost.json); served, 8 did as well
+        # as 12-16 (docs/benchmarks.md, "Design measurements"). Fill-mask positions cost more (each projects
+        # onto the vocabulary) and CUDA passes were not measured: no allowance there.
         self.padding_tokens = 8 if on_cpu and task == "embed" else 0
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
