@@ -1,4 +1,4 @@
-"""What one forward pass costs beyond its tokens, per backend: the figure behind a backend's ``padding_tokens``.
+"""What one forward pass costs beyond its tokens, per backend: how much padding a batch could carry to save a pass.
 
 For batches of ``rows`` texts padded to ``width`` tokens, each pass is timed by the CPU time of the thread
 that runs it (the way the service runs passes on a CPU: one single-threaded pass per core). Per width, a line

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from encoder_runtime import devices
-from encoder_runtime.backends.base import MASK_ROWS_PER_CHUNK, Task
+from encoder_runtime.backends.base import MASK_ROWS_PER_CHUNK
 
 log = logging.getLogger(__name__)
 
@@ -24,13 +24,7 @@ SLOW_CPU_FUSIONS = ["SkipLayerNormFusion"]
 
 class OnnxBackend:
     def __init__(
-        self,
-        onnx_path: Path,
-        task: Task,
-        input_names: tuple[str, ...],
-        device: str,
-        int8: bool,
-        threads: int = 0,
+        self, onnx_path: Path, input_names: tuple[str, ...], device: str, int8: bool, threads: int = 0
     ):
         import onnxruntime as ort
 
@@ -45,11 +39,6 @@ class OnnxBackend:
         # (docs/benchmarks.md, "Design measurements").
         self.parallel_passes = cores if on_cpu else 1
         self.max_padding = 0.02 if on_cpu else 0.1
-        # A single-threaded int8 CPU pass of a few texts 8-32 tokens wide costs 460-600 us beyond its rows,
-        # what 12-16 padded tokens cost (fp32: 4-17; benchmarks/results/pass_cost.json); served, 8 did as well
-        # as 12-16 (docs/benchmarks.md, "Design measurements"). Fill-mask positions cost more (each projects
-        # onto the vocabulary) and CUDA passes were not measured: no allowance there.
-        self.padding_tokens = 8 if on_cpu and task == "embed" else 0
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = 1 if on_cpu else cores
