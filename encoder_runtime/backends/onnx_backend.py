@@ -29,6 +29,7 @@ class OnnxBackend:
         import onnxruntime as ort
 
         self.name = "onnx-int8" if int8 else "onnx"
+        self.onnx_path = onnx_path
         self.input_names = input_names
         requested, warning = devices.choose_onnx_providers(device, ort.get_available_providers())
         devices.warn(warning)

@@ -16,13 +16,14 @@ import warnings
 from pathlib import Path
 
 from encoder_runtime.backends.base import Task
-from encoder_runtime.model_dir import fingerprint, resolve_model_path
+from encoder_runtime.backends.static_int8 import fix_activation_scales
+from encoder_runtime.model_dir import ModelInfo, fingerprint, resolve_model_path
 from encoder_runtime.tokenization import TextTokenizer
 
 log = logging.getLogger(__name__)
 OPSET = 18
 # Part of the cache stamp: a cache made by an older export recipe is exported again.
-EXPORTER = 3
+EXPORTER = 4
 
 
 def default_cache_dir(model_path: Path, explicit: Path | None = None) -> Path:
@@ -55,7 +56,8 @@ def ensure_onnx(
         stamp = {**wanted, "recipe": export_fp32(model_path, task, input_names, fp32)}
         _write_atomic(stamp_path, json.dumps(stamp))
     if int8 and not quantised.is_file():
-        quantize_int8(fp32, quantised, stamp.get("recipe", "unfused"))
+        tokenizer = TextTokenizer(model_path, ModelInfo.read(model_path).max_tokens)
+        quantize_int8(fp32, quantised, stamp.get("recipe", "unfused"), tokenizer)
     return quantised if int8 else fp32
 
 
@@ -222,7 +224,17 @@ def _check_fused(model_path: Path, task: Task, input_names: tuple[str, ...], onn
         raise FusionUnavailable(f"fused graph differs from torch by {error:.2e}")
 
 
-def quantize_int8(fp32: Path, out: Path, recipe: str) -> None:
+def quantize_int8(fp32: Path, out: Path, recipe: str, tokenizer: TextTokenizer) -> None:
+    """Int8 with per-channel weights and activation scales fixed by calibration (``static_int8``), so that a
+    text's vector does not depend on the batch it shares."""
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        dynamic, staged = Path(tmp) / "dynamic.onnx", Path(tmp) / out.name
+        quantize_dynamic_int8(fp32, dynamic, recipe)
+        fix_activation_scales(dynamic, staged, tokenizer)
+        os.replace(staged, out)
+
+
+def quantize_dynamic_int8(fp32: Path, out: Path, recipe: str) -> None:
     """Dynamic int8 with per-channel weights: per-tensor weights lose too much agreement with fp32
     (docs/benchmarks.md, "Design measurements").
 
@@ -232,19 +244,15 @@ def quantize_int8(fp32: Path, out: Path, recipe: str) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     log.info("quantising %s to int8 (per-channel)", fp32)
-    op_types = None if recipe == "fused" else ["MatMul"]
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        staged = Path(tmp) / out.name
-        quantize_dynamic(
-            fp32,
-            staged,
-            per_channel=True,
-            weight_type=QuantType.QInt8,
-            op_types_to_quantize=op_types,
-            # Fused ops come from the com.microsoft domain, which ONNX shape inference can't type.
-            extra_options={"DefaultTensorType": TensorProto.FLOAT},
-        )
-        os.replace(staged, out)
+    quantize_dynamic(
+        fp32,
+        out,
+        per_channel=True,
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=None if recipe == "fused" else ["MatMul"],
+        # Fused ops come from the com.microsoft domain, which ONNX shape inference can't type.
+        extra_options={"DefaultTensorType": TensorProto.FLOAT},
+    )
 
 
 def _write_atomic(path: Path, text: str) -> None:

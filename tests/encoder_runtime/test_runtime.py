@@ -109,6 +109,24 @@ def test_onnx_int8_keeps_quality_on_real_text(bundled_torch, onnx_pair, shared_d
     assert onnx_pair[1].backend.max_padding < bundled_torch.backend.max_padding  # short batches per core
 
 
+def test_int8_vector_of_a_text_does_not_depend_on_its_batch(onnx_pair, shared_data):
+    """Activation scales are calibrated, not taken from each batch: a text's int8 vector is the same alone
+    as in one padded pass with texts of its own and other lengths (per-batch scales moved it, cosine down to
+    0.988: benchmarks/results/int8_calibration.json)."""
+    import onnx
+
+    int8 = onnx_pair[1]
+    texts = sts_sentences(shared_data, 60)
+    items = int8.encode(texts)
+    lengths = {len(item) for item in items}
+    assert 3 < len(lengths) < len(items)  # neighbours of its own length and of others
+    alone = np.vstack([int8.finish(int8.run([item])) for item in items])
+    together = int8.finish(int8.run(items))
+    np.testing.assert_allclose(together, alone, atol=1e-6)
+    ops = {node.op_type for node in onnx.load(int8.backend.onnx_path).graph.node}
+    assert "DynamicQuantizeLinear" not in ops and "MatMulIntegerToFloat" in ops
+
+
 def test_torch_on_a_cpu_runs_one_single_threaded_pass_per_core(bundled_torch):
     """Each pass runs on one OpenMP thread, and only inside the pass: the caller's setting is left as it was."""
     import torch
@@ -225,6 +243,10 @@ def test_export_fuses_bert_family_and_falls_back_unfused_otherwise(model_type, t
     recipe = json.loads((tmp_path / "cache" / "embed.json").read_text())["recipe"]
     assert recipe == ("fused" if model_type == "bert" else "unfused")
     assert (torch_vectors * onnx_vectors).sum(axis=1).min() > 0.9999
+    int8 = load_encoder(str(model), backend="onnx-int8", onnx_cache=tmp_path / "cache")
+    alone = np.vstack([int8.embed([text]) for text in texts])
+    np.testing.assert_allclose(int8.embed(texts), alone, atol=1e-6)  # either recipe: calibrated scales
+    assert (int8.embed(texts) * onnx_vectors).sum(axis=1).min() > 0.95
 
 
 def test_cpu_sessions_keep_add_and_layer_norm_apart(tiny_bert, tmp_path):
