@@ -50,13 +50,14 @@ class MicroBatcher:
         on_batch: BatchObserver | None = None,
         parallel_passes: int = 1,
         max_padding: float = 0.1,
+        padding_tokens: int = 0,
         inline_chars: int = 1000,
     ):
         self._encode, self._run = encode, run
         self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
         self.max_wait = max_wait_ms / 1000
         self.max_queue = max_queue
-        self.max_padding = max_padding
+        self.max_padding, self.padding_tokens = max_padding, padding_tokens
         # A request of at most this many characters is tokenised right on the event loop (about 40 us for a
         # sentence here): handing it to the tokenizer thread and back cost more than the tokenising, in wake-ups
         # on both sides (HTTP, one sentence a request, 64 connections: 75 us of tokenizer-thread and 29 us of
@@ -88,6 +89,7 @@ class MicroBatcher:
             runtime.run,
             parallel_passes=backend.parallel_passes,
             max_padding=backend.max_padding,
+            padding_tokens=backend.padding_tokens,
             **settings,
         )
 
@@ -225,7 +227,9 @@ class MicroBatcher:
             self._waiting.clear()
             return []
         lengths = [len(w.item) for w in live]
-        plan = plan_batches(lengths, self.max_batch_tokens, self.max_batch_size, self.max_padding)
+        plan = plan_batches(
+            lengths, self.max_batch_tokens, self.max_batch_size, self.max_padding, self.padding_tokens
+        )
         chosen = next(batch for batch in plan if 0 in batch)
         taken = set(chosen)
         self._waiting = deque(w for i, w in enumerate(live) if i not in taken)

@@ -72,6 +72,7 @@ class EncoderRuntime(TokenizedRuntime):
             self.max_batch_tokens,
             self.max_batch_size,
             self.backend.max_padding,
+            self.backend.padding_tokens,
         )
         return self.finish(self.run_batches(items, batches), normalize)
 

@@ -87,14 +87,20 @@ class TextTokenizer:
 
 
 def plan_batches(
-    lengths: list[int], max_batch_tokens: int, max_batch_size: int, max_padding: float = 0.1
+    lengths: list[int],
+    max_batch_tokens: int,
+    max_batch_size: int,
+    max_padding: float = 0.1,
+    padding_tokens: int = 0,
 ) -> list[list[int]]:
     """Group indices sorted by length so each padded batch (count x longest) stays within the budget.
 
-    Sorting is what cuts padding: neighbours have similar lengths. A batch is also cut when padding would
-    exceed ``max_padding`` of its real tokens: on a CPU a forward pass costs little beyond its tokens, so a
-    mixed crowd is cheaper as several length buckets than as one batch padded to its longest member (the
-    figures behind both: docs/benchmarks.md, "Design measurements").
+    Sorting is what cuts padding: neighbours have similar lengths. A batch is also cut when its padding
+    would exceed both ``max_padding`` of its real tokens and ``padding_tokens``: on a CPU a forward pass
+    costs little beyond its tokens, so a mixed crowd is cheaper as several length buckets than as one batch
+    padded to its longest member; but each pass also has a fixed cost, which ``padding_tokens`` states in
+    padded tokens, so a few texts of nearly the same length share one pass (the figures behind both:
+    docs/benchmarks.md, "Design measurements", and benchmarks/results/pass_cost.json).
     """
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     batches: list[list[int]] = []
@@ -103,7 +109,8 @@ def plan_batches(
     for index in order:
         longest = lengths[index]  # sorted ascending: the newcomer is the longest
         padded = (len(current) + 1) * longest
-        too_padded = padded > (1 + max_padding) * (real + longest)
+        padding = padded - (real + longest)
+        too_padded = padding > max(max_padding * (real + longest), padding_tokens)
         if current and (padded > max_batch_tokens or len(current) >= max_batch_size or too_padded):
             batches.append(current)
             current, real = [], 0

@@ -23,6 +23,9 @@ class Backend(Protocol):
     # Padding a batch may carry, as a fraction of its real tokens (``plan_batches``): single-threaded CPU
     # passes run short batches best (see there); one pass over many threads wants fuller batches.
     max_padding: float
+    # What a forward pass costs beyond its tokens, in padded tokens: a batch may carry this much padding
+    # whatever its fraction, because running those texts as another pass would cost more.
+    padding_tokens: int
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray: ...
 

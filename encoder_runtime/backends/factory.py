@@ -49,4 +49,4 @@ def create_backend(
     int8 = name == "onnx-int8"
     cache = default_cache_dir(model_path, onnx_cache)
     onnx_path = ensure_onnx(model_path, task, int8, input_names, cache)
-    return OnnxBackend(onnx_path, input_names, choice.device, int8, threads)
+    return OnnxBackend(onnx_path, task, input_names, choice.device, int8, threads)

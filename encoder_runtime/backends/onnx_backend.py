@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from encoder_runtime import devices
-from encoder_runtime.backends.base import MASK_ROWS_PER_CHUNK
+from encoder_runtime.backends.base import MASK_ROWS_PER_CHUNK, Task
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,13 @@ SLOW_CPU_FUSIONS = ["SkipLayerNormFusion"]
 
 class OnnxBackend:
     def __init__(
-        self, onnx_path: Path, input_names: tuple[str, ...], device: str, int8: bool, threads: int = 0
+        self,
+        onnx_path: Path,
+        task: Task,
+        input_names: tuple[str, ...],
+        device: str,
+        int8: bool,
+        threads: int = 0,
     ):
         import onnxruntime as ort
 
@@ -40,6 +46,11 @@ class OnnxBackend:
         # (docs/benchmarks.md, "Design measurements").
         self.parallel_passes = cores if on_cpu else 1
         self.max_padding = 0.02 if on_cpu else 0.1
+        # A single-threaded CPU pass of a few short texts costs 415-520 us beyond its tokens, what 11-15 padded
+        # tokens do (int8; benchmarks/results/pass_cost_int8_calibrated.json; fp32: pass_cost.json). Padding
+        # leaves each text's vector as it is (int8 scales are calibrated: static_int8.py). Fill-mask positions
+        # cost more (each projects onto the vocabulary) and CUDA passes were not measured: no allowance there.
+        self.padding_tokens = 8 if on_cpu and task == "embed" else 0
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = 1 if on_cpu else cores

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 class TorchBackend:
     name = "torch"
     max_padding = 0.1
+    padding_tokens = 0  # a pass's fixed cost is not measured for torch (benchmarks/pass_cost.py measures it)
 
     def __init__(self, path: Path, task: Task, input_names: tuple[str, ...], device: str, threads: int = 0):
         self.device = torch.device(device)

@@ -65,6 +65,24 @@ def test_plan_batches_keeps_padding_within_its_bound(max_padding: float):
     assert len(batches) == {0.0: 9, 0.02: 8, 0.1: 4, 0.5: 2}[max_padding]
 
 
+def test_plan_batches_lets_short_texts_share_a_pass_within_the_padding_tokens():
+    """A pass's fixed cost, stated as ``padding_tokens``, lets texts a few tokens apart share a batch that
+    the fraction alone would split; the allowance bounds each batch's padding in absolute tokens."""
+    lengths = [10, 11, 12, 12, 13, 20, 21, 40, 41, 41, 44]
+    alone = plan_batches(lengths, max_batch_tokens=10_000, max_batch_size=64, max_padding=0.0)
+    shared = plan_batches(lengths, 10_000, 64, max_padding=0.0, padding_tokens=8)
+    for batch in shared:
+        longest = max(lengths[i] for i in batch)
+        assert len(batch) * longest - sum(lengths[i] for i in batch) <= 8
+    assert [[lengths[i] for i in batch] for batch in shared] == [
+        [10, 11, 12, 12, 13],  # 7 padded tokens
+        [20, 21],  # 20 more would pad by 42
+        [40, 41, 41],
+        [44],  # with it, 10 padded tokens
+    ]
+    assert len(alone) == 9
+
+
 def test_batched_embeddings_equal_one_by_one(bundled_torch, shared_data):
     texts = sts_sentences(shared_data, 40)
     batched = bundled_torch.embed(texts)
@@ -107,6 +125,7 @@ def test_onnx_int8_keeps_quality_on_real_text(bundled_torch, onnx_pair, shared_d
     assert onnx_pair[1].backend.parallel_passes == (os.cpu_count() or 1)
     assert onnx_pair[1].backend.session.get_session_options().intra_op_num_threads == 1
     assert onnx_pair[1].backend.max_padding < bundled_torch.backend.max_padding  # short batches per core
+    assert onnx_pair[1].backend.padding_tokens > 0  # but a pass's fixed cost lets near lengths share one
 
 
 def test_int8_vector_of_a_text_does_not_depend_on_its_batch(onnx_pair, shared_data):
