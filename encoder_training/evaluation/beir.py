@@ -81,8 +81,13 @@ def score_run(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> di
 
 
 def default_index_dir(data: Path, encoder: Any, backend: str) -> Path:
+    """A cached index per data set, model and backend; ONNX ones also per export recipe, since a new recipe
+    (calibrated int8, say) makes other vectors from the same model."""
+    from encoder_runtime.backends.onnx_export import EXPORTER
+
     cache = Path(os.environ.get("CLOZE_CACHE_DIR", Path.home() / ".cache" / "cloze-search"))
-    return cache / "beir" / f"{data.resolve().name}-{encoder.info.fingerprint[:12]}-{backend}"
+    recipe = f"-x{EXPORTER}" if backend.startswith("onnx") else ""
+    return cache / "beir" / f"{data.resolve().name}-{encoder.info.fingerprint[:12]}-{backend}{recipe}"
 
 
 def evaluate_beir(
