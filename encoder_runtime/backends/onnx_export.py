@@ -244,15 +244,32 @@ def quantize_dynamic_int8(fp32: Path, out: Path, recipe: str) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     log.info("quantising %s to int8 (per-channel)", fp32)
-    quantize_dynamic(
-        fp32,
-        out,
-        per_channel=True,
-        weight_type=QuantType.QInt8,
-        op_types_to_quantize=None if recipe == "fused" else ["MatMul"],
-        # Fused ops come from the com.microsoft domain, which ONNX shape inference can't type.
-        extra_options={"DefaultTensorType": TensorProto.FLOAT},
-    )
+    quiet = _QuantizerInfo()
+    logging.getLogger().addFilter(quiet)
+    try:
+        quantize_dynamic(
+            fp32,
+            out,
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=None if recipe == "fused" else ["MatMul"],
+            # Fused ops come from the com.microsoft domain, which ONNX shape inference can't type.
+            extra_options={"DefaultTensorType": TensorProto.FLOAT},
+        )
+    finally:
+        logging.getLogger().removeFilter(quiet)
+
+
+class _QuantizerInfo(logging.Filter):
+    """Drops what ``onnxruntime.quantization`` logs below WARNING straight on the root logger: a line per
+    tensor it leaves alone (36 for the bundled model), in every export's and every first start's log. Other
+    loggers' records never pass a root-logger filter, so nothing else is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or _QUANTIZATION not in record.pathname
+
+
+_QUANTIZATION = os.path.join("onnxruntime", "quantization")
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -162,6 +162,19 @@ def test_torch_on_a_cpu_runs_one_single_threaded_pass_per_core(bundled_torch):
     assert torch.get_num_threads() == callers_threads  # the caller keeps its own setting
 
 
+def test_int8_export_logs_no_line_per_tensor(tiny_bert, tmp_path, caplog):
+    """onnxruntime.quantization logs each tensor it skips at INFO on the root logger; the export drops those
+    and keeps its own line."""
+    import logging
+
+    with caplog.at_level(logging.INFO):
+        load_encoder(str(tiny_bert), backend="onnx-int8", onnx_cache=tmp_path / "cache")
+    quantizer = os.path.join("onnxruntime", "quantization")
+    from_quantizer = [r for r in caplog.records if quantizer in r.pathname and r.levelno < logging.WARNING]
+    assert not from_quantizer, [r.getMessage() for r in from_quantizer][:3]
+    assert any("quantising" in r.getMessage() for r in caplog.records)
+
+
 def test_onnx_cache_is_reused_and_refreshed_when_the_model_changes(tiny_bert, tmp_path):
     import json
     import shutil
