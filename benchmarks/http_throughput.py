@@ -222,9 +222,8 @@ def main() -> None:
         max_batch_size=settings.max_batch_size,
     )
     encoder.embed(sentences[:128])  # warm-up
-    # One text a pass on both sides: int8 passes quantise each activation tensor with one scale for the
-    # whole batch, so a text's vector moves a little (cosine ~0.99) with the neighbours and padding its
-    # batch happens to have, which differ between checkouts whose batch planning differs.
+    # One text a pass on both sides: --server-checkout may name a checkout from before int8 scales were
+    # calibrated, where a text's int8 vector moved (cosine ~0.99) with whatever shared its pass.
     reference = np.concatenate([encoder.embed([text]) for text in sentences[:8]])
     work = Path(tempfile.mkdtemp(prefix="cloze-http-"))
     script = work / "cycle.lua"

@@ -30,12 +30,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from encoder_runtime.backends.onnx_backend import OnnxBackend  # noqa: E402
 from encoder_runtime.backends.onnx_export import (  # noqa: E402
     default_cache_dir,
     ensure_onnx,
     quantize_dynamic_int8,
 )
 from encoder_runtime.backends.static_int8 import fix_activation_scales  # noqa: E402
+from encoder_runtime.encoder import EncoderRuntime  # noqa: E402
 from encoder_runtime.model_dir import ModelInfo, resolve_model_path  # noqa: E402
 from encoder_runtime.tokenization import TextTokenizer  # noqa: E402
 
@@ -75,28 +77,17 @@ def sts_sentences(limit: int) -> list[str]:
         ]
 
 
-def session(path: Path):
-    import onnxruntime as ort
-
-    from encoder_runtime.backends.onnx_backend import SLOW_CPU_FUSIONS
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    return ort.InferenceSession(
-        str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=SLOW_CPU_FUSIONS
-    )
-
-
 class Embedder:
-    def __init__(self, path: Path, tokenizer: TextTokenizer):
-        self.session, self.tokenizer = session(path), tokenizer
+    """The runtime's own pass (pad, forward, pool, normalise) over one ONNX graph, single-threaded as served."""
+
+    def __init__(self, path: Path, info: ModelInfo, tokenizer: TextTokenizer):
+        backend = OnnxBackend(
+            path, "embed", tokenizer.input_names, "cpu", int8="int8" in path.name, threads=1
+        )
+        self.runtime = EncoderRuntime(info, tokenizer, backend)
 
     def __call__(self, items) -> np.ndarray:
-        feed = self.tokenizer.pad(items)
-        states = self.session.run(None, feed)[0]
-        mask = (np.arange(states.shape[1])[None, :] < np.array([len(i) for i in items])[:, None])[..., None]
-        vectors = (states * mask).sum(axis=1) / mask.sum(axis=1)
-        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        return self.runtime.finish(self.runtime.run(items), normalize=True)
 
     def alone(self, items) -> np.ndarray:
         return np.vstack([self([item]) for item in items])
@@ -146,17 +137,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "int8_calibration.json")
     args = parser.parse_args()
     path = resolve_model_path(args.model)
-    tokenizer = TextTokenizer(path, ModelInfo.read(path).max_tokens)
+    info = ModelInfo.read(path)
+    tokenizer = TextTokenizer(path, info.max_tokens)
     fp32 = ensure_onnx(path, "embed", False, tokenizer.input_names, default_cache_dir(path))
     recipe = json.loads((fp32.parent / "embed.json").read_text())["recipe"]
     with tempfile.TemporaryDirectory() as tmp:
-        dynamic, calibrated = Path(tmp) / "dynamic.onnx", Path(tmp) / "calibrated.onnx"
+        dynamic, calibrated = Path(tmp) / "dynamic_int8.onnx", Path(tmp) / "calibrated_int8.onnx"
         quantize_dynamic_int8(fp32, dynamic, recipe)
         started = time.perf_counter()
         fix_activation_scales(dynamic, calibrated, tokenizer)
         calibration_s = time.perf_counter() - started
-        reference = Embedder(fp32, tokenizer)
-        graphs = {"dynamic": Embedder(dynamic, tokenizer), "calibrated": Embedder(calibrated, tokenizer)}
+        reference = Embedder(fp32, info, tokenizer)
+        graphs = {
+            "dynamic": Embedder(dynamic, info, tokenizer),
+            "calibrated": Embedder(calibrated, info, tokenizer),
+        }
         kinds = {
             "stsb_test_sentences": sts_sentences(300),
             "scifact_documents": corpus_texts("beir-scifact", 200),

@@ -15,7 +15,6 @@ this one, and a graph of many small nodes costs a fixed time per pass."""
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from pathlib import Path
 
@@ -23,7 +22,6 @@ import numpy as np
 
 from encoder_runtime.tokenization import TextTokenizer
 
-log = logging.getLogger(__name__)
 CALIBRATION_TEXT = Path(__file__).with_name("calibration") / "prose.txt"
 
 
