@@ -150,10 +150,3 @@ def make_pairs(
         rng.shuffle(batch)
         pairs += batch
     return pairs
-
-
-def sentences_of(passages: list[Passage], limit: int, seed: int = 42) -> list[str]:
-    """A seeded sample of the corpus's sentences (for distillation toward the starting model)."""
-    sentences = [s for p in passages for s in split_sentences(p.body) if len(s.split()) >= MIN_SENTENCE_WORDS]
-    random.Random(seed).shuffle(sentences)
-    return sentences[:limit]
