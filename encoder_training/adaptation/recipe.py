@@ -3,7 +3,8 @@
 Honest status (docs/adapt.md): on two CPU cores a 60-minute run and its evaluation take over an hour, so
 one default was swept: ``interpolate``, after the fact on the 60-minute run's encoders, scored on SciFact's
 train queries (809; ``benchmarks/adapt_guard_sweep.py``). Every other default comes from the paper named
-beside it, or from time (``mine_max_seq_length``, ``mlm_fraction``). SciFact's test queries chose
+beside it, or from time (``mine_max_seq_length``, ``mlm_fraction``); two were held against one train-scored
+alternative run each and kept (``mlm_learning_rate``, ``pair_kinds``). SciFact's test queries chose
 nothing: ``benchmarks/results/adapt_test_60min.json`` reports on them, it did not pick anything.
 """
 
@@ -34,7 +35,9 @@ class AdaptConfig:
     mlm_warmup_steps: int = 20
 
     # stage 2: contrastive fine-tuning on corpus-made pairs with mined hard negatives
-    pair_kinds: list[str] = field(default_factory=lambda: ["ict"])  # ict | title | crop
+    # ict | title | crop. title measured on SciFact train (one 60-minute run): dense +0.004, hybrid -0.005
+    # against ict, a wash (benchmarks/results/adapt_title_pairs.json); ict also needs no titles
+    pair_kinds: list[str] = field(default_factory=lambda: ["ict"])
     keep_sentence: float = 0.1  # ICT: leave the anchor sentence in its passage this often (ORQA)
     pair_rounds: int = 1  # pairs per document (one per round)
     mine_negatives: bool = True

@@ -63,6 +63,15 @@ def test_ict_pair_takes_one_sentence_out_of_its_passage() -> None:
     assert corpus.ict_pair(Passage("q", "", " ".join(SENTENCES[:2])), random.Random(0), 0.0) is None
 
 
+def test_title_pairs_without_titles_are_the_ict_pairs() -> None:
+    """docs/adapt.md reads the MS MARCO figure of ``--pair-kinds title`` off the ICT run: without titles
+    both options must make the very same pairs (same fallback, same random draws)."""
+    untitled = [Passage(str(i), "", " ".join(SENTENCES[i % 4 :] + SENTENCES[: i % 4])) for i in range(12)]
+    assert corpus.make_pairs(untitled, ["title"]) == corpus.make_pairs(untitled, ["ict"])
+    titled = [Passage(p.id, f"Title {p.id}", p.body) for p in untitled]
+    assert corpus.make_pairs(titled, ["title"]) != corpus.make_pairs(titled, ["ict"])
+
+
 def test_title_and_crop_pairs() -> None:
     passage = Passage("p", "A title", " ".join(SENTENCES))
     assert corpus.title_pair(passage) == {"anchor": "A title", "positive": passage.body}
