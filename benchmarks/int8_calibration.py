@@ -80,10 +80,8 @@ def sts_sentences(limit: int) -> list[str]:
 class Embedder:
     """The runtime's own pass (pad, forward, pool, normalise) over one ONNX graph, single-threaded as served."""
 
-    def __init__(self, path: Path, info: ModelInfo, tokenizer: TextTokenizer):
-        backend = OnnxBackend(
-            path, "embed", tokenizer.input_names, "cpu", int8="int8" in path.name, threads=1
-        )
+    def __init__(self, path: Path, info: ModelInfo, tokenizer: TextTokenizer, int8: bool = True):
+        backend = OnnxBackend(path, "embed", tokenizer.input_names, "cpu", int8=int8, threads=1)
         self.runtime = EncoderRuntime(info, tokenizer, backend)
 
     def __call__(self, items) -> np.ndarray:
@@ -142,12 +140,12 @@ def main() -> None:
     fp32 = ensure_onnx(path, "embed", False, tokenizer.input_names, default_cache_dir(path))
     recipe = json.loads((fp32.parent / "embed.json").read_text())["recipe"]
     with tempfile.TemporaryDirectory() as tmp:
-        dynamic, calibrated = Path(tmp) / "dynamic_int8.onnx", Path(tmp) / "calibrated_int8.onnx"
+        dynamic, calibrated = Path(tmp) / "dynamic.onnx", Path(tmp) / "calibrated.onnx"
         quantize_dynamic_int8(fp32, dynamic, recipe)
         started = time.perf_counter()
         fix_activation_scales(dynamic, calibrated, tokenizer)
         calibration_s = time.perf_counter() - started
-        reference = Embedder(fp32, info, tokenizer)
+        reference = Embedder(fp32, info, tokenizer, int8=False)
         graphs = {
             "dynamic": Embedder(dynamic, info, tokenizer),
             "calibrated": Embedder(calibrated, info, tokenizer),
