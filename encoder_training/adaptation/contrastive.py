@@ -5,6 +5,10 @@ Mining is sentence-transformers' ``mine_hard_negatives``: for each anchor, the s
 ``mine_range_max`` passages are the candidates, and the false-negative guard is NV-Retriever's
 TopK-PercPos (Moreira et al. 2024): a candidate scoring above ``(1 - relative_margin)`` times the
 positive's score is too close to be trusted as a negative and is skipped.
+
+With ``distill_weight`` above zero the loss also pulls every text's embedding toward the starting
+encoder's embedding of it (``DistilledRankingLoss``): a forgetting guard that acts during training, where
+the weight interpolation of ``run.interpolate`` acts after it.
 """
 
 from __future__ import annotations
@@ -12,8 +16,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import torch
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from sentence_transformers.base.losses.merged_forward import embed_columns
 from sentence_transformers.base.sampler import BatchSamplers
+from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+from torch import nn
 
 from encoder_training.adaptation.recipe import AdaptConfig
 from encoder_training.adaptation.timing import ResumableTimeBox, RunState, train_resuming
@@ -21,6 +29,7 @@ from encoder_training.pretraining.train import budget_schedule
 
 log = logging.getLogger(__name__)
 MINED = "mined.jsonl"
+TEACHER = "teacher.pt"
 
 
 def mine(config: AdaptConfig, model, pairs: list[dict[str, str]], work: Path):
@@ -82,6 +91,53 @@ def fill_unmined(pairs: list[dict[str, str]], mined, num_negatives: int, seed: i
     return Dataset.from_list(rows)
 
 
+def text_columns(dataset) -> list[str]:
+    return [c for c in dataset.column_names if c != "label"]
+
+
+def teacher_embeddings(model, train, max_seq_length: int, work: Path) -> torch.Tensor:
+    """The starting encoder's embeddings of every text of every row, ``(rows, columns, dim)`` in
+    ``train``'s row and column order: the distillation targets. Each distinct text is embedded once, at
+    the contrastive stage's window; cached in ``work/teacher.pt`` so a resume does not embed again."""
+    cached = work / TEACHER
+    if cached.is_file():
+        return torch.load(cached)
+    columns = text_columns(train)
+    texts = sorted({row[c] for row in train for c in columns})
+    window = model.max_seq_length
+    model.max_seq_length = max_seq_length
+    try:
+        vectors = model.encode(texts, batch_size=64, convert_to_tensor=True, show_progress_bar=True).cpu()
+    finally:
+        model.max_seq_length = window
+    position = {text: number for number, text in enumerate(texts)}
+    rows = torch.tensor([[position[row[c]] for c in columns] for row in train])
+    teacher = vectors[rows]
+    work.mkdir(parents=True, exist_ok=True)
+    torch.save(teacher, cached)
+    return teacher
+
+
+class DistilledRankingLoss(nn.Module):
+    """MNRL plus ``weight`` times the mean squared distance of each text's embedding from the starting
+    encoder's (``teacher[row]``; the row number arrives as the ``label`` column). For normalised
+    embeddings the distance is 2(1 - cos)."""
+
+    def __init__(self, model, teacher: torch.Tensor, weight: float):
+        super().__init__()
+        self.model = model
+        self.ranking = MultipleNegativesRankingLoss(model)
+        self.teacher = teacher
+        self.weight = weight
+
+    def forward(self, sentence_features, labels: torch.Tensor) -> torch.Tensor:
+        embeddings = embed_columns(self.model, sentence_features)
+        ranking = self.ranking.compute_loss_from_embeddings(embeddings, labels)
+        student = torch.stack(embeddings, dim=1)
+        target = self.teacher[labels.cpu()].to(student)
+        return ranking + self.weight * (student - target).pow(2).sum(-1).mean()
+
+
 class BudgetTrainer(SentenceTransformerTrainer):
     """The sentence-transformers trainer with the learning rate decaying to zero at the end of the
     wall-clock budget (the pre-training stage's schedule), since steps are what the clock allows."""
@@ -98,17 +154,22 @@ class BudgetTrainer(SentenceTransformerTrainer):
 
 
 def run_contrastive(
-    config: AdaptConfig, model, train, general, work: Path, minutes: float, state: RunState
+    config: AdaptConfig, model, train, general, work: Path, minutes: float, state: RunState, teacher=None
 ) -> dict:
-    """Train ``model`` in place for ``minutes`` with MNRL (in-batch plus mined negatives)."""
+    """Train ``model`` in place for ``minutes`` with MNRL (in-batch plus mined negatives), distilled toward
+    ``teacher`` (``teacher_embeddings``) when given."""
     from datasets import Dataset
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     stage_dir = work / "contrastive"
+    if teacher is not None:
+        loss = {"corpus": DistilledRankingLoss(model, teacher, config.distill_weight)}
+        train = train.add_column("label", list(range(len(train))))
+    else:
+        loss = {"corpus": MultipleNegativesRankingLoss(model)}
     datasets = {"corpus": train}
     if general:
         datasets["general"] = Dataset.from_list(general)
-    loss = MultipleNegativesRankingLoss(model)
+        loss["general"] = MultipleNegativesRankingLoss(model)
     time_box = ResumableTimeBox(minutes, state, "contrastive")
     args = SentenceTransformerTrainingArguments(
         output_dir=str(stage_dir / "checkpoints"),
@@ -128,7 +189,7 @@ def run_contrastive(
         model=model,
         args=args,
         train_dataset=datasets if len(datasets) > 1 else train,
-        loss=loss,
+        loss=loss if len(datasets) > 1 else loss["corpus"],
         callbacks=[time_box],
         time_box=time_box,
         warmup=config.warmup_steps,
@@ -137,7 +198,7 @@ def run_contrastive(
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     record = {
         "rows": {name: len(d) for name, d in datasets.items()},
-        "columns": train.column_names,
+        "columns": text_columns(train),
         "steps": result.global_step,
         "seconds": round(seconds, 1),
         "first_loss": losses[0] if losses else None,

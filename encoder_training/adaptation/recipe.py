@@ -53,6 +53,10 @@ class AdaptConfig:
     max_seq_length: int = 256  # the window the index chunks documents to
     warmup_steps: int = 20
 
+    # forgetting guard during training: distillation toward the starting encoder's embeddings of the training
+    # texts, this weight times their squared distance added to MNRL (0: off)
+    distill_weight: float = 0.0
+
     # forgetting guard: interpolate the adapted weights with the starting model's (WiSE-FT)
     # weight of the adapted model (1.0: none). Swept after the 60-minute run on SciFact's train queries (dense
     # nDCG@10: 1.0 0.654, 0.5 0.676, 0.25 0.683, bundled 0.678; benchmarks/results/adapt_guard_sweep.json)

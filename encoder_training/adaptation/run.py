@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from encoder_runtime.model_dir import fingerprint, resolve_model_path
-from encoder_training.adaptation.contrastive import mine, run_contrastive
+from encoder_training.adaptation.contrastive import mine, run_contrastive, teacher_embeddings
 from encoder_training.adaptation.corpus import make_pairs, read_passages
 from encoder_training.adaptation.mlm import run_mlm
 from encoder_training.adaptation.recipe import AdaptConfig
@@ -74,6 +74,22 @@ def mine_record(pairs: list[dict[str, str]], train, seconds: float) -> dict:
     }
 
 
+def distillation_targets(config: AdaptConfig, start_model, train, work: Path, state: RunState):
+    """The starting encoder's embeddings of the training texts when ``distill_weight`` asks for them (a
+    timed step of its own, so it counts against the budget), else None."""
+    if config.distill_weight == 0:
+        return None
+    started = time.perf_counter()
+    teacher = teacher_embeddings(start_model, train, config.max_seq_length, work)
+    if not state.is_done("teacher"):
+        state.add("teacher", time.perf_counter() - started)
+        rows, columns, _ = teacher.shape
+        state.finish(
+            "teacher", {"rows": rows, "columns": columns, "seconds": round(state.spent("teacher"), 1)}
+        )
+    return teacher
+
+
 def validate(config: AdaptConfig) -> None:
     unknown = set(config.stages) - set(STAGES)
     if unknown or not config.stages:
@@ -82,6 +98,8 @@ def validate(config: AdaptConfig) -> None:
         raise ValueError("--max-time-minutes must be positive")
     if not 0.0 < config.mlm_fraction < 1.0:
         raise ValueError("--mlm-fraction must be in (0, 1)")
+    if config.distill_weight < 0:
+        raise ValueError("--distill-weight must be zero (off) or positive")
     if not config.out:
         raise ValueError("--out is required")
 
@@ -111,6 +129,9 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
             state.add("mine", time.perf_counter() - mine_started)
             state.finish("mine", mine_record(pairs, train, state.spent("mine")))
         records["mine"] = state.record("mine")
+        teacher = distillation_targets(config, model, train, work, state)
+        if teacher is not None:
+            records["teacher"] = state.record("teacher")
 
     current = start
     if "mlm" in config.stages:
@@ -137,7 +158,7 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
                 )
             data_dir = default_data_dir()
             general = [row for source in config.general_pairs for row in load_training_rows(source, data_dir)]
-            record = run_contrastive(config, model, train, general, work, left / 60, state)
+            record = run_contrastive(config, model, train, general, work, left / 60, state, teacher)
             model.save(str(work / "contrastive" / "model"))
             state.finish("contrastive", record)
         else:

@@ -223,3 +223,53 @@ def test_pairs_without_a_mined_negative_get_a_random_passage(tmp_path: Path) -> 
     assert sorted(r["anchor"] for r in rows) == sorted(p["anchor"] for p in pairs)
     assert next(r for r in rows if r["anchor"] == "a0")["negative_1"] == "p5"
     assert all(r["negative_1"] != r["positive"] and r["negative_1"].startswith("p") for r in rows)
+
+
+def test_distillation_term_is_the_squared_distance_from_the_starting_embeddings(tiny_bert: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    from encoder_training.adaptation.contrastive import DistilledRankingLoss
+
+    model = SentenceTransformer(str(tiny_bert), device="cpu")
+    model.eval()  # no dropout: the two losses see the same embeddings
+    columns = [SENTENCES[:2], SENTENCES[2:]]
+    features = [model.tokenize(texts) for texts in columns]
+    with torch.no_grad():
+        own = torch.stack([model(dict(f))["sentence_embedding"] for f in features], dim=1)
+        rows = torch.tensor([0, 1])
+        ranking = MultipleNegativesRankingLoss(model)([dict(f) for f in features], rows)
+        same = DistilledRankingLoss(model, own, weight=3.0)([dict(f) for f in features], rows)
+        shifted = DistilledRankingLoss(model, own + 0.5, weight=3.0)([dict(f) for f in features], rows)
+    dim = own.shape[-1]
+    assert same == pytest.approx(float(ranking), abs=1e-5)  # at the teacher: MNRL alone
+    assert shifted == pytest.approx(float(ranking) + 3.0 * 0.25 * dim, rel=1e-4)
+
+
+def test_adapt_with_distillation_embeds_the_training_texts_once_and_keeps_closer_to_the_start(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    corpus_path = _corpus(tmp_path / "corpus.jsonl")
+    start = SentenceTransformer(str(tiny_bert), device="cpu").encode(SENTENCES, convert_to_tensor=True)
+    drift = {}
+    for weight in ("0", "50"):
+        out = tmp_path / f"adapted-{weight}"
+        argv = [
+            "adapt", "--model", str(tiny_bert), "--corpus", str(corpus_path), "--out", str(out),
+            "--stages", "contrastive", "--max-time-minutes", "0.25", "--contrastive-batch-size", "4",
+            "--max-seq-length", "48", "--interpolate", "1.0", "--contrastive-learning-rate", "1e-3",
+            "--distill-weight", weight, "--seed", "1",
+        ]  # fmt: skip
+        main(argv)
+        stages = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["stages"]
+        assert stages["contrastive"]["steps"] > 5
+        assert stages["contrastive"]["columns"] == ["anchor", "positive", "negative_1"]
+        if weight == "0":
+            assert "teacher" not in stages
+        else:
+            assert stages["teacher"]["rows"] == 24 and stages["teacher"]["columns"] == 3
+        moved = SentenceTransformer(str(out), device="cpu").encode(SENTENCES, convert_to_tensor=True)
+        drift[weight] = float((moved - start).pow(2).sum(-1).mean())
+    assert drift["50"] < drift["0"] / 2, drift
