@@ -8,7 +8,9 @@ Variants (the ablation), all from the bundled all-MiniLM-L6-v2 under one budget 
 - ``both``: the recipe as shipped (MLM stage, then contrastive with mined negatives, then interpolation);
 - ``mlm-only``: the ``both`` run's MLM stage alone (its ``mlm_fraction`` of the budget), interpolated the same way;
 - ``contrastive-only``: no MLM stage; the same mined pairs and the same contrastive time as ``both``;
-- ``no-negatives``: ``both`` with in-batch negatives only (its MLM stage reused, no mining).
+- ``no-negatives``: ``both`` with in-batch negatives only (its MLM stage reused, no mining);
+- ``no-distill`` (not run unless named): ``both`` without the distillation guard (``--distill-weight 0``),
+  its mining and MLM stages reused.
 
 Training never reads queries or qrels. ``--split train`` scores SciFact's train queries (used to choose
 defaults); ``--split test`` gives the reported figures.
@@ -35,7 +37,8 @@ DATA = Path(os.environ.get("CLOZE_DATA_DIR", ROOT.parent / "shared" / "data"))
 RESULTS = ROOT / "benchmarks" / "results"
 SCIFACT = DATA / "beir-scifact"
 MSMARCO = DATA / "beir-msmarco-subset"
-VARIANTS = ("both", "mlm-only", "contrastive-only", "no-negatives")
+ABLATION = ("both", "mlm-only", "contrastive-only", "no-negatives")
+VARIANTS = (*ABLATION, "no-distill")
 
 
 def cloze(*args: str, log: Path) -> dict:
@@ -114,7 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="the --max-time-minutes of every run")
     parser.add_argument("--split", default="test", choices=["test", "train"])
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--variants", nargs="+", default=list(ABLATION), choices=VARIANTS)
     parser.add_argument("--msmarco", action="store_true", help="also adapt on the MS MARCO subset")
     parser.add_argument("--msmarco-minutes", type=float, help="budget there (default: --minutes)")
     parser.add_argument("--no-int8", action="store_true", help="skip the int8 (onnx-int8) check")
@@ -156,6 +159,9 @@ def main() -> None:
             spent = adapt_record(both)["seconds_spent"]
             minutes = args.minutes - spent.get("mlm", 0.0) / 60  # the same contrastive time as "both"
             record = adapt(corpus, out, minutes, ["--stages", "contrastive"], log)
+        elif variant == "no-distill":
+            seeded_work(both_work, work, ("mine", "mlm"))
+            record = adapt(corpus, out, args.minutes, ["--distill-weight", "0"], log)
         else:
             seeded_work(both_work, work, ("mlm",))
             record = adapt(corpus, out, args.minutes, ["--mine-negatives", "false"], log)
