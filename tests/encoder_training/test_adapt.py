@@ -184,7 +184,7 @@ def test_adapt_cli_runs_both_stages_within_budget_and_resumes(
     )
 
 
-def test_adapt_cli_rejects_bad_input(tiny_bert: Path, tmp_path: Path) -> None:
+def test_adapt_cli_rejects_bad_input(tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
         main(
             [
@@ -200,6 +200,10 @@ def test_adapt_cli_rejects_bad_input(tiny_bert: Path, tmp_path: Path) -> None:
     corpus_path = _corpus(tmp_path / "c.jsonl", documents=4)
     with pytest.raises(SystemExit):
         main(["adapt", "--corpus", str(corpus_path), "--out", str(tmp_path / "o"), "--stages", "distill"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["adapt", "--corpus", str(corpus_path), "--out", str(tmp_path / "o"), "--distill-weight", "-1"])
+    assert "--distill-weight must be zero (off) or positive" in capsys.readouterr().err
 
 
 def test_an_index_folder_gives_the_same_passages_as_its_corpus(tiny_bert: Path, tmp_path: Path) -> None:
