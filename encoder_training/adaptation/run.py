@@ -74,20 +74,9 @@ def mine_record(pairs: list[dict[str, str]], train, seconds: float) -> dict:
     }
 
 
-def distillation_targets(config: AdaptConfig, start_model, train, work: Path, state: RunState):
-    """The starting encoder's embeddings of the training texts when ``distill_weight`` asks for them (a
-    timed step of its own, so it counts against the budget), else None."""
-    if config.distill_weight == 0:
-        return None
-    started = time.perf_counter()
-    teacher = teacher_embeddings(start_model, train, config.max_seq_length, work)
-    if not state.is_done("teacher"):
-        state.add("teacher", time.perf_counter() - started)
-        rows, columns, _ = teacher.shape
-        state.finish(
-            "teacher", {"rows": rows, "columns": columns, "seconds": round(state.spent("teacher"), 1)}
-        )
-    return teacher
+def teacher_record(teacher, seconds: float) -> dict:
+    rows, columns, _ = teacher.shape
+    return {"rows": rows, "columns": columns, "seconds": round(seconds, 1)}
 
 
 def validate(config: AdaptConfig) -> None:
@@ -121,17 +110,20 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
 
     model = SentenceTransformer(str(start), local_files_only=True)
     model.max_seq_length = config.mine_max_seq_length
+    teacher = None
     if "contrastive" in config.stages:
         mine_started = started  # reading the corpus counts too
         pairs = make_pairs(passages, config.pair_kinds, config.pair_rounds, config.keep_sentence, config.seed)
         train = mine(config, model, pairs, work)
-        if not state.is_done("mine"):
-            state.add("mine", time.perf_counter() - mine_started)
-            state.finish("mine", mine_record(pairs, train, state.spent("mine")))
-        records["mine"] = state.record("mine")
-        teacher = distillation_targets(config, model, train, work, state)
-        if teacher is not None:
-            records["teacher"] = state.record("teacher")
+        records["mine"] = state.finish_timed(
+            "mine", time.perf_counter() - mine_started, lambda spent: mine_record(pairs, train, spent)
+        )
+        if config.distill_weight:  # the starting encoder's embeddings of the training texts, timed too
+            teacher_started = time.perf_counter()
+            teacher = teacher_embeddings(model, train, config.max_seq_length, work)
+            records["teacher"] = state.finish_timed(
+                "teacher", time.perf_counter() - teacher_started, lambda spent: teacher_record(teacher, spent)
+            )
 
     current = start
     if "mlm" in config.stages:

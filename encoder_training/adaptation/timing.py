@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,14 @@ class RunState:
             self.data["done"].append(stage)
         self.data.setdefault("records", {})[stage] = record or {}
         self.save()
+
+    def finish_timed(self, stage: str, seconds: float, record: Callable[[float], dict]) -> dict:
+        """Count ``seconds`` to ``stage`` and finish it with ``record(total seconds)``, unless a resumed run
+        finished it already; returns the stage's record either way."""
+        if not self.is_done(stage):
+            self.add(stage, seconds)
+            self.finish(stage, record(self.spent(stage)))
+        return self.record(stage)
 
     def record(self, stage: str) -> dict:
         return self.data.get("records", {}).get(stage, {})
