@@ -14,7 +14,10 @@ Device = Literal["auto", "cpu", "cuda"]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CLOZE_", env_file=None, extra="ignore")
+    # An empty variable (``CLOZE_MAX_BATCH_TOKENS=`` in .env.example) means the default, as if unset.
+    model_config = SettingsConfigDict(
+        env_prefix="CLOZE_", env_file=None, extra="ignore", env_ignore_empty=True
+    )
 
     # Models and index
     model: str = Field(
@@ -48,7 +51,9 @@ class Settings(BaseSettings):
     )
 
     # Batching
-    max_batch_tokens: int = Field(8192, ge=64, description="Token budget of one forward pass (padded)")
+    max_batch_tokens: int | None = Field(
+        None, ge=64, description="Token budget of one forward pass (padded); unset: the backend's (README)"
+    )
     max_batch_size: int = Field(64, ge=1, description="Most sequences in one forward pass")
     max_wait_ms: float = Field(
         0.0, ge=0, description="How long a batch waits to fill (0: it fills while the previous pass runs)"

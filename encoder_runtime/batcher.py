@@ -81,12 +81,16 @@ class MicroBatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
-    def for_runtime(cls, runtime: TokenizedRuntime, **settings: Any) -> MicroBatcher:
-        """A batcher over ``runtime``, shaped as its backend runs best (passes side by side, padding bound)."""
+    def for_runtime(
+        cls, runtime: TokenizedRuntime, max_batch_tokens: int | None = None, **settings: Any
+    ) -> MicroBatcher:
+        """A batcher over ``runtime``, shaped as its backend runs best (passes side by side, padding bound,
+        and the backend's own token budget unless ``max_batch_tokens`` sets one)."""
         backend = runtime.backend
         return cls(
             runtime.encode,
             runtime.run,
+            max_batch_tokens=max_batch_tokens or backend.batch_tokens,
             parallel_passes=backend.parallel_passes,
             max_padding=backend.max_padding,
             padding_tokens=backend.padding_tokens,

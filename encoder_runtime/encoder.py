@@ -38,13 +38,13 @@ class EncoderRuntime(TokenizedRuntime):
         info: ModelInfo,
         tokenizer: TextTokenizer,
         backend: Backend,
-        max_batch_tokens: int = 8192,
+        max_batch_tokens: int | None = None,
         max_batch_size: int = 64,
     ):
         self.info = info
         self.tokenizer = tokenizer
         self.backend = backend
-        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_tokens = max_batch_tokens or backend.batch_tokens  # None: what the backend runs best
         self.max_batch_size = max_batch_size
         if backend.parallel_passes > 1:
             self._passes = ThreadPoolExecutor(backend.parallel_passes, thread_name_prefix="forward")
@@ -87,7 +87,7 @@ def load_encoder(
     device: str = "auto",
     threads: int = 0,
     onnx_cache: Path | None = None,
-    max_batch_tokens: int = 8192,
+    max_batch_tokens: int | None = None,
     max_batch_size: int = 64,
 ) -> EncoderRuntime:
 

@@ -40,6 +40,19 @@ def test_unset_key_lists_leave_that_scope_open() -> None:
     assert status_of(lambda: wide_open.check(None, "write")) is None
 
 
+def test_an_empty_batch_budget_variable_leaves_the_choice_to_the_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """.env.example ships ``CLOZE_MAX_BATCH_TOKENS=`` empty: that is the backend's budget, not an error."""
+    monkeypatch.setenv("CLOZE_MAX_BATCH_TOKENS", "")
+    assert Settings().max_batch_tokens is None
+    monkeypatch.setenv("CLOZE_MAX_BATCH_TOKENS", "2048")
+    assert Settings().max_batch_tokens == 2048
+    monkeypatch.setenv("CLOZE_MAX_BATCH_TOKENS", "10")
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        Settings()
+
+
 def test_every_key_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
     compared: list[tuple[bytes, bytes]] = []
 

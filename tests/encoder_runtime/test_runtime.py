@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import numpy as np
@@ -126,6 +127,38 @@ def test_onnx_int8_keeps_quality_on_real_text(bundled_torch, onnx_pair, shared_d
     assert onnx_pair[1].backend.session.get_session_options().intra_op_num_threads == 1
     assert onnx_pair[1].backend.max_padding < bundled_torch.backend.max_padding  # short batches per core
     assert onnx_pair[1].backend.padding_tokens > 0  # but a pass's fixed cost lets near lengths share one
+
+
+def test_a_cpu_pass_holds_the_backends_budget_unless_the_caller_sets_one(
+    bundled_torch, onnx_pair, shared_data
+):
+    """On a CPU a pass holds far fewer padded tokens than the 8,192 a GPU gets (offline and in the
+    micro-batcher): a longer one runs slower per token and grows ONNX Runtime's arena
+    (benchmarks/results/batch_budget.json). A budget the caller sets wins."""
+    from encoder_runtime import EncoderRuntime, MicroBatcher
+
+    int8 = onnx_pair[1]
+    assert int8.backend.batch_tokens == 512 and bundled_torch.backend.batch_tokens == 1024
+    for runtime in (bundled_torch, int8):
+        assert runtime.max_batch_tokens == runtime.backend.batch_tokens
+        assert MicroBatcher.for_runtime(runtime, max_batch_tokens=300).max_batch_tokens == 300
+    assert (
+        EncoderRuntime(int8.info, int8.tokenizer, int8.backend, max_batch_tokens=300).max_batch_tokens == 300
+    )
+
+    sentences = sts_sentences(shared_data, 400)
+    documents = [" ".join(sentences[i : i + 40]) for i in range(0, 400, 40)]  # each past the 256-token window
+    passes: list[int] = []
+
+    async def served() -> None:
+        batcher = MicroBatcher.for_runtime(int8, on_batch=lambda rows, tokens: passes.append(tokens))
+        await asyncio.gather(*(batcher.submit([document]) for document in documents))
+        await batcher.stop()
+
+    asyncio.run(served())
+    budget = int8.backend.batch_tokens
+    assert len(passes) >= len(documents) * 256 / budget
+    assert max(passes) <= budget < 2 * max(passes)  # full passes, none past the budget
 
 
 def test_int8_vector_of_a_text_does_not_depend_on_its_batch(onnx_pair, shared_data):
