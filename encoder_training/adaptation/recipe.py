@@ -4,9 +4,9 @@ Honest status (docs/adapt.md): on two CPU cores a 60-minute run and its evaluati
 one default was swept: ``interpolate``, after the fact on the 60-minute run's encoders, scored on SciFact's
 train queries (809; ``benchmarks/adapt_guard_sweep.py``); ``distill_weight`` 1.0 was set against 0 on
 SciFact train and the MS MARCO subset (one run each). Every other default comes from the paper named
-beside it, or from time (``mine_max_seq_length``, ``mlm_fraction``); two were held against one train-scored
-alternative run each and kept (``mlm_learning_rate``, ``pair_kinds``). SciFact's test queries chose
-nothing: ``benchmarks/results/adapt_test_60min.json`` reports on them, it did not pick anything.
+beside it, or from time (``mine_max_seq_length``, ``mlm_fraction``); two were held against train-scored
+alternative runs and kept (``mlm_learning_rate`` against one, ``pair_kinds`` against two). SciFact's test
+queries chose nothing: ``benchmarks/results/adapt_test_60min.json`` reports on them, it did not pick anything.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ class AdaptConfig:
     mlm_warmup_steps: int = 20
 
     # stage 2: contrastive fine-tuning on corpus-made pairs with mined hard negatives
-    # ict | title | crop. title measured on SciFact train (one 60-minute run): dense +0.004, hybrid -0.005
-    # against ict, a wash (benchmarks/results/adapt_title_pairs.json); ict also needs no titles
+    # ict | title | crop, each measured on SciFact train (one 60-minute run each) against ict: title dense
+    # +0.004, hybrid -0.005 (benchmarks/results/adapt_title_pairs.json); crop -0.0015 / -0.0004 with
+    # distillation on (adapt_crop_pairs.json). Ties both; ict also needs no titles
     pair_kinds: list[str] = field(default_factory=lambda: ["ict"])
     keep_sentence: float = 0.1  # ICT: leave the anchor sentence in its passage this often (ORQA)
     pair_rounds: int = 1  # pairs per document (one per round)
