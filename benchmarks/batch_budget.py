@@ -15,7 +15,6 @@ Writes ``benchmarks/results/batch_budget.json``.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import statistics
@@ -28,22 +27,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.http_throughput import SHARED, distinct_sentences, load  # noqa: E402
+from benchmarks.http_throughput import distinct_sentences, load  # noqa: E402
+from benchmarks.int8_calibration import corpus_texts  # noqa: E402
 from encoder_runtime import load_encoder  # noqa: E402
 
 ROUNDS = 3
 DOCUMENTS = 600
-
-
-def scifact_documents(limit: int) -> list[str]:
-    texts = []
-    with gzip.open(SHARED / "beir-scifact" / "corpus.jsonl.gz", "rt") as handle:
-        for line in handle:
-            record = json.loads(line)
-            texts.append(f"{record.get('title', '')} {record['text']}".strip())
-            if len(texts) >= limit:
-                break
-    return texts
 
 
 def status_mb(field: str) -> float:
@@ -57,7 +46,7 @@ def memory_growth(backend: str, budget: int) -> dict:
     """Run in a child process: peak RSS above the loaded model while it embeds the documents."""
     encoder = load_encoder(backend=backend, max_batch_tokens=budget)
     loaded = status_mb("VmRSS")
-    encoder.embed(scifact_documents(DOCUMENTS))
+    encoder.embed(corpus_texts("beir-scifact", DOCUMENTS))
     return {"loaded_mb": round(loaded, 1), "peak_growth_mb": round(status_mb("VmHWM") - loaded, 1)}
 
 
@@ -90,7 +79,7 @@ def main() -> None:
         print(json.dumps(memory_growth(args.memory_child[0], int(args.memory_child[1]))))
         return
     budgets = [int(b) for b in args.budgets.split(",")]
-    sets = {"sentences": distinct_sentences(2000), "documents": scifact_documents(DOCUMENTS)}
+    sets = {"sentences": distinct_sentences(2000), "documents": corpus_texts("beir-scifact", DOCUMENTS)}
     result: dict = {
         "command": "python benchmarks/batch_budget.py " + " ".join(sys.argv[1:]),
         "cores": os.cpu_count(),
