@@ -6,7 +6,8 @@ train queries (809; ``benchmarks/adapt_guard_sweep.py``); ``distill_weight`` 1.0
 SciFact train and the MS MARCO subset (one run each). Every other default comes from the paper named
 beside it, or from time (``mine_max_seq_length``, ``mlm_fraction``); three were held against train-scored
 alternative runs and kept (``mlm_learning_rate`` and ``mlm_fraction`` against one each, ``pair_kinds``
-against two). SciFact's test queries chose nothing: ``benchmarks/results/adapt_test_60min.json`` reports on them, it did not pick anything.
+against two). SciFact's test queries chose nothing: ``benchmarks/results/adapt_test_60min.json`` reports on
+them, it did not pick anything.
 """
 
 from __future__ import annotations
