@@ -15,6 +15,9 @@ shared with other work distorts less than wall-clock rates.
 
     apt-get install -y wrk
     .venv/bin/python benchmarks/http_throughput.py [--seconds 20] [--out benchmarks/results/http_throughput.json]
+
+``--profile-seconds N`` adds one more ``/embed`` arm with py-spy sampling the server (it slows the server,
+so that arm counts in no ratio) and records where the event loop's samples went (``loop_profile``).
 """
 
 from __future__ import annotations
@@ -168,6 +171,68 @@ def wrk(url: str, route: str, bodies: Path, connections: int, seconds: int, scri
     return result
 
 
+# Parts of the event loop's time that do not nest in one another, by a frame on the sample's stack; the
+# loop's own C code (uvloop: epoll, recv; httptools' parser) is the samples whose innermost Python frame is
+# the loop's entry point, and the rest is Python: uvicorn's protocol, the lane, validation, the response.
+LOOP_PARTS = {
+    "tokenising": ("TextTokenizer.encode (",),
+    "socket send, one per response": ("CoalescingTransport.flush (",),
+    "access line": ("Logger.handle (",),
+    "metrics": ("Counter.inc (", "Histogram.observe (", "Gauge.set ("),
+}
+LOOP_ENTRY = "Runner.run ("
+
+
+def function_name(frame: str) -> str:
+    """``name (file.py:line)`` -> ``name (file.py)``: samples add up per function, not per line."""
+    return frame.rsplit(":", 1)[0] + ")" if frame.endswith(")") and ":" in frame else frame
+
+
+def loop_part(frames: list[str]) -> str:
+    stack = ";".join(frames)
+    for name, marks in LOOP_PARTS.items():
+        if any(mark in stack for mark in marks):
+            return name
+    return "uvloop and httptools (C)" if frames[-1].startswith(LOOP_ENTRY) else "other Python"
+
+
+def loop_profile(raw: Path, top: int = 15) -> dict:
+    """Shares of the main thread's (the event loop's) py-spy samples: the parts above, and the functions the
+    samples were in (self time)."""
+    parts = dict.fromkeys([*LOOP_PARTS, "uvloop and httptools (C)", "other Python"], 0)
+    own: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        thread, *frames = stack.split(";")
+        if "MainThread" not in thread or not frames:
+            continue
+        samples = int(count)
+        total += samples
+        parts[loop_part(frames)] += samples
+        leaf = function_name(frames[-1])
+        own[leaf] = own.get(leaf, 0) + samples
+    share = {name: round(n / total, 3) for name, n in parts.items()}
+    ranked = sorted(own.items(), key=lambda kv: -kv[1])[:top]
+    return {"samples": total, "parts": share, "self": {name: round(n / total, 3) for name, n in ranked}}
+
+
+def profiled_arm(url: str, bodies: Path, script: Path, pid: int, seconds: int, work: Path) -> dict:
+    """``POST /embed`` under wrk while py-spy samples the server for ``seconds`` (100 Hz, not pausing it)."""
+    raw = work / "loop.raw"
+    py_spy = Path(sys.executable).with_name("py-spy")
+    sampler = subprocess.Popen(
+        [str(py_spy), "record", "-p", str(pid), "-d", str(seconds), "-r", "100", "--nonblocking"]
+        + ["--threads", "-f", "raw", "-o", str(raw)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    arm = wrk(url, "/embed", bodies, CONNECTIONS, seconds + 2, script, pid)
+    if sampler.wait(60) != 0 or not raw.is_file():
+        raise SystemExit("py-spy failed: it needs ptrace rights over the server (the same user, or root)")
+    return {"requests_per_s_while_sampled": arm["requests_per_s"], **loop_profile(raw)}
+
+
 def show(name: str, row: dict) -> None:
     if "sentences_per_s" in row:
         print(
@@ -202,6 +267,9 @@ def main() -> None:
         "--server-checkout",
         default=str(ROOT),
         help="serve from this checkout instead (e.g. main's, for a baseline beside this one's result)",
+    )
+    parser.add_argument(
+        "--profile-seconds", type=int, default=0, help="then py-spy the event loop for this long (0: no)"
     )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "http_throughput.json"))
     args = parser.parse_args()
@@ -293,6 +361,9 @@ def main() -> None:
                 **wrk(url, "/search", search_bodies, SEARCH_CONNECTIONS, args.seconds, script, server.pid),
             }
             show("/search", arms["/search"])
+        if args.profile_seconds:
+            profile = profiled_arm(url, embed_bodies, script, server.pid, args.profile_seconds, work)
+            print("event loop, share of py-spy samples:", profile["parts"])
     finally:
         server.terminate()
         server.wait(60)
@@ -321,6 +392,8 @@ def main() -> None:
         "ratio_to_in_process": ratios,
         "cpu_time_ratio_to_in_process": cpu_ratios,
     }
+    if args.profile_seconds:
+        result["loop_profile"] = {"route": "/embed", "seconds": args.profile_seconds, **profile}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     shutil.rmtree(work, ignore_errors=True)
