@@ -4,9 +4,9 @@ Honest status (docs/adapt.md): on two CPU cores a 60-minute run and its evaluati
 one default was swept: ``interpolate``, after the fact on the 60-minute run's encoders, scored on SciFact's
 train queries (809; ``benchmarks/adapt_guard_sweep.py``); ``distill_weight`` 1.0 was set against 0 on
 SciFact train and the MS MARCO subset (one run each). Every other default comes from the paper named
-beside it, or from time (``mine_max_seq_length``, ``mlm_fraction``); three were held against train-scored
-alternative runs and kept (``mlm_learning_rate`` and ``mlm_fraction`` against one each, ``pair_kinds``
-against three). SciFact's test queries chose nothing: ``benchmarks/results/adapt_test_60min.json`` reports on
+beside it, or from time (``mine_max_seq_length``; ``mlm_fraction`` at first); three were held against
+train-scored alternative runs and kept (``mlm_learning_rate`` and ``mlm_fraction`` against one each,
+``pair_kinds`` against three). SciFact's test queries chose nothing: ``benchmarks/results/adapt_test_60min.json`` reports on
 them, it did not pick anything.
 """
 
