@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -181,6 +182,7 @@ LOOP_PARTS = {
     "metrics": ("Counter.inc (", "Histogram.observe (", "Gauge.set ("),
 }
 LOOP_ENTRY = "Runner.run ("
+LOOP_C, LOOP_PYTHON = "uvloop and httptools (C)", "other Python"
 
 
 def function_name(frame: str) -> str:
@@ -193,28 +195,26 @@ def loop_part(frames: list[str]) -> str:
     for name, marks in LOOP_PARTS.items():
         if any(mark in stack for mark in marks):
             return name
-    return "uvloop and httptools (C)" if frames[-1].startswith(LOOP_ENTRY) else "other Python"
+    return LOOP_C if frames[-1].startswith(LOOP_ENTRY) else LOOP_PYTHON
 
 
 def loop_profile(raw: Path, top: int = 15) -> dict:
     """Shares of the main thread's (the event loop's) py-spy samples: the parts above, and the functions the
     samples were in (self time)."""
-    parts = dict.fromkeys([*LOOP_PARTS, "uvloop and httptools (C)", "other Python"], 0)
-    own: dict[str, int] = {}
-    total = 0
+    parts = Counter(dict.fromkeys([*LOOP_PARTS, LOOP_C, LOOP_PYTHON], 0))
+    own: Counter[str] = Counter()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         thread, *frames = stack.split(";")
-        if "MainThread" not in thread or not frames:
-            continue
-        samples = int(count)
-        total += samples
-        parts[loop_part(frames)] += samples
-        leaf = function_name(frames[-1])
-        own[leaf] = own.get(leaf, 0) + samples
-    share = {name: round(n / total, 3) for name, n in parts.items()}
-    ranked = sorted(own.items(), key=lambda kv: -kv[1])[:top]
-    return {"samples": total, "parts": share, "self": {name: round(n / total, 3) for name, n in ranked}}
+        if "MainThread" in thread and frames:
+            parts[loop_part(frames)] += int(count)
+            own[function_name(frames[-1])] += int(count)
+    total = parts.total()
+    return {
+        "samples": total,
+        "parts": {name: round(n / total, 3) for name, n in parts.items()},
+        "self": {name: round(n / total, 3) for name, n in own.most_common(top)},
+    }
 
 
 def profiled_arm(url: str, bodies: Path, script: Path, pid: int, seconds: int, work: Path) -> dict:

@@ -6,8 +6,8 @@ train queries (809; ``benchmarks/adapt_guard_sweep.py``); ``distill_weight`` 1.0
 SciFact train and the MS MARCO subset (one run each). Every other default comes from the paper named
 beside it, or from time (``mine_max_seq_length``; ``mlm_fraction`` at first); three were held against
 train-scored alternative runs and kept (``mlm_learning_rate`` and ``mlm_fraction`` against one each,
-``pair_kinds`` against three). SciFact's test queries chose nothing: ``benchmarks/results/adapt_test_60min.json`` reports on
-them, it did not pick anything.
+``pair_kinds`` against three). SciFact's test queries chose nothing: ``benchmarks/results/adapt_test_60min.json``
+reports on them, it did not pick anything.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ class AdaptConfig:
     # stage 2: contrastive fine-tuning on corpus-made pairs with mined hard negatives
     # ict | title | crop, each measured on SciFact train (one 60-minute run each) against ict: title dense
     # +0.004, hybrid -0.005 (benchmarks/results/adapt_title_pairs.json); crop -0.0015 / -0.0004 with
-    # distillation on (adapt_crop_pairs.json); ict and title mixed -0.0014 / -0.0015 (adapt_ict_title_pairs.json).
-    # Ties all; ict also needs no titles
+    # distillation on (adapt_crop_pairs.json); ict and title mixed -0.0014 / -0.0015
+    # (adapt_ict_title_pairs.json). Ties all; ict also needs no titles
     pair_kinds: list[str] = field(default_factory=lambda: ["ict"])
     keep_sentence: float = 0.1  # ICT: leave the anchor sentence in its passage this often (ORQA)
     pair_rounds: int = 1  # pairs per document (one per round)

@@ -85,7 +85,12 @@ def docker(*args: str, check: bool = True, timeout: float = 120, **kwargs) -> su
 
 
 def image_exists(name: str) -> bool:
-    return docker("image", "inspect", name, check=False).returncode == 0
+    return image_id(name) is not None
+
+
+def image_id(name: str) -> str | None:
+    result = docker("image", "inspect", "-f", "{{.Id}}", name, check=False)
+    return result.stdout.strip() if result.returncode == 0 else None
 
 
 def image_size_mb(name: str) -> float:
@@ -238,11 +243,6 @@ def torch_wheel_index(torch_version: str) -> Iterator[str]:
 
 # The images this process's builds replaced (test_stack.py checks that they are gone).
 REPLACED: list[str] = []
-
-
-def image_id(name: str) -> str | None:
-    result = docker("image", "inspect", "-f", "{{.Id}}", name, check=False)
-    return result.stdout.strip() if result.returncode == 0 else None
 
 
 def project_image(tag: str, dockerfile: str, log_name: str, *build_args: str, timeout: float = 1800) -> dict:
