@@ -21,8 +21,10 @@ from sentence_transformers import SentenceTransformerTrainer, SentenceTransforme
 from sentence_transformers.base.losses.merged_forward import embed_columns
 from sentence_transformers.base.sampler import BatchSamplers
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+from sentence_transformers.util import cos_sim
 from torch import nn
 
+from encoder_training.adaptation.lexical_teacher import LexicalTeacher
 from encoder_training.adaptation.recipe import AdaptConfig
 from encoder_training.adaptation.timing import ResumableTimeBox, RunState, train_resuming
 from encoder_training.pretraining.train import budget_schedule
@@ -121,21 +123,49 @@ def teacher_embeddings(model, train, max_seq_length: int, work: Path) -> torch.T
 class DistilledRankingLoss(nn.Module):
     """MNRL plus ``weight`` times the mean squared distance of each text's embedding from the starting
     encoder's (``teacher[row]``; the row number arrives as the ``label`` column). For normalised
-    embeddings the distance is 2(1 - cos)."""
+    embeddings the distance is 2(1 - cos).
 
-    def __init__(self, model, teacher: torch.Tensor, weight: float):
+    With a ``lexical`` teacher, MNRL's one-hot target becomes the hybrid teacher's distribution over the
+    same in-batch candidates: softmax of the starting encoder's cosine plus ``lexical_weight`` times
+    normalised BM25, at MNRL's scale (``lexical_teacher``)."""
+
+    def __init__(
+        self,
+        model,
+        teacher: torch.Tensor,
+        weight: float,
+        lexical: LexicalTeacher | None = None,
+        lexical_weight: float = 0.0,
+    ):
         super().__init__()
         self.model = model
         self.ranking = MultipleNegativesRankingLoss(model)
         self.teacher = teacher
         self.weight = weight
+        self.lexical, self.lexical_weight = lexical, lexical_weight
 
     def forward(self, sentence_features, labels: torch.Tensor) -> torch.Tensor:
         embeddings = embed_columns(self.model, sentence_features)
-        ranking = self.ranking.compute_loss_from_embeddings(embeddings, labels)
-        student = torch.stack(embeddings, dim=1)
-        target = self.teacher[labels.cpu()].to(student)
-        return ranking + self.weight * (student - target).pow(2).sum(-1).mean()
+        rows = labels.cpu()
+        if self.lexical is None:
+            loss = self.ranking.compute_loss_from_embeddings(embeddings, labels)
+        else:
+            loss = self.hybrid_ranking(embeddings, rows)
+        if self.weight:
+            student = torch.stack(embeddings, dim=1)
+            target = self.teacher[rows].to(student)
+            loss = loss + self.weight * (student - target).pow(2).sum(-1).mean()
+        return loss
+
+    def hybrid_ranking(self, embeddings: list[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the student's in-batch distribution against the hybrid teacher's."""
+        scale = self.ranking.scale
+        student = scale * cos_sim(embeddings[0], torch.cat(embeddings[1:]))
+        starting = self.teacher[rows].to(student)  # (batch, columns, dim)
+        passages = starting[:, 1:].transpose(0, 1).reshape(-1, starting.shape[-1])  # MNRL's order
+        lexical = self.lexical.scores(rows.numpy()).to(student)
+        target = scale * (cos_sim(starting[:, 0], passages) + self.lexical_weight * lexical)
+        return -(target.softmax(-1) * student.log_softmax(-1)).sum(-1).mean()
 
 
 class BudgetTrainer(SentenceTransformerTrainer):
@@ -157,12 +187,17 @@ def run_contrastive(
     config: AdaptConfig, model, train, general, work: Path, minutes: float, state: RunState, teacher=None
 ) -> dict:
     """Train ``model`` in place for ``minutes`` with MNRL (in-batch plus mined negatives), distilled toward
-    ``teacher`` (``teacher_embeddings``) when given."""
+    ``teacher`` (``teacher_embeddings``) when given, and toward the hybrid teacher's ranking when
+    ``config.lexical_teacher_weight`` is set (which needs ``teacher``)."""
     from datasets import Dataset
 
     stage_dir = work / "contrastive"
     if teacher is not None:
-        loss = {"corpus": DistilledRankingLoss(model, teacher, config.distill_weight)}
+        lexical = LexicalTeacher(train, text_columns(train)) if config.lexical_teacher_weight else None
+        ranking = DistilledRankingLoss(
+            model, teacher, config.distill_weight, lexical, config.lexical_teacher_weight
+        )
+        loss = {"corpus": ranking}
         train = train.add_column("label", list(range(len(train))))
     else:
         loss = {"corpus": MultipleNegativesRankingLoss(model)}

@@ -64,6 +64,9 @@ class AdaptConfig:
     # interpolation 0.25: SciFact train dense 0.686 vs 0.683, hybrid 0.718 vs 0.718; MS MARCO dense -0.006 vs
     # -0.010 from bundled (benchmarks/results/adapt_distill.json). Only 1.0 was run
     distill_weight: float = 1.0
+    # the contrastive target: 0 is MNRL's one-hot; above 0, the in-batch distribution of a hybrid teacher, the
+    # starting encoder's cosine plus this weight times BM25 over the anchor's best BM25 (lexical_teacher.py)
+    lexical_teacher_weight: float = 0.0
 
     # forgetting guard: interpolate the adapted weights with the starting model's (WiSE-FT)
     # weight of the adapted model (1.0: none). Swept after the 60-minute run on SciFact's train queries (dense

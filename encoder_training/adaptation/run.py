@@ -89,6 +89,8 @@ def validate(config: AdaptConfig) -> None:
         raise ValueError("--mlm-fraction must be in (0, 1)")
     if config.distill_weight < 0:
         raise ValueError("--distill-weight must be zero (off) or positive")
+    if config.lexical_teacher_weight < 0:
+        raise ValueError("--lexical-teacher-weight must be zero (off) or positive")
     if not config.out:
         raise ValueError("--out is required")
 
@@ -118,7 +120,7 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
         records["mine"] = state.finish_timed(
             "mine", time.perf_counter() - mine_started, lambda spent: mine_record(pairs, train, spent)
         )
-        if config.distill_weight:  # the starting encoder's embeddings of the training texts, timed too
+        if config.distill_weight or config.lexical_teacher_weight:  # the starting encoder's embeddings, timed
             teacher_started = time.perf_counter()
             teacher = teacher_embeddings(model, train, config.max_seq_length, work)
             records["teacher"] = state.finish_timed(

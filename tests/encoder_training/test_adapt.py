@@ -10,6 +10,7 @@ import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -277,3 +278,119 @@ def test_adapt_with_distillation_embeds_the_training_texts_once_and_keeps_closer
         moved = SentenceTransformer(str(out), device="cpu").encode(SENTENCES, convert_to_tensor=True)
         drift[weight] = float((moved - start).pow(2).sum(-1).mean())
     assert drift["50"] < drift["0"] / 2, drift
+
+
+def test_the_teachers_bm25_is_the_products(tmp_path: Path, shared_data: Path) -> None:
+    from encoder_training.adaptation.lexical_teacher import Bm25Matrix
+    from index.lexical import LexicalIndex
+    from index.store import DocumentStore
+    from tests.index.test_lexical import as_item, scifact_documents
+
+    documents = scifact_documents(shared_data, 300)
+    store = DocumentStore(tmp_path / "documents.sqlite")
+    with store.transaction() as conn:
+        store.write_documents(conn, [as_item(d) for d in documents], log=True)
+    product = LexicalIndex()
+    product.build(store)
+    store.close()
+    bm25 = Bm25Matrix([d.text for d in documents])
+    queries = [d.text.split(".")[0] for d in documents[::30]]  # each document's first sentence
+    ours = (bm25.anchors(queries) @ bm25.passages.T).toarray()
+    for query, row in zip(queries, ours, strict=True):
+        expected = dict(product.search(query, len(documents)))
+        assert expected, query
+        got = {documents[j].id: row[j] for j in row.nonzero()[0]}
+        assert got.keys() == expected.keys()
+        assert [got[d] for d in expected] == pytest.approx(list(expected.values()), rel=1e-4)
+
+
+def _teacher_rows():
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [
+            {
+                "anchor": "zebra stripes",
+                "positive": "zebra stripes grow",
+                "negative_1": "lions hunt at night",
+            },
+            {
+                "anchor": "lions at night",
+                "positive": "lions hunt at night",
+                "negative_1": "zebra stripes grow",
+            },
+            {
+                "anchor": "red tulips",
+                "positive": "tulips are red flowers",
+                "negative_1": "lions hunt at night",
+            },
+        ]
+    )
+
+
+def test_lexical_teacher_scores_follow_mnrl_candidate_order() -> None:
+    from encoder_training.adaptation.lexical_teacher import LexicalTeacher
+
+    teacher = LexicalTeacher(_teacher_rows(), ["anchor", "positive", "negative_1"])
+    scores = teacher.scores(np.array([2, 0]))
+    # candidates: positives of rows 2 and 0, then their negatives: tulips, zebra, lions, lions
+    assert scores.shape == (2, 4)
+    assert scores[0].tolist() == pytest.approx([1.0, 0.0, 0.0, 0.0])  # "red tulips": its own positive only
+    assert scores[1, 1] == pytest.approx(1.0) and scores[1, [0, 2, 3]].tolist() == [0.0, 0.0, 0.0]
+    assert float(teacher.scores(np.array([1]))[0, 0]) == pytest.approx(1.0)  # scores over the anchor's best
+
+
+def test_hybrid_ranking_is_kl_zero_at_the_teacher_and_one_hot_where_bm25_dominates(tiny_bert: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    from encoder_training.adaptation.contrastive import DistilledRankingLoss
+    from encoder_training.adaptation.lexical_teacher import LexicalTeacher
+
+    rows = _teacher_rows()
+    columns = ["anchor", "positive", "negative_1"]
+    model = SentenceTransformer(str(tiny_bert), device="cpu")
+    model.eval()
+    lexical = LexicalTeacher(rows, columns)
+
+    def losses(labels: list[int], lexical_weight: float) -> tuple[float, float, float]:
+        features = [model.tokenize([rows[i][c] for i in labels]) for c in columns]
+        with torch.no_grad():
+            own = torch.stack([model(dict(f))["sentence_embedding"] for f in features], dim=1)
+            teacher = torch.zeros(len(rows), *own.shape[1:])
+            teacher[labels] = own
+            hybrid = DistilledRankingLoss(model, teacher, 0.0, lexical, lexical_weight)
+            mnrl = MultipleNegativesRankingLoss(model)([dict(f) for f in features], torch.tensor(labels))
+            candidates = torch.nn.functional.normalize(
+                own[:, 1:].transpose(0, 1).reshape(-1, own.shape[-1]), dim=-1
+            )
+            logits = 20 * torch.nn.functional.normalize(own[:, 0], dim=-1) @ candidates.T
+            entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1).mean()
+            loss = hybrid([dict(f) for f in features], torch.tensor(labels))
+        return float(loss), float(entropy), float(mnrl)
+
+    loss, entropy, _ = losses([0, 1, 2], 0.0)
+    assert loss == pytest.approx(entropy, rel=1e-4)  # the student is the teacher: KL 0
+    # "zebra stripes" and "red tulips" share words with their own positives only, so with BM25 weighing 5
+    # cosines the target is MNRL's one-hot
+    loss, entropy, mnrl = losses([0, 2], 5.0)
+    assert loss == pytest.approx(mnrl, abs=1e-3) and abs(mnrl - entropy) > 0.05
+
+
+def test_adapt_with_the_lexical_teacher(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "adapted"
+    argv = [
+        "adapt", "--model", str(tiny_bert), "--corpus", str(_corpus(tmp_path / "corpus.jsonl")), "--out", str(out),
+        "--stages", "contrastive", "--max-time-minutes", "0.1", "--contrastive-batch-size", "4",
+        "--max-seq-length", "48", "--distill-weight", "0", "--lexical-teacher-weight", "0.3",
+    ]  # fmt: skip
+    main(argv)
+    stages = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["stages"]
+    assert stages["teacher"]["rows"] == 24 and stages["contrastive"]["steps"] > 2
+    recipe = json.loads((out / "training.json").read_text())["recipe"]
+    assert recipe["lexical_teacher_weight"] == 0.3
+    with pytest.raises(SystemExit):
+        main(argv[:-1] + ["-1"])
+    assert "--lexical-teacher-weight must be zero (off) or positive" in capsys.readouterr().err
