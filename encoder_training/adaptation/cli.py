@@ -18,7 +18,10 @@ HELP = {
     "pair_kinds": "ict title crop (one kind per document per round)",
     "general_pairs": "optional general pairs mixed into the contrastive stage (named sets or JSONL/TSV)",
     "distill_weight": "weight of the pull toward the starting encoder's embeddings during the contrastive stage (0: off)",
-    "lexical_teacher_weight": "train toward a hybrid teacher: the starting encoder's cosine plus this weight times normalised BM25 (0: MNRL's one-hot target)",
+    "lexical_teacher_weight": (
+        "train toward a hybrid teacher: the starting encoder's cosine plus this weight times normalised BM25 "
+        "(0: MNRL's one-hot target)"
+    ),
     "interpolate": "weight of the adapted model against the starting one (1.0: no interpolation)",
     "mine_negatives": "mine hard negatives (true/false)",
 }

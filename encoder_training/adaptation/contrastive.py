@@ -184,16 +184,23 @@ class BudgetTrainer(SentenceTransformerTrainer):
 
 
 def run_contrastive(
-    config: AdaptConfig, model, train, general, work: Path, minutes: float, state: RunState, teacher=None
+    config: AdaptConfig,
+    model,
+    train,
+    general,
+    work: Path,
+    minutes: float,
+    state: RunState,
+    teacher=None,
+    lexical: LexicalTeacher | None = None,
 ) -> dict:
     """Train ``model`` in place for ``minutes`` with MNRL (in-batch plus mined negatives), distilled toward
-    ``teacher`` (``teacher_embeddings``) when given, and toward the hybrid teacher's ranking when
-    ``config.lexical_teacher_weight`` is set (which needs ``teacher``)."""
+    ``teacher`` (``teacher_embeddings``) when given, and toward the hybrid teacher's ranking when ``lexical``
+    is given too."""
     from datasets import Dataset
 
     stage_dir = work / "contrastive"
     if teacher is not None:
-        lexical = LexicalTeacher(train, text_columns(train)) if config.lexical_teacher_weight else None
         ranking = DistilledRankingLoss(
             model, teacher, config.distill_weight, lexical, config.lexical_teacher_weight
         )

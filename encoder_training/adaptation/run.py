@@ -19,8 +19,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from encoder_runtime.model_dir import fingerprint, resolve_model_path
-from encoder_training.adaptation.contrastive import mine, run_contrastive, teacher_embeddings
+from encoder_training.adaptation.contrastive import mine, run_contrastive, teacher_embeddings, text_columns
 from encoder_training.adaptation.corpus import make_pairs, read_passages
+from encoder_training.adaptation.lexical_teacher import LexicalTeacher
 from encoder_training.adaptation.mlm import run_mlm
 from encoder_training.adaptation.recipe import AdaptConfig
 from encoder_training.adaptation.timing import RunState
@@ -112,7 +113,7 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
 
     model = SentenceTransformer(str(start), local_files_only=True)
     model.max_seq_length = config.mine_max_seq_length
-    teacher = None
+    teacher = lexical = None
     if "contrastive" in config.stages:
         mine_started = started  # reading the corpus counts too
         pairs = make_pairs(passages, config.pair_kinds, config.pair_rounds, config.keep_sentence, config.seed)
@@ -123,6 +124,8 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
         if config.distill_weight or config.lexical_teacher_weight:  # the starting encoder's embeddings, timed
             teacher_started = time.perf_counter()
             teacher = teacher_embeddings(model, train, config.max_seq_length, work)
+            if config.lexical_teacher_weight:
+                lexical = LexicalTeacher(train, text_columns(train))
             records["teacher"] = state.finish_timed(
                 "teacher", time.perf_counter() - teacher_started, lambda spent: teacher_record(teacher, spent)
             )
@@ -152,7 +155,7 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
                 )
             data_dir = default_data_dir()
             general = [row for source in config.general_pairs for row in load_training_rows(source, data_dir)]
-            record = run_contrastive(config, model, train, general, work, left / 60, state, teacher)
+            record = run_contrastive(config, model, train, general, work, left / 60, state, teacher, lexical)
             model.save(str(work / "contrastive" / "model"))
             state.finish("contrastive", record)
         else:

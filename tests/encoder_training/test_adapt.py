@@ -380,9 +380,9 @@ def test_hybrid_ranking_is_kl_zero_at_the_teacher_and_one_hot_where_bm25_dominat
 def test_adapt_with_the_lexical_teacher(
     tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    out = tmp_path / "adapted"
+    out, corpus_path = tmp_path / "adapted", _corpus(tmp_path / "corpus.jsonl")
     argv = [
-        "adapt", "--model", str(tiny_bert), "--corpus", str(_corpus(tmp_path / "corpus.jsonl")), "--out", str(out),
+        "adapt", "--model", str(tiny_bert), "--corpus", str(corpus_path), "--out", str(out),
         "--stages", "contrastive", "--max-time-minutes", "0.1", "--contrastive-batch-size", "4",
         "--max-seq-length", "48", "--distill-weight", "0", "--lexical-teacher-weight", "0.3",
     ]  # fmt: skip
