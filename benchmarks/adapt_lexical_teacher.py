@@ -10,6 +10,8 @@
 
     python benchmarks/adapt_lexical_teacher.py --run runs/adapt-60/scifact-lexical --reblend 0.5
 
+Each part and each run keeps the command that made it; ``--name`` keys a rerun of the same folder apart.
+
 Writes ``benchmarks/results/adapt_lexical_teacher.json``.
 """
 
@@ -92,19 +94,19 @@ def main() -> None:
     parser.add_argument("--split", default="train")
     parser.add_argument("--run", type=Path, help="a finished cloze adapt run (with --keep-work) to score")
     parser.add_argument("--reblend", type=float, nargs="*", default=[])
+    parser.add_argument("--name", help="the run's key in --out (default: the --run folder's name)")
     parser.add_argument("--no-teacher", action="store_true", help="skip part 1, keep its figures in --out")
     parser.add_argument("--out", type=Path, default=RESULTS / "adapt_lexical_teacher.json")
     args = parser.parse_args()
     result = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    result["command"] = "python " + " ".join(
-        [str(Path(sys.argv[0]).resolve().relative_to(ROOT)), *sys.argv[1:]]
-    )
+    command = "python " + " ".join([str(Path(sys.argv[0]).resolve().relative_to(ROOT)), *sys.argv[1:]])
     if not args.no_teacher:
-        result["teacher"] = teacher_scores(args.split, args.weights) | {"load": load()}
+        result["teacher"] = teacher_scores(args.split, args.weights) | {"load": load(), "command": command}
         print(json.dumps(result["teacher"]), flush=True)
-    if args.run:
+    if args.run:  # one entry per run, so a later run of the same recipe sits beside the earlier one
         log = args.run.with_name(args.run.name + ".eval.log")
-        result["runs"] = result.get("runs", {}) | {args.run.name: run_scores(args.run, args.reblend, log)}
+        scores = run_scores(args.run, args.reblend, log) | {"command": command}
+        result["runs"] = result.get("runs", {}) | {args.name or args.run.name: scores}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
 
