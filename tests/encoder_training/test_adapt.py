@@ -383,7 +383,7 @@ def test_adapt_with_the_lexical_teacher(
     out, corpus_path = tmp_path / "adapted", _corpus(tmp_path / "corpus.jsonl")
     argv = [
         "adapt", "--model", str(tiny_bert), "--corpus", str(corpus_path), "--out", str(out),
-        "--stages", "contrastive", "--max-time-minutes", "0.1", "--contrastive-batch-size", "4",
+        "--stages", "contrastive", "--max-time-minutes", "0.25", "--contrastive-batch-size", "4",
         "--max-seq-length", "48", "--distill-weight", "0", "--lexical-teacher-weight", "0.3",
     ]  # fmt: skip
     main(argv)
