@@ -20,11 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.adapt import MSMARCO, RESULTS, SCIFACT, beir, load  # noqa: E402
+from benchmarks.adapt import MSMARCO, RESULTS, SCIFACT, beir, load, stage_times, sts  # noqa: E402
 
 
-def interpolated(work: Path, weight: float, out: Path) -> Path:
-    """``work``'s contrastive encoder blended with the run's starting model at ``weight`` (cached in ``out``)."""
+def interpolated(work: Path, weight: float, out: Path, stage: str = "contrastive") -> Path:
+    """``work``'s encoder after ``stage`` blended with the run's starting model at ``weight`` (cached in ``out``)."""
     if (out / "config.json").is_file():
         return out
     from sentence_transformers import SentenceTransformer
@@ -33,9 +33,33 @@ def interpolated(work: Path, weight: float, out: Path) -> Path:
 
     finished = work.with_name(work.name.removesuffix(".work"))
     start = Path(json.loads((finished / RECORD).read_text())["base_model"])
-    model = SentenceTransformer(str(work / "contrastive" / "model"), local_files_only=True, device="cpu")
+    model = SentenceTransformer(str(work / stage / "model"), local_files_only=True, device="cpu")
     save_blended(model, start, weight, out)
     return out
+
+
+def score_run(out: Path, reblend: list[float], log: Path) -> dict:
+    """A finished ``cloze adapt ... --keep-work`` run: SciFact train and test dense / hybrid and STS-B, and
+    its kept un-interpolated encoder re-blended at each ``reblend`` weight (train only)."""
+    model = str(out)
+    record = json.loads((out / "training.json").read_text())
+    result = {
+        "run": model,
+        "recipe": record["recipe"],
+        "stage_minutes": stage_times(record),
+        "steps": record["steps"],
+        "scifact_train": {m: beir(model, SCIFACT, m, "train", "torch", log) for m in ("dense", "hybrid")},
+        "scifact_test": {m: beir(model, SCIFACT, m, "test", "torch", log) for m in ("dense", "hybrid")},
+        "stsb_test": sts(model, log),
+        "load": load(),
+    }
+    work = out.with_name(out.name + ".work")
+    for weight in reblend:
+        blended = str(interpolated(work, weight, out.with_name(f"{out.name}-w{weight}")))
+        result[f"scifact_train_at_{weight}"] = {
+            m: beir(blended, SCIFACT, m, "train", "torch", log) for m in ("dense", "hybrid")
+        }
+    return result
 
 
 def main() -> None:

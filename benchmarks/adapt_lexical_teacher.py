@@ -28,8 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.adapt import RESULTS, SCIFACT, beir, load, stage_times, sts  # noqa: E402
-from benchmarks.adapt_guard_sweep import interpolated  # noqa: E402
+from benchmarks.adapt import RESULTS, SCIFACT, load  # noqa: E402
+from benchmarks.adapt_guard_sweep import score_run  # noqa: E402
 
 WINDOW = 256  # the contrastive stage's max_seq_length, at which the teacher embeds its texts
 
@@ -66,28 +66,6 @@ def teacher_scores(split: str, weights: list[float]) -> dict:
             "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
 
 
-def run_scores(out: Path, reblend: list[float], log: Path) -> dict:
-    model = str(out)
-    record = json.loads((out / "training.json").read_text())
-    result = {
-        "run": model,
-        "recipe": record["recipe"],
-        "stage_minutes": stage_times(record),
-        "steps": record["steps"],
-        "scifact_train": {m: beir(model, SCIFACT, m, "train", "torch", log) for m in ("dense", "hybrid")},
-        "scifact_test": {m: beir(model, SCIFACT, m, "test", "torch", log) for m in ("dense", "hybrid")},
-        "stsb_test": sts(model, log),
-        "load": load(),
-    }
-    work = out.with_name(out.name + ".work")
-    for weight in reblend:
-        blended = str(interpolated(work, weight, out.with_name(f"{out.name}-w{weight}")))
-        result[f"scifact_train_at_{weight}"] = {
-            m: beir(blended, SCIFACT, m, "train", "torch", log) for m in ("dense", "hybrid")
-        }
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--weights", type=float, nargs="+", default=[0, 0.1, 0.2, 0.3, 0.5, 1.0, 100.0])
@@ -105,7 +83,7 @@ def main() -> None:
         print(json.dumps(result["teacher"]), flush=True)
     if args.run:  # one entry per run, so a later run of the same recipe sits beside the earlier one
         log = args.run.with_name(args.run.name + ".eval.log")
-        scores = run_scores(args.run, args.reblend, log) | {"command": command}
+        scores = score_run(args.run, args.reblend, log) | {"command": command}
         result["runs"] = result.get("runs", {}) | {args.name or args.run.name: scores}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
