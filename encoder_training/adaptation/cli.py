@@ -18,6 +18,9 @@ HELP = {
     "pair_kinds": "ict title crop (one kind per document per round)",
     "general_pairs": "optional general pairs mixed into the contrastive stage (named sets or JSONL/TSV)",
     "distill_weight": "weight of the pull toward the starting encoder's embeddings during the contrastive stage (0: off)",
+    "mlm_distill_weight": (
+        "weight of the pull of each MLM block's embedding toward the starting encoder's (0: plain MLM)"
+    ),
     "lexical_teacher_weight": (
         "train toward a hybrid teacher: the starting encoder's cosine plus this weight times normalised BM25 "
         "(0: MNRL's one-hot target)"

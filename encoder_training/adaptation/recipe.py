@@ -37,6 +37,9 @@ class AdaptConfig:
     mlm_batch_size: int = 32
     mlm_block_size: int = 128
     mlm_warmup_steps: int = 20
+    # guard: this weight times the squared distance of each block's embedding (masked input) from the
+    # starting encoder's (block unmasked) joins the MLM loss (0: plain MLM; mlm.GuardedMaskedLM)
+    mlm_distill_weight: float = 0.0
 
     # stage 2: contrastive fine-tuning on corpus-made pairs with mined hard negatives
     # ict | title | crop, each measured on SciFact train (one 60-minute run each) against ict: title dense

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers import PreTrainedModel, Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_callback import ProgressCallback
 
 from encoder_runtime.model_dir import bundled_model_path
@@ -140,7 +140,7 @@ def budget_schedule(optimizer, warmup_steps: int, time_box: TimeBox):
 
 
 class PretrainTrainer(Trainer):
-    """The Trainer with a wall-clock learning-rate schedule for time-boxed runs, saving ELECTRA's tied
+    """The Trainer with a wall-clock learning-rate schedule for time-boxed runs, saving a wrapper's tied
     weights without tripping safetensors' shared-tensor check."""
 
     def __init__(self, *args, time_box: TimeBox | None = None, **kwargs):
@@ -156,8 +156,8 @@ class PretrainTrainer(Trainer):
         return self.lr_scheduler
 
     def _save(self, output_dir: str | None = None, state_dict=None):
-
-        if not isinstance(self.model, ElectraPretrainer):
+        # a wrapper (ELECTRA's pair, the adaptation's guarded MLM) holds tied weights the plain save refuses
+        if isinstance(self.model, PreTrainedModel):
             return super()._save(output_dir, state_dict)
         from safetensors.torch import save_model
 

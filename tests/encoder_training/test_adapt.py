@@ -6,6 +6,7 @@ Quality (does adaptation beat the bundled model?) is measured by ``benchmarks/ad
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 from pathlib import Path
@@ -394,3 +395,119 @@ def test_adapt_with_the_lexical_teacher(
     with pytest.raises(SystemExit):
         main(argv[:-1] + ["-1"])
     assert "--lexical-teacher-weight must be zero (off) or positive" in capsys.readouterr().err
+
+
+def _masked_batch(tiny_bert: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SENTENCES tokenised, their third token masked and labelled: (clean, masked, attention mask, labels)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    clean, mask = batch["input_ids"], batch["attention_mask"]
+    labels = torch.full_like(clean, -100)
+    labels[:, 2] = clean[:, 2]
+    masked = clean.clone()
+    masked[:, 2] = tokenizer.mask_token_id
+    return clean, masked, mask, labels
+
+
+def test_guarded_mlm_adds_the_weighted_distance_from_the_starting_embedding(tiny_bert: Path) -> None:
+    from encoder_training.adaptation.mlm import GuardedMaskedLM, load_mlm, pooled
+
+    mlm, _ = load_mlm(tiny_bert)
+    mlm.eval()  # no dropout: every loss below sees the same states
+    clean, masked, mask, labels = _masked_batch(tiny_bert)
+    with torch.no_grad():
+        plain = float(mlm(input_ids=masked, attention_mask=mask, labels=labels).loss)
+        unguarded = float(GuardedMaskedLM(mlm, 0.0, "mean", True)(masked, mask, labels=labels).loss)
+        student = pooled(
+            mlm.bert(input_ids=masked, attention_mask=mask).last_hidden_state, mask, "mean", True
+        )
+        start = pooled(mlm.bert(input_ids=clean, attention_mask=mask).last_hidden_state, mask, "mean", True)
+    distance = float((student - start).pow(2).sum(-1).mean())
+    assert distance > 1e-4  # a masked block embeds elsewhere than its clean self
+    assert unguarded == pytest.approx(plain, abs=1e-5)  # the sparse MLM loss, computed densely
+    guard = GuardedMaskedLM(mlm, 3.0, "mean", True)
+    output = guard(masked, mask, labels=labels)
+    assert float(output.loss) == pytest.approx(plain + 3.0 * distance, rel=1e-5)
+    assert guard.last_metrics["distance"] == pytest.approx(distance, rel=1e-5)
+    # the frozen start is neither saved nor trained: one step moves the student only
+    assert all(key.startswith("mlm.") for key in guard.state_dict())
+    key = "encoder.layer.0.attention.self.query.weight"
+    before = mlm.bert.state_dict()[key].clone()
+    output.loss.backward()
+    torch.optim.SGD(guard.parameters(), lr=1.0).step()
+    assert not torch.equal(mlm.bert.state_dict()[key], before)
+    assert torch.equal(guard.teacher.state_dict()[key], before)
+
+
+def test_guarded_mlm_stage_drifts_less_than_plain_mlm(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    corpus_path = _corpus(tmp_path / "corpus.jsonl")
+    start = SentenceTransformer(str(tiny_bert), device="cpu").encode(SENTENCES, convert_to_tensor=True)
+    drift, records = {}, {}
+    for weight in ("0", "50"):
+        out = tmp_path / f"adapted-{weight}"
+        argv = [
+            "adapt", "--model", str(tiny_bert), "--corpus", str(corpus_path), "--out", str(out),
+            "--stages", "mlm", "--max-time-minutes", "0.15", "--mlm-block-size", "32", "--mlm-batch-size", "4",
+            "--mlm-learning-rate", "1e-3", "--mlm-distill-weight", weight, "--interpolate", "1.0",
+            "--seed", "1", "--keep-work",
+        ]  # fmt: skip
+        main(argv)
+        records[weight] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["stages"]["mlm"]
+        assert records[weight]["steps"] > 5 and records[weight]["distill_weight"] == float(weight)
+        moved = SentenceTransformer(str(out), device="cpu").encode(SENTENCES, convert_to_tensor=True)
+        drift[weight] = float((moved - start).pow(2).sum(-1).mean())
+    assert drift["50"] < drift["0"] / 2, drift
+
+
+def test_guarded_mlm_checkpoint_saves_its_tied_weights_and_resumes(
+    tiny_bert: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from transformers import AutoTokenizer, TrainerCallback, TrainingArguments
+
+    from encoder_training.adaptation.mlm import GuardedMaskedLM, load_mlm
+    from encoder_training.masking import MaskingConfig
+    from encoder_training.pretraining.data import BlockDataset, MaskingCollator, pack_blocks
+    from encoder_training.pretraining.train import PretrainTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
+    texts = SENTENCES * 8
+    blocks = BlockDataset(pack_blocks(tokenizer, texts, 16))
+
+    def trainer(steps: int) -> PretrainTrainer:
+        mlm, _ = load_mlm(tiny_bert)
+        args = TrainingArguments(
+            output_dir=str(tmp_path / "checkpoints"), max_steps=steps, per_device_train_batch_size=2,
+            save_steps=3, logging_steps=1, report_to="none", remove_unused_columns=False, use_cpu=True,
+        )  # fmt: skip
+        collator = MaskingCollator.for_tokenizer(tokenizer, MaskingConfig(), mlm.config.vocab_size, texts)
+        guard = GuardedMaskedLM(mlm, 5.0, "mean", True)
+        return PretrainTrainer(model=guard, args=args, train_dataset=blocks, data_collator=collator)
+
+    first = trainer(3)
+    first.train()
+    saved = {k: v.clone() for k, v in first.model.mlm.bert.state_dict().items()}
+    checkpoint = tmp_path / "checkpoints" / "checkpoint-3"
+    assert (checkpoint / "model.safetensors").is_file()
+    assert all(key.startswith("mlm.") for key in load_file(str(checkpoint / "model.safetensors")))
+    second = trainer(4)
+    assert any(not torch.equal(saved[k], v) for k, v in second.model.mlm.bert.state_dict().items())
+    loaded = {}
+
+    class Loaded(TrainerCallback):  # training begins after the checkpoint is loaded
+        def on_train_begin(self, args, state, control, **kwargs):
+            loaded.update({k: v.clone() for k, v in second.model.mlm.bert.state_dict().items()})
+
+    second.add_callback(Loaded())
+    with caplog.at_level(logging.WARNING):
+        second.train(resume_from_checkpoint=str(checkpoint))
+    assert second.state.global_step == 4
+    assert loaded and all(torch.equal(value, saved[key]) for key, value in loaded.items())
+    mlm = second.model.mlm
+    assert mlm.cls.predictions.decoder.weight is mlm.bert.embeddings.word_embeddings.weight  # still tied
+    assert "missing keys" not in caplog.text
