@@ -27,7 +27,7 @@ from transformers import TrainingArguments, set_seed
 from transformers.modeling_outputs import MaskedLMOutput
 
 from encoder_runtime.default_fill_mask import DELTA_DIR
-from encoder_runtime.model_dir import ModelInfo, fingerprint
+from encoder_runtime.model_dir import fingerprint
 from encoder_training.adaptation.recipe import AdaptConfig
 from encoder_training.adaptation.timing import ResumableTimeBox, RunState, train_resuming
 from encoder_training.masking import IGNORE_INDEX, MaskingConfig
@@ -80,36 +80,44 @@ def load_mlm(model_dir: Path) -> tuple[SparseBertForMaskedLM, str]:
     return model, head
 
 
-def pooled(states: torch.Tensor, mask: torch.Tensor, mode: str, normalize: bool) -> torch.Tensor:
-    """The sentence embedding the encoder's pooling module makes of its token states (torch, with grad)."""
-    if mode == "cls":
-        vectors = states[:, 0]
-    elif mode == "max":
-        vectors = states.masked_fill(mask[..., None] == 0, torch.finfo(states.dtype).min).amax(1)
-    else:
-        weights = mask[..., None].to(states.dtype)
-        vectors = (states * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-    return F.normalize(vectors, dim=-1) if normalize else vectors
+def embedding_head(model_dir: Path) -> nn.Module:
+    """The modules a sentence-transformers folder puts after its Transformer (pooling, normalisation,
+    any dense layer), frozen: they turn token states into the sentence embedding as the model defines it."""
+    from sentence_transformers import SentenceTransformer
+
+    encoder = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+    head = nn.Sequential(*(encoder[i] for i in range(1, len(encoder))))
+    return head.eval().requires_grad_(False)
 
 
 class GuardedMaskedLM(nn.Module):
     """MLM loss plus ``weight`` times the squared distance of each block's embedding (from its masked
-    input) from the starting encoder's embedding of the block unmasked (a frozen copy, kept out of the
-    state dict so checkpoints hold the trained model only). For unit vectors the distance is 2(1 - cos)."""
+    input) from the starting encoder's embedding of the block unmasked. The starting encoder is a frozen
+    copy and ``head`` the model's own pooling modules; neither is a submodule, so checkpoints hold the
+    trained model only and the optimiser never sees them. For unit vectors the distance is 2(1 - cos)."""
 
     # a checkpoint keeps one name of each tied pair (safetensors' save_model): on resume the Trainer finds
     # these missing and calls ``tie_weights`` instead of warning
     _keys_to_ignore_on_save = ["mlm.cls.predictions.decoder.weight", "mlm.cls.predictions.decoder.bias"]
 
-    def __init__(self, mlm: SparseBertForMaskedLM, weight: float, pooling: str, normalize: bool):
+    def __init__(self, mlm: SparseBertForMaskedLM, weight: float, head: nn.Module):
         super().__init__()
         self.mlm, self.weight = mlm, weight
-        self.pooling, self.normalize = pooling, normalize
-        teacher = copy.deepcopy(mlm.bert).eval().requires_grad_(False)
-        self.__dict__["teacher"] = teacher  # not a submodule: neither saved nor optimised
+        self.__dict__["teacher"] = copy.deepcopy(mlm.bert).eval().requires_grad_(False)
+        self.__dict__["head"] = head
 
     def tie_weights(self) -> None:
         self.mlm.tie_weights()
+
+    def _apply(self, fn, recurse=True):
+        # ``.to(device)`` by the Trainer moves the frozen parts too, once, not on every step
+        for frozen in (self.teacher, self.head):
+            frozen._apply(fn, recurse)
+        return super()._apply(fn, recurse)
+
+    def embed(self, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        features = {"token_embeddings": states.float(), "attention_mask": attention_mask}
+        return self.head(features)["sentence_embedding"]
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, **_):
         if attention_mask is None:
@@ -120,15 +128,13 @@ class GuardedMaskedLM(nn.Module):
         selected = labels != IGNORE_INDEX
         logits = self.mlm.cls(states[selected])
         loss = F.cross_entropy(logits.float(), labels[selected])
-        teacher = self.teacher.to(input_ids.device)
         with torch.no_grad():
             clean = torch.where(selected, labels, input_ids)
-            target = teacher(
+            target = self.teacher(
                 input_ids=clean, attention_mask=attention_mask, token_type_ids=token_type_ids
             ).last_hidden_state
-            target = pooled(target.float(), attention_mask, self.pooling, self.normalize)
-        student = pooled(states.float(), attention_mask, self.pooling, self.normalize)
-        distance = (student - target).pow(2).sum(-1).mean()
+            target = self.embed(target, attention_mask)
+        distance = (self.embed(states, attention_mask) - target).pow(2).sum(-1).mean()
         self.last_metrics = {"mlm_loss": loss.item(), "distance": distance.item()}  # logged by Throughput
         return MaskedLMOutput(loss=loss + self.weight * distance, logits=logits)
 
@@ -148,8 +154,7 @@ def run_mlm(
     mlm = use_fast_dropout(mlm)
     model: nn.Module = mlm
     if config.mlm_distill_weight:
-        info = ModelInfo.read(start)
-        model = GuardedMaskedLM(mlm, config.mlm_distill_weight, info.pooling, info.normalize)
+        model = GuardedMaskedLM(mlm, config.mlm_distill_weight, embedding_head(start))
     blocks = pack_blocks(tokenizer, texts, config.mlm_block_size)
     masking = MaskingConfig(strategy=config.mlm_masking, rate=config.mlm_rate)
     collator = MaskingCollator.for_tokenizer(tokenizer, masking, mlm.config.vocab_size, texts)

@@ -411,23 +411,28 @@ def _masked_batch(tiny_bert: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return clean, masked, mask, labels
 
 
+def _mean_pooled(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean pooling by hand: what sentence-transformers makes of a plain Hugging Face folder (tiny_bert)."""
+    weights = mask[..., None].float()
+    return (states * weights).sum(1) / weights.sum(1)
+
+
 def test_guarded_mlm_adds_the_weighted_distance_from_the_starting_embedding(tiny_bert: Path) -> None:
-    from encoder_training.adaptation.mlm import GuardedMaskedLM, load_mlm, pooled
+    from encoder_training.adaptation.mlm import GuardedMaskedLM, embedding_head, load_mlm
 
     mlm, _ = load_mlm(tiny_bert)
     mlm.eval()  # no dropout: every loss below sees the same states
+    head = embedding_head(tiny_bert)
     clean, masked, mask, labels = _masked_batch(tiny_bert)
     with torch.no_grad():
         plain = float(mlm(input_ids=masked, attention_mask=mask, labels=labels).loss)
-        unguarded = float(GuardedMaskedLM(mlm, 0.0, "mean", True)(masked, mask, labels=labels).loss)
-        student = pooled(
-            mlm.bert(input_ids=masked, attention_mask=mask).last_hidden_state, mask, "mean", True
-        )
-        start = pooled(mlm.bert(input_ids=clean, attention_mask=mask).last_hidden_state, mask, "mean", True)
+        unguarded = float(GuardedMaskedLM(mlm, 0.0, head)(masked, mask, labels=labels).loss)
+        student = _mean_pooled(mlm.bert(input_ids=masked, attention_mask=mask).last_hidden_state, mask)
+        start = _mean_pooled(mlm.bert(input_ids=clean, attention_mask=mask).last_hidden_state, mask)
     distance = float((student - start).pow(2).sum(-1).mean())
     assert distance > 1e-4  # a masked block embeds elsewhere than its clean self
     assert unguarded == pytest.approx(plain, abs=1e-5)  # the sparse MLM loss, computed densely
-    guard = GuardedMaskedLM(mlm, 3.0, "mean", True)
+    guard = GuardedMaskedLM(mlm, 3.0, head)
     output = guard(masked, mask, labels=labels)
     assert float(output.loss) == pytest.approx(plain + 3.0 * distance, rel=1e-5)
     assert guard.last_metrics["distance"] == pytest.approx(distance, rel=1e-5)
@@ -470,7 +475,7 @@ def test_guarded_mlm_checkpoint_saves_its_tied_weights_and_resumes(
 ) -> None:
     from transformers import AutoTokenizer, TrainerCallback, TrainingArguments
 
-    from encoder_training.adaptation.mlm import GuardedMaskedLM, load_mlm
+    from encoder_training.adaptation.mlm import GuardedMaskedLM, embedding_head, load_mlm
     from encoder_training.masking import MaskingConfig
     from encoder_training.pretraining.data import BlockDataset, MaskingCollator, pack_blocks
     from encoder_training.pretraining.train import PretrainTrainer
@@ -486,7 +491,7 @@ def test_guarded_mlm_checkpoint_saves_its_tied_weights_and_resumes(
             save_steps=3, logging_steps=1, report_to="none", remove_unused_columns=False, use_cpu=True,
         )  # fmt: skip
         collator = MaskingCollator.for_tokenizer(tokenizer, MaskingConfig(), mlm.config.vocab_size, texts)
-        guard = GuardedMaskedLM(mlm, 5.0, "mean", True)
+        guard = GuardedMaskedLM(mlm, 5.0, embedding_head(tiny_bert))
         return PretrainTrainer(model=guard, args=args, train_dataset=blocks, data_collator=collator)
 
     first = trainer(3)
@@ -511,3 +516,23 @@ def test_guarded_mlm_checkpoint_saves_its_tied_weights_and_resumes(
     mlm = second.model.mlm
     assert mlm.cls.predictions.decoder.weight is mlm.bert.embeddings.word_embeddings.weight  # still tied
     assert "missing keys" not in caplog.text
+
+
+def test_guard_embeds_blocks_as_the_starting_sentence_encoder_does(bundled_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    from encoder_training.adaptation.mlm import GuardedMaskedLM, embedding_head, load_mlm, transformer_folder
+
+    mlm, head = load_mlm(bundled_path)
+    guard = GuardedMaskedLM(mlm.eval(), 1.0, embedding_head(bundled_path))
+    batch = AutoTokenizer.from_pretrained(str(transformer_folder(bundled_path)))(
+        SENTENCES, padding=True, return_tensors="pt"
+    )
+    with torch.no_grad():
+        states = guard.teacher(**batch).last_hidden_state
+        vectors = guard.embed(states, batch["attention_mask"])
+    expected = SentenceTransformer(str(bundled_path), device="cpu").encode(SENTENCES, convert_to_tensor=True)
+    assert head == "fill-mask-delta"
+    assert torch.allclose(vectors, expected, atol=1e-5)  # its Pooling and Normalize modules, not a copy
+    assert torch.allclose(vectors.norm(dim=-1), torch.ones(len(SENTENCES)), atol=1e-5)
