@@ -38,7 +38,9 @@ class AdaptConfig:
     mlm_block_size: int = 128
     mlm_warmup_steps: int = 20
     # guard: this weight times the squared distance of each block's embedding (masked input) from the
-    # starting encoder's (block unmasked) joins the MLM loss (0: plain MLM; mlm.GuardedMaskedLM)
+    # starting encoder's (block unmasked) joins the MLM loss (0: plain MLM; mlm.GuardedMaskedLM). 10 against 0
+    # on SciFact train, one 60-minute run: the MLM stage alone kept 0.6804 dense against plain's 0.6660, the
+    # whole run a tie (0.6840 against 0.6862; benchmarks/results/adapt_mlm_guard.json), so off
     mlm_distill_weight: float = 0.0
 
     # stage 2: contrastive fine-tuning on corpus-made pairs with mined hard negatives
