@@ -98,7 +98,7 @@ class GuardedMaskedLM(nn.Module):
 
     # a checkpoint keeps one name of each tied pair (safetensors' save_model): on resume the Trainer finds
     # these missing and calls ``tie_weights`` instead of warning
-    _keys_to_ignore_on_save = ["mlm.cls.predictions.decoder.weight", "mlm.cls.predictions.decoder.bias"]
+    _keys_to_ignore_on_save = [f"mlm.{key}" for key in SparseBertForMaskedLM._tied_weights_keys]
 
     def __init__(self, mlm: SparseBertForMaskedLM, weight: float, head: nn.Module):
         super().__init__()
