@@ -444,6 +444,10 @@ def test_guarded_mlm_adds_the_weighted_distance_from_the_starting_embedding(tiny
     torch.optim.SGD(guard.parameters(), lr=1.0).step()
     assert not torch.equal(mlm.bert.state_dict()[key], before)
     assert torch.equal(guard.teacher.state_dict()[key], before)
+    # the Trainer's .to() / dtype casts reach the frozen parts too (they are not submodules)
+    guard.double()
+    assert next(guard.teacher.parameters()).dtype == torch.float64
+    assert float(guard(masked, mask, labels=labels).loss) > 0
 
 
 def test_guarded_mlm_stage_drifts_less_than_plain_mlm(
