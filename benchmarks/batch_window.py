@@ -4,7 +4,7 @@ Offline, ``EncoderRuntime.embed`` plans passes over all its texts at once (sorte
 padded passes). Served, the micro-batcher plans each pass over what is queued at that moment: at 64
 connections, one sentence a request, at most a few dozen texts. This replays that queue: the texts in a
 shuffled order, a window of ``W`` queued at a time, each pass the oldest queued text and those nearest its
-length, planned by ``plan_batches`` under the service's budget (as ``MicroBatcher._take`` does), the
+length, taken by the service's own ``oldest_pass`` under its budget, the
 window refilled after every pass. Every plan runs on this thread, interleaved with the others, several
 times; the cost is this thread's CPU time per sentence (tokenising excluded), so the comparison holds
 on a machine shared with other work better than wall-clock rates would.
@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from app.settings import Settings  # noqa: E402
 from benchmarks.http_throughput import distinct_sentences  # noqa: E402
 from encoder_runtime import load_encoder  # noqa: E402
+from encoder_runtime.batcher import oldest_pass  # noqa: E402
 from encoder_runtime.tokenization import plan_batches  # noqa: E402
 
 
@@ -47,8 +48,8 @@ def queue_plan(lengths: list[int], window: int, budget: tuple, seed: int = 0) ->
             queued.append(arrivals[arrived])
             arrived += 1
         live = list(queued)
-        plan = plan_batches([lengths[i] for i in live], *budget)
-        chosen = {live[i] for i in next(batch for batch in plan if 0 in batch)}  # the oldest's pass
+        taken = oldest_pass([lengths[i] for i in live], *budget)  # as the service takes it
+        chosen = {live[i] for i in taken}
         passes.append(sorted(chosen))
         queued = deque(i for i in live if i not in chosen)
     return passes

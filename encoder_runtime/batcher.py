@@ -23,6 +23,13 @@ from encoder_runtime.tokenized_runtime import TokenizedRuntime
 log = logging.getLogger(__name__)
 
 
+def oldest_pass(lengths: list[int], *budget) -> list[int]:
+    """The positions one forward pass takes from a queue (oldest first): the oldest and the queued texts
+    nearest its length, as ``plan_batches`` plans them all under ``budget`` (a bigger pool gives fuller,
+    less padded batches; taking the oldest's bounds waits)."""
+    return next(batch for batch in plan_batches(lengths, *budget) if 0 in batch)
+
+
 class Overloaded(RuntimeError):
     def __init__(self, queued: int, limit: int, retry_after: float = 1.0):
         super().__init__(f"server busy: {queued} texts queued (limit {limit}); retry after {retry_after:g}s")
@@ -223,18 +230,16 @@ class MicroBatcher:
             return [exc] * len(batch)
 
     def _take(self) -> list[_Waiting]:
-        """One forward pass: the oldest waiting request and the waiting ones nearest its length, planned over
-        everything queued (a bigger pool gives fuller, less padded batches; the oldest first bounds waits).
-        Called with the lock held; a future cancelled meanwhile is read racily, and at worst runs once more."""
+        """One forward pass over what is queued (``oldest_pass``). Called with the lock held; a future
+        cancelled meanwhile is read racily, and at worst runs once more."""
         live = [w for w in self._waiting if not w.future.cancelled()]
         if not live:
             self._waiting.clear()
             return []
-        lengths = [len(w.item) for w in live]
-        plan = plan_batches(
-            lengths, self.max_batch_tokens, self.max_batch_size, self.max_padding, self.padding_tokens
-        )
-        chosen = next(batch for batch in plan if 0 in batch)
+        chosen = oldest_pass(
+            [len(w.item) for w in live],
+            self.max_batch_tokens, self.max_batch_size, self.max_padding, self.padding_tokens,
+        )  # fmt: skip
         taken = set(chosen)
         self._waiting = deque(w for i, w in enumerate(live) if i not in taken)
         return [live[i] for i in chosen]
