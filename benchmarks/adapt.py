@@ -33,6 +33,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.provenance import command, load_average  # noqa: E402
+
 DATA = Path(os.environ.get("CLOZE_DATA_DIR", ROOT.parent / "shared" / "data"))
 RESULTS = ROOT / "benchmarks" / "results"
 SCIFACT = DATA / "beir-scifact"
@@ -109,8 +113,9 @@ def stage_times(record: dict) -> dict:
     return {k: round(v / 60, 2) for k, v in record["seconds_spent"].items()}
 
 
-def load() -> str:
-    return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").is_file() else "?"
+def load() -> float:
+    """The 1-minute load average (2 cores: above 2, other work shared the CPU)."""
+    return load_average()[0]
 
 
 def main() -> None:
@@ -130,7 +135,7 @@ def main() -> None:
     started = time.perf_counter()
     loads = [load()]
     result: dict = {
-        "command": "python benchmarks/adapt.py " + " ".join(sys.argv[1:]),
+        "command": command(),
         "minutes": args.minutes,
         "split": args.split,
         "scifact": {},

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.adapt import MSMARCO, RESULTS, SCIFACT, beir, load, stage_times, sts  # noqa: E402
+from benchmarks.provenance import command  # noqa: E402
 
 
 def interpolated(work: Path, weight: float, out: Path, stage: str = "contrastive") -> Path:
@@ -83,7 +84,7 @@ def main() -> None:
             "load": load(),
         }
         print(weight, rows[str(weight)], flush=True)
-    result = {"command": "python benchmarks/adapt_guard_sweep.py " + " ".join(sys.argv[1:]), "rows": rows}
+    result = {"command": command(), "rows": rows}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written: {args.out}")
 

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.adapt import RESULTS, SCIFACT, load  # noqa: E402
 from benchmarks.adapt_guard_sweep import score_run  # noqa: E402
+from benchmarks.provenance import command  # noqa: E402
 
 WINDOW = 256  # the contrastive stage's max_seq_length, at which the teacher embeds its texts
 
@@ -77,13 +78,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "adapt_lexical_teacher.json")
     args = parser.parse_args()
     result = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    command = "python " + " ".join([str(Path(sys.argv[0]).resolve().relative_to(ROOT)), *sys.argv[1:]])
+    invocation = command()
     if not args.no_teacher:
-        result["teacher"] = teacher_scores(args.split, args.weights) | {"load": load(), "command": command}
+        result["teacher"] = teacher_scores(args.split, args.weights) | {"load": load(), "command": invocation}
         print(json.dumps(result["teacher"]), flush=True)
     if args.run:  # one entry per run, so a later run of the same recipe sits beside the earlier one
         log = args.run.with_name(args.run.name + ".eval.log")
-        scores = score_run(args.run, args.reblend, log) | {"command": command}
+        scores = score_run(args.run, args.reblend, log) | {"command": invocation}
         result["runs"] = result.get("runs", {}) | {args.name or args.run.name: scores}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.adapt import RESULTS, SCIFACT, beir, load  # noqa: E402
 from benchmarks.adapt_guard_sweep import interpolated, score_run  # noqa: E402
+from benchmarks.provenance import command  # noqa: E402
 
 INTERPOLATE = 0.25  # the recipe's default blend
 
@@ -54,7 +55,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "adapt_mlm_guard.json")
     args = parser.parse_args()
     result = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    command = "python " + " ".join([str(Path(sys.argv[0]).resolve().relative_to(ROOT)), *sys.argv[1:]])
+    invocation = command()
     if args.mlm:
         stages = {}
         for entry in args.mlm:
@@ -62,11 +63,11 @@ def main() -> None:
             run_path = Path(run)
             stages[name] = mlm_stage_scores(run_path, run_path.with_name(run_path.name + ".eval.log"))
             print(json.dumps({name: stages[name]}), flush=True)
-        result["mlm_stage"] = stages | {"interpolate": INTERPOLATE, "command": command}
+        result["mlm_stage"] = stages | {"interpolate": INTERPOLATE, "command": invocation}
     if args.run:
         log = args.run.with_name(args.run.name + ".eval.log")
         result["runs"] = result.get("runs", {}) | {
-            args.run.name: score_run(args.run, [], log) | {"command": command}
+            args.run.name: score_run(args.run, [], log) | {"command": invocation}
         }
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

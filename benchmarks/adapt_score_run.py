@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.adapt_guard_sweep import score_run  # noqa: E402
+from benchmarks.provenance import command  # noqa: E402
 
 
 def main() -> None:
@@ -29,11 +30,11 @@ def main() -> None:
     parser.add_argument("--reblend", type=float, nargs="*", default=[], help="other blend weights")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    command = "python " + " ".join([str(Path(sys.argv[0]).resolve().relative_to(ROOT)), *sys.argv[1:]])
+    invocation = command()
     result = json.loads(args.out.read_text()) if args.out.is_file() else {}
     for run in args.runs:
         log = run.with_name(run.name + ".eval.log")
-        result[run.name] = score_run(run, args.reblend, log) | {"command": command}
+        result[run.name] = score_run(run, args.reblend, log) | {"command": invocation}
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         print(json.dumps({run.name: result[run.name]}), flush=True)
 

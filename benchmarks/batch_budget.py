@@ -27,8 +27,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.http_throughput import distinct_sentences, load  # noqa: E402
+from benchmarks.http_throughput import distinct_sentences  # noqa: E402
 from benchmarks.int8_calibration import corpus_texts  # noqa: E402
+from benchmarks.provenance import command, load_average  # noqa: E402
 from encoder_runtime import load_encoder  # noqa: E402
 
 ROUNDS = 3
@@ -81,11 +82,11 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     sets = {"sentences": distinct_sentences(2000), "documents": corpus_texts("beir-scifact", DOCUMENTS)}
     result: dict = {
-        "command": "python benchmarks/batch_budget.py " + " ".join(sys.argv[1:]),
+        "command": command(),
         "cores": os.cpu_count(),
         "texts": {name: len(texts) for name, texts in sets.items()},
         "rounds": ROUNDS,
-        "load_before": load(),
+        "load_before": load_average(),
         "backends": {},
     }
     for backend in args.backends.split(","):
@@ -98,7 +99,7 @@ def main() -> None:
                 backend, budget, {k: v for k, v in per_budget[str(budget)].items() if k != "runs"}, flush=True
             )
         result["backends"][backend] = per_budget
-    result["load_after"] = load()
+    result["load_after"] = load_average()
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print("wrote", args.out)
 

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.settings import Settings  # noqa: E402
 from benchmarks.http_throughput import distinct_sentences  # noqa: E402
+from benchmarks.provenance import command, load_average  # noqa: E402
 from encoder_runtime import load_encoder  # noqa: E402
 from encoder_runtime.batcher import oldest_pass  # noqa: E402
 from encoder_runtime.tokenization import plan_batches  # noqa: E402
@@ -90,13 +91,13 @@ def main() -> None:
             runs[name].append(cpu_us_per_sentence(encoder, items, passes))
     offline = statistics.median(runs["offline"])
     result = {
-        "command": " ".join(["python benchmarks/batch_window.py", *sys.argv[1:]]),
+        "command": command(),
         "backend": args.backend,
         "budget": dict(
             zip(("max_batch_tokens", "max_batch_size", "max_padding", "padding_tokens"), budget, strict=True)
         ),
         "sentences": len(items),
-        "load_at_end": [round(x, 2) for x in os.getloadavg()],
+        "load_at_end": load_average(),
         "plans": {
             name: {
                 "passes": len(passes),

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.provenance import command, load_average  # noqa: E402
 from tests.conftest import make_tiny_bert  # noqa: E402
 from tests.e2e.crashes import Chain, mount_tmpfs, run_all, unmount  # noqa: E402
 
@@ -74,12 +75,12 @@ def main() -> None:
                 flush=True,
             )
     result = {
-        "command": "python " + " ".join([f"benchmarks/{Path(__file__).name}", *sys.argv[1:]]),
+        "command": command(),
         "model": args.model,
         "rounds": rounds,
         "total_lost": sum(r["lost"] for rnd in rounds for r in rnd["rows"]),
         "seconds": round(time.perf_counter() - started, 1),
-        "load_average_at_end": os.getloadavg(),
+        "load_average_at_end": load_average(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

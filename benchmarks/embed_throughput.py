@@ -16,10 +16,16 @@ import json
 import os
 import platform
 import re
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.provenance import command  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -137,7 +143,7 @@ def report(rows: dict, sentences: list[str], out: str) -> None:
         / rows[f"one request per pass torch, {CALLERS} callers"]["sentences_per_s"],
     }
     result = {
-        "command": "python benchmarks/embed_throughput.py",
+        "command": command(),
         "sentences": len(sentences),
         "mean_words": float(np.mean([len(s.split()) for s in sentences])),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},

@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.provenance import command  # noqa: E402
 
 
 def measure(backend: str, mode: str) -> dict:
@@ -68,7 +71,7 @@ def main() -> None:
             rows.append(json.loads(out.strip().splitlines()[-1]))
             print(rows[-1])
     result = {
-        "command": "python benchmarks/fill_mask_memory.py",
+        "command": command(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rows": rows,
         "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),

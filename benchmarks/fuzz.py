@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import re
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.provenance import command, load_average  # noqa: E402
 from tests.e2e.conftest import READ_KEY, WRITE_KEY, serve_process  # noqa: E402
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
@@ -129,7 +129,7 @@ def main() -> None:
         "CLOZE_LOG_LEVEL": "warning",
     }
     log_path = work / "server.log"
-    load_before = os.getloadavg()
+    load_before = load_average()
     with serve_process(env, log_path, timeout=300, drop=("CLOZE_FILL_MASK_MODEL",)) as (url, process):
         seed_documents(url, args.documents)
         runs = [
@@ -142,7 +142,7 @@ def main() -> None:
         memory = rss_mb(process.pid)
     tracebacks = log_path.read_text().count("Traceback")
     result = {
-        "command": f"python benchmarks/fuzz.py --examples {args.examples} --documents {args.documents}",
+        "command": command(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "runs": runs,
         "test_cases": sum(r["test_cases"] for r in runs),
@@ -151,7 +151,7 @@ def main() -> None:
         "server_rss_mb": memory,
         "tracebacks_in_server_log": tracebacks,
         "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "load_average_after": load_average(),
         "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

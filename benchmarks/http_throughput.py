@@ -43,6 +43,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
+from benchmarks.provenance import command, load_average  # noqa: E402
+
 CONNECTIONS = 64
 SEARCH_CONNECTIONS = 16
 
@@ -98,10 +100,6 @@ def scifact_queries() -> list[str]:
         return [json.loads(line)["text"] for line in handle if line.strip()]
 
 
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 def offline_rate(encoder, sentences: list[str], repeats: int) -> dict:
     rates, cpu = [], []
     for _ in range(repeats):
@@ -113,7 +111,7 @@ def offline_rate(encoder, sentences: list[str], repeats: int) -> dict:
         "sentences_per_s": float(np.median(rates)),
         "cpu_us_per_sentence": float(np.median(cpu)),
         "runs": rates,
-        "load": load(),
+        "load": load_average(),
     }
 
 
@@ -168,7 +166,7 @@ def wrk(url: str, route: str, bodies: Path, connections: int, seconds: int, scri
         "other_threads": (sum(threads.values()) - loop_cpu) / result["requests"] * 1e6,
     }
     result["errors_total"] = sum(result["errors"].values())
-    result["load"] = load()
+    result["load"] = load_average()
     return result
 
 
@@ -281,7 +279,7 @@ def main() -> None:
     from tests.e2e.conftest import free_port, wait_until
 
     settings = Settings()
-    load_at_start = load()
+    load_at_start = load_average()
     sentences = distinct_sentences(args.sentences)
     assert len(set(sentences)) == len(sentences) == args.sentences
     encoder = load_encoder(
@@ -374,7 +372,7 @@ def main() -> None:
     for route, ratio in ratios.items():
         print(f"{route}: {ratio:.2f}x the in-process rate; {cpu_ratios[route]:.2f}x its CPU time per text")
     result = {
-        "command": "python benchmarks/http_throughput.py " + " ".join(sys.argv[1:]),
+        "command": command(),
         "backend": args.backend,
         "server_checkout": subprocess.run(
             ["git", "-C", checkout, "log", "-1", "--format=%h %s"], capture_output=True, text=True
@@ -385,7 +383,7 @@ def main() -> None:
         "load_generator": f"wrk -t2, {CONNECTIONS} connections, {args.seconds} s per arm, loopback",
         "server_log_level": settings.log_level,
         "load_at_start": load_at_start,
-        "load_at_end": load(),
+        "load_at_end": load_average(),
         "note": "load averages over the machine's 2 cores: above 2, other work shared the CPU during this run",
         "in_process": offline,
         "http": arms,

@@ -30,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.provenance import command  # noqa: E402
 from encoder_runtime.backends.onnx_backend import OnnxBackend  # noqa: E402
 from encoder_runtime.backends.onnx_export import (  # noqa: E402
     default_cache_dir,
@@ -174,7 +175,7 @@ def main() -> None:
         timing_items = tokenizer.encode(kinds["stsb_test_sentences"][:64])
         timing = pass_times(graphs, timing_items, args.rounds)
     report = {
-        "command": "python benchmarks/int8_calibration.py",
+        "command": command(),
         "model": str(path),
         "recipe": recipe,
         "calibration_seconds": round(calibration_s, 1),

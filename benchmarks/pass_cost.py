@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -28,6 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.provenance import command, load_average  # noqa: E402
 from encoder_runtime import load_encoder  # noqa: E402
 from encoder_runtime.tokenization import Encoded  # noqa: E402
 
@@ -91,16 +91,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "pass_cost.json")
     args = parser.parse_args()
     result = {
-        "command": "python benchmarks/pass_cost.py " + " ".join(sys.argv[1:]),
+        "command": command(),
         "model": "bundled all-MiniLM-L6-v2",
-        "load_at_start": os.getloadavg(),
+        "load_at_start": load_average(),
         "backends": {},
     }
     for backend in args.backends:
         result["backends"][backend] = entry = measure(backend, args.seconds)
         print(backend, "fixed cost of a pass, in padded tokens, by width:",
               {w: d["fixed_pass_in_tokens"] for w, d in entry["by_width"].items()})  # fmt: skip
-    result["load_at_end"] = os.getloadavg()
+    result["load_at_end"] = load_average()
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written: {args.out}")
 

@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = ROOT.parent / "shared" / "data" / "beir-scifact"
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.provenance import command  # noqa: E402
+
 
 def scifact_index(backend: str) -> Path:
     """The same index `cloze eval beir` builds for SciFact (reused when input and model are unchanged)."""
@@ -118,7 +120,7 @@ def main() -> None:
         server.terminate()
         server.wait(60)
     result = {
-        "command": "python benchmarks/search_latency.py",
+        "command": command(),
         "index": str(index),
         "backend": args.backend,
         "documents": 5183,

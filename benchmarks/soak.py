@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.provenance import command, load_average  # noqa: E402
 from tests.e2e.conftest import serve_process  # noqa: E402
 
 QUERIES = [
@@ -168,14 +169,14 @@ def main() -> None:
         time.sleep(5)  # the fill-mask model loads just after readiness
         sampler = RssSampler(process.pid)
         sampler.start()
-        load_before = os.getloadavg()
+        load_before = load_average()
         warmup = run_mix(url, args.warmup_seconds, work)
         warm_rss = sampler.samples[-1][1]
         warm_at = sampler.samples[-1][0]
         measured = run_mix(url, seconds, work)
         sampler.stop.set()
         sampler.join()
-        load_after = os.getloadavg()
+        load_after = load_average()
     samples = sampler.samples
     last_minute = [rss for t, rss in samples if t >= samples[-1][0] - 60]
     five_xx = sum(
@@ -185,7 +186,7 @@ def main() -> None:
         if status.startswith("5")
     )
     result = {
-        "command": f"python benchmarks/soak.py --minutes {args.minutes} --warmup-seconds {args.warmup_seconds}",
+        "command": command(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "connections": sum(c for c, *_ in routes().values()),
         "seconds": seconds,
