@@ -22,10 +22,16 @@ import random
 import re
 import resource
 import shutil
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.provenance import command  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -123,7 +129,7 @@ def recall_only(args) -> None:
     store.close()
     result["recall_vs_exact"] |= recall
     result.setdefault("command", f"python benchmarks/index_scale.py --passages {result['passages']}")
-    result["recall_added_by"] = f"python benchmarks/index_scale.py --recall-only --nprobe {args.nprobe}"
+    result["recall_added_by"] = command()
     args.out.write_text(json.dumps(result, indent=2))
     for name, row in recall.items():
         print(f"{name:28} {row['recall@10']:10.4f} {row['ms_per_query']:9.2f}")
@@ -194,10 +200,7 @@ def main() -> None:
     store.close()
 
     result = {
-        "command": (
-            f"python benchmarks/index_scale.py --passages {args.passages} --sentences {args.sentences}"
-            f" --nprobe {args.nprobe}"
-        ),
+        "command": command(),
         "passages": args.passages,
         "chunks": manifest["chunks"],
         "backend": args.backend,
