@@ -4,9 +4,11 @@ Honest status (docs/adapt.md): on two CPU cores a 60-minute run and its evaluati
 one default was swept: ``interpolate``, after the fact on the 60-minute run's encoders, scored on SciFact's
 train queries (809; ``benchmarks/adapt_guard_sweep.py``); ``distill_weight`` 1.0 was set against 0 on
 SciFact train and the MS MARCO subset (one run each). Every other default comes from the paper named
-beside it, or from time (``mine_max_seq_length``; ``mlm_fraction`` at first); three were held against
-train-scored alternative runs and kept (``mlm_learning_rate`` and ``mlm_fraction`` against one each,
-``pair_kinds`` against three). SciFact's test queries chose nothing: ``benchmarks/results/adapt_test_60min.json``
+beside it, or from time (``mine_max_seq_length``; ``mlm_fraction`` at first); seven were held against
+train-scored alternative runs and kept (``mlm_learning_rate``, ``mlm_fraction``, ``mlm_distill_weight``,
+``mine_negatives`` and ``keep_sentence`` against one each, ``lexical_teacher_weight`` against three,
+``pair_kinds`` against three). Not measured: ``num_negatives``, the contrastive learning rate and batch
+size, the mining range and margin. SciFact's test queries chose nothing: ``benchmarks/results/adapt_test_60min.json``
 reports on them, it did not pick anything.
 """
 
@@ -49,7 +51,9 @@ class AdaptConfig:
     # distillation on (adapt_crop_pairs.json); ict and title mixed -0.0014 / -0.0015
     # (adapt_ict_title_pairs.json). Ties all; ict also needs no titles
     pair_kinds: list[str] = field(default_factory=lambda: ["ict"])
-    keep_sentence: float = 0.1  # ICT: leave the anchor sentence in its passage this often (ORQA)
+    # ICT: leave the anchor sentence in its passage this often (ORQA). 0.5 against it on SciFact train, one
+    # 60-minute run: dense -0.0018, hybrid +0.0002 (benchmarks/results/adapt_keep_sentence.json), so kept
+    keep_sentence: float = 0.1
     pair_rounds: int = 1  # pairs per document (one per round)
     # against in-batch negatives only, distillation on, one 60-minute run: SciFact train dense 0.6862 against
     # 0.6805, hybrid 0.7180 against 0.7150 (benchmarks/results/adapt_no_negatives_distill.json), so kept
