@@ -1,0 +1,176 @@
+"""What the event loop spends on a request beyond uvicorn's own floor: ``POST /embed`` against a raw app.
+
+Two servers in one run, each loaded by wrk exactly as ``benchmarks/http_throughput.py`` loads ``/embed``
+(64 connections, one real sentence a request): the real ``cloze serve`` (ONNX int8), and uvicorn with the
+service's own protocol class (``HeaderTimeoutProtocol``, ``CoalescingTransport``) in front of a raw ASGI
+app that reads the body and answers one fixed ``/embed``-sized body, with no model. For each: requests a
+second and CPU time a request on the event-loop thread and the others (/proc), then the loop thread's
+system calls a request counted by ``strace -c`` over a second wrk run (strace slows the server, so that
+run counts in no rate). Issue 22 asks where the loop's time goes; this says how much of it uvicorn itself
+costs and how differently the two servers use the kernel.
+
+    apt-get install -y wrk strace
+    .venv/bin/python benchmarks/http_floor.py [--seconds 10] [--out benchmarks/results/http_floor.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.http_throughput import (  # noqa: E402
+    CONNECTIONS,
+    LUA,
+    distinct_sentences,
+    thread_cpu_seconds,
+    write_bodies,
+)
+from benchmarks.provenance import command, load_average  # noqa: E402
+
+# The raw server: uvicorn as ``cloze serve`` runs it (its protocol class, no access log), one fixed answer.
+FLOOR_SERVER = r"""
+import sys
+
+import numpy as np
+import orjson
+import uvicorn
+
+from app.service.server import HeaderTimeoutProtocol
+
+vector = np.random.default_rng(0).standard_normal((1, 384)).astype("float32")
+BODY = orjson.dumps(vector / np.linalg.norm(vector), option=orjson.OPT_SERIALIZE_NUMPY)
+HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]
+
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+    await send({"type": "http.response.body", "body": BODY})
+
+
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_config=None, access_log=False,
+            http=HeaderTimeoutProtocol, lifespan="off")
+"""
+
+
+def load(url: str, bodies: Path, script: Path, seconds: int) -> int:
+    """Requests wrk completed against ``POST /embed`` in ``seconds``."""
+    out = subprocess.run(
+        ["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "10s", "-s", str(script), url],
+        env={**os.environ, "BODIES": str(bodies), "ROUTE": "/embed"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    line = next(line for line in out.splitlines() if line.startswith("RESULT "))
+    result = json.loads(line.removeprefix("RESULT "))
+    if sum(result["errors"].values()):
+        raise SystemExit(f"wrk saw errors: {result['errors']}")
+    return result["requests"]
+
+
+def cpu_arm(pid: int, url: str, bodies: Path, script: Path, seconds: int) -> dict:
+    before = thread_cpu_seconds(pid)
+    requests = load(url, bodies, script, seconds)
+    after = thread_cpu_seconds(pid)
+    loop = after.get(pid, 0.0) - before.get(pid, 0.0)
+    others = sum(after.values()) - sum(before.values()) - loop
+    return {
+        "requests_per_s": round(requests / seconds, 1),
+        "event_loop_cpu_us_per_request": round(loop / requests * 1e6, 1),
+        "other_threads_cpu_us_per_request": round(others / requests * 1e6, 1),
+    }
+
+
+def syscall_arm(pid: int, url: str, bodies: Path, script: Path, seconds: int, work: Path) -> dict:
+    """The event-loop thread's system calls a request (strace -c on that thread alone)."""
+    counts = work / f"strace-{pid}.txt"
+    tracer = subprocess.Popen(["strace", "-c", "-p", str(pid), "-o", str(counts)], stderr=subprocess.DEVNULL)
+    time.sleep(1)  # attached
+    requests = load(url, bodies, script, seconds)
+    tracer.terminate()
+    tracer.wait(30)
+    calls = {}
+    for line in counts.read_text().splitlines():
+        fields = line.split()  # % time, seconds, usecs/call, calls, [errors,] syscall
+        if len(fields) >= 5 and fields[3].isdigit() and fields[-1].isidentifier() and fields[-1] != "total":
+            calls[fields[-1]] = int(fields[3])
+    per_request = {name: round(n / requests, 2) for name, n in sorted(calls.items(), key=lambda kv: -kv[1])}
+    return {
+        "traced_requests": requests,
+        "syscalls_per_request": round(sum(calls.values()) / requests, 2),
+        "by_call": dict(list(per_request.items())[:8]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=10, help="wrk duration of each arm")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "http_floor.json")
+    args = parser.parse_args()
+    for tool in ("wrk", "strace"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} not found: apt-get install -y {tool}")
+    from tests.e2e.conftest import free_port, wait_until
+
+    work = Path(tempfile.mkdtemp(prefix="cloze-http-floor-"))
+    script = work / "cycle.lua"
+    script.write_text(LUA)
+    bodies = write_bodies(work, "embed", [{"inputs": s} for s in distinct_sentences(2000)])
+    (work / "floor_server.py").write_text(FLOOR_SERVER)
+    servers = {
+        "raw app (uvicorn floor)": ([sys.executable, str(work / "floor_server.py")], {}),
+        "cloze serve /embed": (
+            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port"],
+            {"CLOZE_BACKEND": "onnx-int8", "CLOZE_INDEX": str(work / "no-index")},
+        ),
+    }
+    result: dict = {"command": command(), "load_at_start": load_average(), "servers": {}}
+    for name, (argv, env) in servers.items():
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = work / "server.log"
+        with log.open("w") as handle:
+            server = subprocess.Popen(
+                [*argv, str(port)],
+                env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+                cwd=ROOT,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_until(url + ("/readyz" if env else "/"), server, log, 600)
+            load(url, bodies, script, 3)  # warm-up
+            row = cpu_arm(server.pid, url, bodies, script, args.seconds)
+            row |= syscall_arm(server.pid, url, bodies, script, args.seconds, work)
+        finally:
+            server.terminate()
+            server.wait(60)
+        result["servers"][name] = row
+        print(name, json.dumps(row), flush=True)
+    floor, real = result["servers"].values()
+    result["event_loop_cpu_over_floor"] = round(
+        real["event_loop_cpu_us_per_request"] / floor["event_loop_cpu_us_per_request"], 2
+    )
+    result["load_at_end"] = load_average()
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
