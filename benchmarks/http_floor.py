@@ -32,8 +32,8 @@ from benchmarks.http_throughput import (  # noqa: E402
     CONNECTIONS,
     LUA,
     distinct_sentences,
-    thread_cpu_seconds,
     write_bodies,
+    wrk,
 )
 from benchmarks.provenance import command, load_average  # noqa: E402
 
@@ -67,32 +67,16 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_config=None, acces
 """
 
 
-def load(url: str, bodies: Path, script: Path, seconds: int) -> int:
-    """Requests wrk completed against ``POST /embed`` in ``seconds``."""
-    out = subprocess.run(
-        ["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "10s", "-s", str(script), url],
-        env={**os.environ, "BODIES": str(bodies), "ROUTE": "/embed"},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    line = next(line for line in out.splitlines() if line.startswith("RESULT "))
-    result = json.loads(line.removeprefix("RESULT "))
-    if sum(result["errors"].values()):
-        raise SystemExit(f"wrk saw errors: {result['errors']}")
-    return result["requests"]
-
-
 def cpu_arm(pid: int, url: str, bodies: Path, script: Path, seconds: int) -> dict:
-    before = thread_cpu_seconds(pid)
-    requests = load(url, bodies, script, seconds)
-    after = thread_cpu_seconds(pid)
-    loop = after.get(pid, 0.0) - before.get(pid, 0.0)
-    others = sum(after.values()) - sum(before.values()) - loop
+    arm = wrk(url, "/embed", bodies, CONNECTIONS, seconds, script, pid)
+    if arm["errors_total"]:
+        raise SystemExit(f"wrk saw errors: {arm['errors']}")
+    by_thread = arm["server_cpu_us_per_request_by_thread"]
     return {
-        "requests_per_s": round(requests / seconds, 1),
-        "event_loop_cpu_us_per_request": round(loop / requests * 1e6, 1),
-        "other_threads_cpu_us_per_request": round(others / requests * 1e6, 1),
+        "requests_per_s": round(arm["requests_per_s"], 1),
+        "p99_ms": arm["p99_ms"],
+        "event_loop_cpu_us_per_request": round(by_thread["event_loop"], 1),
+        "other_threads_cpu_us_per_request": round(by_thread["other_threads"], 1),
     }
 
 
@@ -101,7 +85,7 @@ def syscall_arm(pid: int, url: str, bodies: Path, script: Path, seconds: int, wo
     counts = work / f"strace-{pid}.txt"
     tracer = subprocess.Popen(["strace", "-c", "-p", str(pid), "-o", str(counts)], stderr=subprocess.DEVNULL)
     time.sleep(1)  # attached
-    requests = load(url, bodies, script, seconds)
+    requests = wrk(url, "/embed", bodies, CONNECTIONS, seconds, script, pid)["requests"]
     tracer.terminate()
     tracer.wait(30)
     calls = {}
@@ -154,7 +138,7 @@ def main() -> None:
             )
         try:
             wait_until(url + ("/readyz" if env else "/"), server, log, 600)
-            load(url, bodies, script, 3)  # warm-up
+            wrk(url, "/embed", bodies, CONNECTIONS, 3, script, server.pid)  # warm-up
             row = cpu_arm(server.pid, url, bodies, script, args.seconds)
             row |= syscall_arm(server.pid, url, bodies, script, args.seconds, work)
         finally:
