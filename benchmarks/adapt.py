@@ -113,11 +113,6 @@ def stage_times(record: dict) -> dict:
     return {k: round(v / 60, 2) for k, v in record["seconds_spent"].items()}
 
 
-def load() -> float:
-    """The 1-minute load average (2 cores: above 2, other work shared the CPU)."""
-    return load_average()[0]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="the --max-time-minutes of every run")
@@ -133,7 +128,7 @@ def main() -> None:
     log = args.work / "commands.log"
     corpus = SCIFACT / "corpus.jsonl.gz"
     started = time.perf_counter()
-    loads = [load()]
+    loads = [load_average()[0]]
     result: dict = {
         "command": command(),
         "minutes": args.minutes,
@@ -143,7 +138,7 @@ def main() -> None:
 
     def scores(model: str) -> dict:
         values = {mode: beir(model, SCIFACT, mode, args.split, "torch", log) for mode in ("dense", "hybrid")}
-        loads.append(load())
+        loads.append(load_average()[0])
         return values | {"sts_b_test": sts(model, log)}
 
     result["scifact"]["bundled"] = scores("")
@@ -191,7 +186,7 @@ def main() -> None:
                 "stages": record["stages"],
             },
         }
-    loads.append(load())
+    loads.append(load_average()[0])
     result["load_average_1min_samples"] = loads
     result["wall_time_s"] = round(time.perf_counter() - started, 1)
     out_file = args.out or RESULTS / f"adapt_{args.split}.json"

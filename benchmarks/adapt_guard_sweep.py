@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.adapt import MSMARCO, RESULTS, SCIFACT, beir, load, stage_times, sts  # noqa: E402
-from benchmarks.provenance import command  # noqa: E402
+from benchmarks.adapt import MSMARCO, RESULTS, SCIFACT, beir, stage_times, sts  # noqa: E402
+from benchmarks.provenance import command, load_average  # noqa: E402
 
 
 def interpolated(work: Path, weight: float, out: Path, stage: str = "contrastive") -> Path:
@@ -52,7 +52,7 @@ def score_run(out: Path, reblend: list[float], log: Path) -> dict:
         "scifact_train": {m: beir(model, SCIFACT, m, "train", "torch", log) for m in ("dense", "hybrid")},
         "scifact_test": {m: beir(model, SCIFACT, m, "test", "torch", log) for m in ("dense", "hybrid")},
         "stsb_test": sts(model, log),
-        "load": load(),
+        "load": load_average()[0],
     }
     work = out.with_name(out.name + ".work")
     for weight in reblend:
@@ -81,7 +81,7 @@ def main() -> None:
             "scifact_train_dense": beir(str(scifact), SCIFACT, "dense", "train", "torch", log),
             "scifact_train_hybrid": beir(str(scifact), SCIFACT, "hybrid", "train", "torch", log),
             "msmarco_dense": beir(str(msmarco), MSMARCO, "dense", "test", "torch", log),
-            "load": load(),
+            "load": load_average()[0],
         }
         print(weight, rows[str(weight)], flush=True)
     result = {"command": command(), "rows": rows}

@@ -28,9 +28,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.adapt import RESULTS, SCIFACT, load  # noqa: E402
+from benchmarks.adapt import RESULTS, SCIFACT  # noqa: E402
 from benchmarks.adapt_guard_sweep import score_run  # noqa: E402
-from benchmarks.provenance import command  # noqa: E402
+from benchmarks.provenance import command, load_average  # noqa: E402
 
 WINDOW = 256  # the contrastive stage's max_seq_length, at which the teacher embeds its texts
 
@@ -80,7 +80,10 @@ def main() -> None:
     result = json.loads(args.out.read_text()) if args.out.is_file() else {}
     invocation = command()
     if not args.no_teacher:
-        result["teacher"] = teacher_scores(args.split, args.weights) | {"load": load(), "command": invocation}
+        result["teacher"] = teacher_scores(args.split, args.weights) | {
+            "load": load_average()[0],
+            "command": invocation,
+        }
         print(json.dumps(result["teacher"]), flush=True)
     if args.run:  # one entry per run, so a later run of the same recipe sits beside the earlier one
         log = args.run.with_name(args.run.name + ".eval.log")

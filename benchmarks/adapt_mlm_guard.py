@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.adapt import RESULTS, SCIFACT, beir, load  # noqa: E402
+from benchmarks.adapt import RESULTS, SCIFACT, beir  # noqa: E402
 from benchmarks.adapt_guard_sweep import interpolated, score_run  # noqa: E402
-from benchmarks.provenance import command  # noqa: E402
+from benchmarks.provenance import command, load_average  # noqa: E402
 
 INTERPOLATE = 0.25  # the recipe's default blend
 
@@ -40,7 +40,7 @@ def mlm_stage_scores(run: Path, log: Path) -> dict:
         "scifact_train": {
             m: beir(str(blended), SCIFACT, m, "train", "torch", log) for m in ("dense", "hybrid")
         },
-        "load": load(),
+        "load": load_average()[0],
     }
 
 
