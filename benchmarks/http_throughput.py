@@ -18,6 +18,10 @@ shared with other work distorts less than wall-clock rates.
 
 ``--profile-seconds N`` adds one more ``/embed`` arm with py-spy sampling the server (it slows the server,
 so that arm counts in no ratio) and records where the event loop's samples went (``loop_profile``).
+py-spy samples wall-clock time: a thread that waits for a core or for the GIL outside a blocking call
+still counts. ``--perf-seconds N`` adds an ``/embed`` arm under Linux ``perf`` (CPU-clock samples, so
+only time on a core counts) and records, per thread, which library the CPU time was spent in
+(``cpu_profile``: the interpreter, the tokenizer, libc's allocator, the kernel, uvloop, ONNX Runtime).
 """
 
 from __future__ import annotations
@@ -231,6 +235,69 @@ def profiled_arm(url: str, bodies: Path, script: Path, pid: int, seconds: int, w
     return {"requests_per_s_while_sampled": arm["requests_per_s"], **loop_profile(raw)}
 
 
+def embedding_passes(url: str) -> tuple[float, float]:
+    """(texts, forward passes) the embedding batcher has run so far, from /metrics."""
+    return batch_totals(httpx.get(url + "/metrics", timeout=30).text)
+
+
+def batch_totals(text: str) -> tuple[float, float]:
+    """(texts, passes) of the ``embed`` batcher in a Prometheus exposition (its batch-size histogram)."""
+    totals = {}
+    for part in ("sum", "count"):
+        found = re.search(rf'^cloze_batch_size_{part}{{batcher="embed"}} (\S+)$', text, re.M)
+        totals[part] = float(found.group(1)) if found else 0.0
+    return totals["sum"], totals["count"]
+
+
+def in_process_rows_per_pass(encoder, sentences: list[str]) -> float:
+    """Texts per forward pass when the runtime plans all the sentences at once, as ``embed`` does."""
+    from encoder_runtime.tokenization import plan_batches
+
+    lengths = [len(item) for item in encoder.encode(sentences)]
+    backend = encoder.backend
+    batches = plan_batches(
+        lengths, encoder.max_batch_tokens, encoder.max_batch_size, backend.max_padding, backend.padding_tokens
+    )
+    return len(lengths) / len(batches)
+
+
+def perf_arm(url: str, bodies: Path, script: Path, pid: int, seconds: int, work: Path) -> dict:
+    """``POST /embed`` under wrk while ``perf record`` samples the server's CPU clock for ``seconds``."""
+    data = work / "perf.data"
+    sampler = subprocess.Popen(
+        ["perf", "record", "-e", "cpu-clock", "-F", "1999", "-p", str(pid), "-o", str(data)]
+        + ["--", "sleep", str(seconds)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    arm = wrk(url, "/embed", bodies, CONNECTIONS, seconds + 2, script, pid)
+    if sampler.wait(120) != 0 or not data.is_file():
+        raise SystemExit("perf record failed: it needs perf_event_paranoid <= 2 and rights over the server")
+    samples = subprocess.run(
+        ["perf", "script", "-i", str(data), "-F", "tid,ip,dso"], capture_output=True, text=True, check=True
+    ).stdout
+    return {"requests_per_s_while_sampled": arm["requests_per_s"], **cpu_profile(samples, pid)}
+
+
+def cpu_profile(samples: str, pid: int) -> dict:
+    """Shares of CPU-clock samples by library, for the event loop (the main thread) and for the rest."""
+    by_thread: dict[str, Counter[str]] = {"event_loop": Counter(), "other_threads": Counter()}
+    for line in samples.splitlines():
+        tid, _ip, dso = (line.split(None, 2) + ["", ""])[:3]  # "  2847  7f69035e82 (/path/lib.so)"
+        if not tid.isdigit():
+            continue
+        name = dso.strip("()").rsplit("/", 1)[-1].split(".cpython")[0] or "unknown"
+        by_thread["event_loop" if int(tid) == pid else "other_threads"][name] += 1
+    return {
+        thread: {
+            "samples": counts.total(),
+            "share_by_library": {name: round(n / counts.total(), 3) for name, n in counts.most_common(10)},
+        }
+        for thread, counts in by_thread.items()
+        if counts
+    }
+
+
 def show(name: str, row: dict) -> None:
     if "sentences_per_s" in row:
         print(
@@ -243,6 +310,7 @@ def show(name: str, row: dict) -> None:
         f"  p99 {row['p99_ms']:6.1f} ms  errors {row['errors_total']}  CPU us/request: server"
         f" {row['server_cpu_us_per_request']:.0f} (loop {row['server_cpu_us_per_request_by_thread']['event_loop']:.0f})"
         f" wrk {row['wrk_cpu_us_per_request']:.0f}  load {row['load']}"
+        + (f"  {row['texts_per_pass']:.1f} texts a pass" if "texts_per_pass" in row else "")
     )
 
 
@@ -269,10 +337,15 @@ def main() -> None:
     parser.add_argument(
         "--profile-seconds", type=int, default=0, help="then py-spy the event loop for this long (0: no)"
     )
+    parser.add_argument(
+        "--perf-seconds", type=int, default=0, help="then sample the server's CPU with perf this long (0: no)"
+    )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "http_throughput.json"))
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install -y wrk")
+    if args.perf_seconds and shutil.which("perf") is None:
+        raise SystemExit("perf not found: apt-get install -y linux-perf")
 
     from app.settings import Settings
     from encoder_runtime import load_encoder
@@ -336,10 +409,13 @@ def main() -> None:
         offline = [offline_rate(encoder, sentences, args.repeats)]
         show("in-process", offline[-1])
         for route, bodies in (("/embed", embed_bodies), ("/v1/embeddings", openai_bodies)):
+            texts, passes = embedding_passes(url)
             arms[route] = {
                 "connections": CONNECTIONS,
                 **wrk(url, route, bodies, CONNECTIONS, args.seconds, script, server.pid),
             }
+            texts_after, passes_after = embedding_passes(url)
+            arms[route]["texts_per_pass"] = (texts_after - texts) / (passes_after - passes)
             show(route, arms[route])
             offline.append(offline_rate(encoder, sentences, args.repeats))
             show("in-process", offline[-1])
@@ -362,6 +438,9 @@ def main() -> None:
         if args.profile_seconds:
             profile = profiled_arm(url, embed_bodies, script, server.pid, args.profile_seconds, work)
             print("event loop, share of py-spy samples:", profile["parts"])
+        if args.perf_seconds:
+            cpu = perf_arm(url, embed_bodies, script, server.pid, args.perf_seconds, work)
+            print("event loop, share of CPU samples:", cpu["event_loop"]["share_by_library"])
     finally:
         server.terminate()
         server.wait(60)
@@ -386,12 +465,16 @@ def main() -> None:
         "load_at_end": load_average(),
         "note": "load averages over the machine's 2 cores: above 2, other work shared the CPU during this run",
         "in_process": offline,
+        # the same sentences planned all at once, as the in-process arm runs them (each HTTP arm has its own)
+        "in_process_texts_per_pass": in_process_rows_per_pass(encoder, sentences),
         "http": arms,
         "ratio_to_in_process": ratios,
         "cpu_time_ratio_to_in_process": cpu_ratios,
     }
     if args.profile_seconds:
         result["loop_profile"] = {"route": "/embed", "seconds": args.profile_seconds, **profile}
+    if args.perf_seconds:
+        result["cpu_profile"] = {"route": "/embed", "seconds": args.perf_seconds, **cpu}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     shutil.rmtree(work, ignore_errors=True)
