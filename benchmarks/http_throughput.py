@@ -249,7 +249,7 @@ def batch_totals(text: str) -> tuple[float, float]:
     return totals["sum"], totals["count"]
 
 
-def in_process_rows_per_pass(encoder, sentences: list[str]) -> float:
+def in_process_texts_per_pass(encoder, sentences: list[str]) -> float:
     """Texts per forward pass when the runtime plans all the sentences at once, as ``embed`` does."""
     from encoder_runtime.tokenization import plan_batches
 
@@ -466,7 +466,7 @@ def main() -> None:
         "note": "load averages over the machine's 2 cores: above 2, other work shared the CPU during this run",
         "in_process": offline,
         # the same sentences planned all at once, as the in-process arm runs them (each HTTP arm has its own)
-        "in_process_texts_per_pass": in_process_rows_per_pass(encoder, sentences),
+        "in_process_texts_per_pass": in_process_texts_per_pass(encoder, sentences),
         "http": arms,
         "ratio_to_in_process": ratios,
         "cpu_time_ratio_to_in_process": cpu_ratios,
