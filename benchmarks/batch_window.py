@@ -78,8 +78,7 @@ def main() -> None:
         max_batch_tokens=settings.max_batch_tokens,
         max_batch_size=settings.max_batch_size,
     )
-    backend = encoder.backend
-    budget = (encoder.max_batch_tokens, encoder.max_batch_size, backend.max_padding, backend.padding_tokens)
+    budget = encoder.batch_budget
     items = encoder.encode(distinct_sentences(args.sentences))
     lengths = [len(item) for item in items]
     plans = {"offline": plan_batches(lengths, *budget)}

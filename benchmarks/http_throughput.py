@@ -254,11 +254,7 @@ def in_process_texts_per_pass(encoder, sentences: list[str]) -> float:
     from encoder_runtime.tokenization import plan_batches
 
     lengths = [len(item) for item in encoder.encode(sentences)]
-    backend = encoder.backend
-    batches = plan_batches(
-        lengths, encoder.max_batch_tokens, encoder.max_batch_size, backend.max_padding, backend.padding_tokens
-    )
-    return len(lengths) / len(batches)
+    return len(lengths) / len(plan_batches(lengths, *encoder.batch_budget))
 
 
 def perf_arm(url: str, bodies: Path, script: Path, pid: int, seconds: int, work: Path) -> dict:

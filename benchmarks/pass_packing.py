@@ -89,8 +89,7 @@ def main() -> None:
     from encoder_runtime import load_encoder
 
     encoder = load_encoder(backend="onnx-int8")
-    backend = encoder.backend
-    budget = (encoder.max_batch_tokens, encoder.max_batch_size, backend.max_padding, backend.padding_tokens)
+    budget = encoder.batch_budget
     fixed = json.loads(PASS_COST.read_text())["backends"]["onnx-int8"]["fixed_pass_in_tokens_median_up_to_32"]
     lengths = [len(item) for item in encoder.encode(distinct_sentences(2000))]
     offline_batches = plan_batches(lengths, *budget)

@@ -66,14 +66,18 @@ class EncoderRuntime(TokenizedRuntime):
             matrix = np.stack(vectors).astype(np.float32, copy=False)
         return l2_normalize(matrix) if (self.info.normalize if normalize is None else normalize) else matrix
 
-    def embed_encoded(self, items: list[Encoded], normalize: bool | None = None) -> np.ndarray:
-        batches = plan_batches(
-            [len(item) for item in items],
+    @property
+    def batch_budget(self) -> tuple[int, int, float, int]:
+        """``plan_batches``' limits as this runtime plans its passes: tokens, size, padding bound, allowance."""
+        return (
             self.max_batch_tokens,
             self.max_batch_size,
             self.backend.max_padding,
             self.backend.padding_tokens,
         )
+
+    def embed_encoded(self, items: list[Encoded], normalize: bool | None = None) -> np.ndarray:
+        batches = plan_batches([len(item) for item in items], *self.batch_budget)
         return self.finish(self.run_batches(items, batches), normalize)
 
     def embed(self, texts: list[str], normalize: bool | None = None) -> np.ndarray:
