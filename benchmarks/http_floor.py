@@ -3,14 +3,14 @@
 Four servers in one run, each loaded by wrk exactly as ``benchmarks/http_throughput.py`` loads ``/embed``
 (64 connections, one real sentence a request): the real ``cloze serve`` (ONNX int8); uvicorn with the
 service's own protocol class (``HeaderTimeoutProtocol``, ``CoalescingTransport``) in front of a raw ASGI
-app that reads the body and answers one fixed ``/embed``-sized body, with no model (and once more, each answer held
-for the real server's time in flight, so it serves at the real rate); and the real service
-with each forward pass slept for as long as a real pass of its shape takes (``SLEPT_SERVER``). For each:
-requests a second and CPU time a request on the event-loop thread and the others (/proc), then the loop
-thread's system calls a request counted by ``strace -c`` over a second wrk run (strace slows the server,
-so that run counts in no rate). Issue 22 asks where the loop's time goes; this says how much of it
-uvicorn itself costs, how much sharing the cores with ONNX Runtime adds, and how differently the servers
-use the kernel.
+app that reads the body and answers one fixed ``/embed``-sized body, with no model, and the same raw app
+with each answer held for the real server's time in flight, so that it serves at the real rate; and the
+real service with each forward pass slept for as long as a real pass of its shape takes
+(``SLEPT_SERVER``). For each: requests a second and CPU time a request on the event-loop thread and the
+others (/proc), then the loop thread's system calls a request counted by ``strace -c`` over a second wrk
+run (strace slows the server, so that run counts in no rate). Issue 22 asks where the loop's time goes;
+this says how much of it uvicorn itself costs, how much sharing the cores with ONNX Runtime adds, and how
+differently the servers use the kernel.
 
     apt-get install -y wrk strace
     .venv/bin/python benchmarks/http_floor.py [--seconds 10] [--out benchmarks/results/http_floor.json]
@@ -77,12 +77,13 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[-1]), log_config=None, acce
 
 
 # The real service with every forward pass slept instead of run: each pass sleeps the wall time a real pass
-# of its shape takes (fitted at start-up on this machine, fixed cost plus cost a padded token) and answers
+# of its shape takes (fitted on its first pass on this machine, fixed cost plus cost a padded token) and answers
 # ones of the real output's shape, so requests arrive and leave at about the real rate while ONNX Runtime
 # leaves both cores to the event loop. Its loop CPU a request, beside the real server's, says how much of
 # the loop's cost comes from sharing the two cores with the inference threads.
 SLEPT_SERVER = r"""
 import sys
+import threading
 import time
 
 import numpy as np
@@ -91,26 +92,32 @@ from encoder_runtime.backends.onnx_backend import OnnxBackend
 
 real_pass = OnnxBackend.__call__
 fitted = {}
+fitting = threading.Lock()  # the first passes of both inference threads arrive together
 
 
 def pass_seconds(backend, rows, width):
-    if not fitted:
-        timings = []
-        for shape in ((1, 16), (8, 32)):
-            ids = np.ones(shape, dtype=np.int64)
-            inputs = {"input_ids": ids, "attention_mask": ids, "token_type_ids": np.zeros_like(ids)}
-            out = real_pass(backend, inputs)
-            started = time.perf_counter()
-            for _ in range(20):
-                real_pass(backend, inputs)
-            timings.append(((time.perf_counter() - started) / 20, shape[0] * shape[1]))
-            fitted["keeps_width"] = out.ndim == 3  # token vectors (pooled later) or one vector a row
-            fitted["dim"] = out.shape[-1]
-        (small, small_tokens), (large, large_tokens) = timings
-        fitted["per_token"] = (large - small) / (large_tokens - small_tokens)
-        fitted["fixed"] = small - fitted["per_token"] * small_tokens
-        print("slept passes:", fitted, flush=True)
+    with fitting:
+        if not fitted:
+            fitted.update(fit(backend))
+            print("slept passes:", fitted, flush=True)
     return fitted["fixed"] + fitted["per_token"] * rows * width
+
+
+def fit(backend):  # a real pass's wall time as fixed cost plus cost a padded token, from two shapes
+    timings = []
+    for shape in ((1, 16), (8, 32)):
+        ids = np.ones(shape, dtype=np.int64)
+        inputs = {"input_ids": ids, "attention_mask": ids, "token_type_ids": np.zeros_like(ids)}
+        out = real_pass(backend, inputs)
+        started = time.perf_counter()
+        for _ in range(20):
+            real_pass(backend, inputs)
+        timings.append(((time.perf_counter() - started) / 20, shape[0] * shape[1]))
+    (small, small_tokens), (large, large_tokens) = timings
+    per_token = (large - small) / (large_tokens - small_tokens)
+    fixed = small - per_token * small_tokens
+    # keeps_width: the graph answers token vectors (pooled later), not one vector a row
+    return {"per_token": per_token, "fixed": fixed, "keeps_width": out.ndim == 3, "dim": out.shape[-1]}
 
 
 def slept_pass(self, inputs):
