@@ -45,6 +45,11 @@ class Settings(BaseSettings):
     open_operations: bool = Field(
         False, description="With read keys set, still answer /metrics and /readyz without a key"
     )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names besides loopback names and IP addresses that the service answers while reads "
+        "need no key (a guard against DNS rebinding), comma-separated; * = any",
+    )
     trusted_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Browser origins (scheme://host:port) besides the service's own that may call it",
@@ -65,6 +70,17 @@ class Settings(BaseSettings):
     max_inputs: int = Field(256, ge=1, description="Most texts in one request")
     max_chars: int = Field(20_000, ge=1, description="Most characters in one text")
     max_body_bytes: int = Field(4_000_000, ge=1024, description="Largest request body (413 above)")
+    max_body_values: int = Field(
+        100_000,
+        ge=100,
+        description="Most JSON values (numbers, strings, lists, objects, keys) in one request body (422 above)",
+    )
+    max_tokenize_chars: int = Field(
+        100_000,
+        ge=1,
+        description="Most characters in one /tokenize request, its texts together (its answer has a record "
+        "per token)",
+    )
     max_top_k: int = Field(100, ge=1, description="Largest top_k for /search")
     max_document_chars: int = Field(
         1_000_000, ge=1, description="Most characters in one document's text (PUT /documents)"
@@ -72,7 +88,9 @@ class Settings(BaseSettings):
     max_metadata_bytes: int = Field(16_384, ge=2, description="Largest metadata object, as JSON")
     max_metadata_depth: int = Field(8, ge=1, description="Deepest nesting of lists and objects in metadata")
     max_metadata_keys: int = Field(256, ge=1, description="Most keys in one metadata object, all levels")
-    max_filter_values: int = Field(1024, ge=1, description="Most values in one search filter list")
+    max_filter_values: int = Field(
+        1024, ge=1, description="Most fields and values in one search filter, counted together"
+    )
     max_masks: int = Field(64, ge=1, description="Most mask tokens in one fill-mask text")
     fill_mask_max_queue: int = Field(
         1024, ge=1, description="Mask tokens admitted and unanswered before fill-mask answers 429"
@@ -86,6 +104,9 @@ class Settings(BaseSettings):
         512, ge=1, description="Open connections plus requests in flight before uvicorn answers 503"
     )
     keep_alive_s: int = Field(5, ge=1, description="Idle keep-alive connections close after this")
+    max_header_bytes: int = Field(
+        65_536, ge=1024, description="Most bytes of a request's line and headers (431 above)"
+    )
     header_timeout_s: float = Field(
         10.0, gt=0, description="A request whose headers have not all arrived by then is dropped"
     )
@@ -99,7 +120,7 @@ class Settings(BaseSettings):
     log_level: str = Field("info", description="Log level")
     access_log: bool = Field(True, description="One JSON line per request (logger cloze.access, at INFO)")
 
-    @field_validator("api_keys", "read_api_keys", "trusted_origins", mode="before")
+    @field_validator("api_keys", "read_api_keys", "allowed_hosts", "trusted_origins", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):

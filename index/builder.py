@@ -35,7 +35,7 @@ from index import layout
 from index.chunking import Chunker
 from index.ingest import corpus_checksum, iter_documents
 from index.ray_engine import embed_pending_with_ray
-from index.records import Document, IndexLocked, LiveWritesDuringBuild
+from index.records import Document, IndexLocked, LiveWritesDuringBuild, check_document
 from index.store import DocumentStore
 from index.vectors import VectorIndex, choose_factory, training_size
 
@@ -409,6 +409,8 @@ def embed_documents(
     encoder: Any, chunker: Chunker, docs: list[Document]
 ) -> list[tuple[Document, list, np.ndarray]]:
     """Chunk and embed a few documents at once (the incremental path: upsert / ``cloze index add``)."""
+    for position, doc in enumerate(docs):
+        check_document(doc, f"{position}.")
     chunk_lists = chunker.split([d.text for d in docs])
     flat = [c.text for chunks in chunk_lists for c in chunks]
     vectors = encoder.embed(flat, normalize=True) if flat else np.zeros((0, encoder.dimension), np.float32)

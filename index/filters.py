@@ -12,29 +12,31 @@ import math
 from collections.abc import Set
 from typing import Any
 
-from index.records import UnknownFilterField
+from index.records import UnknownFilterField, metadata_key_problem
 
 INT64 = (-(2**63), 2**63 - 1)
-MAX_FILTER_VALUES = 10_000  # SQLite binds at most 32,766 parameters in one statement
+MAX_FILTER_VALUES = 10_000  # in one whole filter: SQLite binds at most 32,766 parameters in one statement
 
 
 class InvalidFilterValue(ValueError):
     """A filter value SQLite cannot compare: an integer past 64 bits, NaN, too long a list."""
 
     def __init__(self, field: str, message: str):
-        super().__init__(f"filter.{field}: {message}")
-        self.field = f"filter.{field}"
+        self.field = f"filter.{field}" if field else "filter"
+        super().__init__(f"{self.field}: {message}")
 
 
 def compile_filters(filters: dict[str, Any], known_fields: Set[str]) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
+    if filter_size(filters) > MAX_FILTER_VALUES:
+        raise InvalidFilterValue("", f"{filter_size(filters)} values in all, more than {MAX_FILTER_VALUES}")
     for field, wanted in filters.items():
-        if field not in known_fields or '"' in field:
+        if problem := metadata_key_problem(field):
+            raise InvalidFilterValue(field, problem)
+        if field not in known_fields:
             raise UnknownFilterField(f"no document has the metadata field {field!r}")
         values = list(wanted) if isinstance(wanted, list | tuple | set) else [wanted]
-        if len(values) > MAX_FILTER_VALUES:
-            raise InvalidFilterValue(field, f"{len(values)} values, more than {MAX_FILTER_VALUES}")
         for value in values:
             check_value(field, value)
         if not values:
@@ -44,6 +46,11 @@ def compile_filters(filters: dict[str, Any], known_fields: Set[str]) -> tuple[st
         clauses.append(f"EXISTS (SELECT 1 FROM json_each(d.metadata, ?) WHERE value IN ({marks}))")
         params += [f'$."{field}"', *[sql_value(v) for v in values]]
     return (" AND ".join(clauses) or "1"), params
+
+
+def filter_size(filters: dict[str, Any]) -> int:
+    """What a filter binds: one per field (its JSON path) plus one per value."""
+    return sum(1 + (len(v) if isinstance(v, list | tuple | set) else 1) for v in filters.values())
 
 
 def check_value(field: str, value: Any) -> None:

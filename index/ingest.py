@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from index.records import Document
+from index.records import Document, check_document
 
 _ID_KEYS = ("_id", "id", "doc_id", "docid")
 _TEXT_KEYS = ("text", "body", "contents", "content", "passage", "abstract")
@@ -71,7 +71,9 @@ def record_to_document(row: dict[str, Any], fallback_id: str) -> Document:
             metadata[key] = value
     title = str(metadata.get("title") or "").strip()
     text = f"{title}\n\n{body}" if title and body else (title or body)
-    return Document(id=doc_id, text=text, metadata=metadata)
+    document = Document(id=doc_id, text=text, metadata=metadata)
+    check_document(document)
+    return document
 
 
 def _kind(path: Path) -> str:

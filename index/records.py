@@ -2,8 +2,47 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
+
+MAX_ID_CHARS = 512
+MAX_METADATA_KEY_CHARS = 256
+
+
+def id_problem(doc_id: str) -> str | None:
+    """Why a document id could not round-trip through the API (None when it can): every search mode, ``GET``
+    and ``DELETE /documents/{id}`` must find what was stored under it."""
+    if not doc_id.strip():
+        return "empty or only whitespace"
+    if len(doc_id) > MAX_ID_CHARS:
+        return f"{len(doc_id)} characters, over the limit of {MAX_ID_CHARS}"
+    if control := _control_character(doc_id):
+        return f"contains the control character {control}"
+    if any(segment in (".", "..") for segment in doc_id.split("/")):
+        return "a '.' or '..' path segment (HTTP clients rewrite them, so the id could not be read back)"
+    return None
+
+
+def metadata_key_problem(key: str) -> str | None:
+    """Why a metadata key could not be stored and filtered on exactly (None when it can): SQLite's JSON paths
+    cannot name a key with a quote or a backslash, and a NUL ends a string in SQLite's C API."""
+    if not key:
+        return "an empty key"
+    if len(key) > MAX_METADATA_KEY_CHARS:
+        return f"a key of {len(key)} characters, over the limit of {MAX_METADATA_KEY_CHARS}"
+    if control := _control_character(key):
+        return f"a key containing the control character {control}"
+    if '"' in key or "\\" in key:
+        return f"the key {key!r} contains a double quote or a backslash"
+    return None
+
+
+def _control_character(text: str) -> str | None:
+    for char in text:
+        if unicodedata.category(char) == "Cc":
+            return f"U+{ord(char):04X}"
+    return None
 
 
 @dataclass
@@ -33,6 +72,30 @@ class IndexError_(Exception):
 
 class IndexModelMismatch(IndexError_):
     """The index was built with another model: its vectors are meaningless to this encoder."""
+
+
+class InvalidDocument(IndexError_, ValueError):
+    """A document whose id or metadata keys could not round-trip (``id_problem``, ``metadata_key_problem``)."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
+def check_document(doc: Document, where: str = "") -> None:
+    """Refuse, before anything is stored, a document that could not be read back as it was written."""
+    if problem := id_problem(doc.id):
+        raise InvalidDocument(f"{where}id {doc.id[:80]!r}: {problem}", f"{where}id")
+    stack: list[Any] = [doc.metadata]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, child in node.items():
+                if problem := metadata_key_problem(key):
+                    raise InvalidDocument(f"{where}metadata: {problem}", f"{where}metadata")
+                stack.append(child)
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 class UnknownFilterField(IndexError_, ValueError):

@@ -1,22 +1,57 @@
-"""API keys: ``Authorization: Bearer <key>``. Write keys also read; read keys are optional (unset = reads open).
+"""Who may call what: one table of routes and scopes (``required_access``), one key ring, one gate.
 
-401 = no or unknown key; 403 = a valid key without the scope. Keys are compared in constant time,
-and every configured key is compared, so timing says nothing about which one (or whether one) matched.
+Write keys (``CLOZE_API_KEYS``) may do everything; read keys (``CLOZE_READ_API_KEYS``) may read. Reads are
+open while no read key is set; writes are open only while no key at all is set (a loopback-only service,
+``check_exposure``): a service with read keys but no write keys refuses every write. 401 = no or unknown
+key; 403 = a valid key without the scope. Keys are compared in constant time, and every configured key is
+compared, so timing says nothing about which one (or whether one) matched.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
-from typing import Annotated, Literal
+from typing import Literal
 
-from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
+from starlette.types import Scope
 
 from app.service.errors import ApiError
 
-Scope = Literal["read", "write"]
+Access = Literal["public", "operations", "read", "write"]
+KeyScope = Literal["read", "write"]
+# Documents the scheme in OpenAPI; the gate below decides.
 bearer = HTTPBearer(auto_error=False, description="An API key from CLOZE_API_KEYS or CLOZE_READ_API_KEYS")
+
+# The table. GET and HEAD read; a POST reads only when listed here; everything else writes, so a route
+# added without a line here needs a write key (tests/app/test_auth_table.py walks every route).
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+PUBLIC_PREFIXES = ("/static/",)
+# /metrics and /readyz: read keys when set (error texts name file paths), unless CLOZE_OPEN_OPERATIONS.
+OPERATIONS_PATHS = frozenset({"/metrics", "/readyz"})
+READING_POSTS = frozenset(
+    {
+        "/search",
+        "/embed",
+        "/v1/embeddings",
+        "/similarity",
+        "/tokenize",
+        "/decode",
+        "/fill-mask",
+        "/mask-preview",
+    }
+)
+READING_METHODS = frozenset({"GET", "HEAD"})
+
+
+def required_access(method: str, path: str) -> Access:
+    if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+        return "public"
+    if path in OPERATIONS_PATHS:
+        return "operations"
+    if method in READING_METHODS or (method == "POST" and path in READING_POSTS):
+        return "read"
+    return "write"
 
 
 class KeyRing:
@@ -24,15 +59,19 @@ class KeyRing:
         self.write_keys = [k.encode() for k in write_keys]
         self.read_keys = [k.encode() for k in read_keys]
 
-    def scope_of(self, token: str) -> Scope | None:
-        presented = token.encode()
+    def scope_of(self, token: str) -> KeyScope | None:
+        presented = _header_bytes(token)
         is_write = _matches_any(presented, self.write_keys)
         is_read = _matches_any(presented, self.read_keys)
         return "write" if is_write else "read" if is_read else None
 
-    def check(self, token: str | None, needed: Scope) -> None:
-        guarded = bool(self.write_keys) if needed == "write" else bool(self.read_keys)
-        if not guarded:
+    def guarded(self, needed: KeyScope) -> bool:
+        if needed == "read":
+            return bool(self.read_keys)
+        return bool(self.write_keys or self.read_keys)
+
+    def check(self, token: str | None, needed: KeyScope) -> None:
+        if not self.guarded(needed):
             return
         if not token:
             raise ApiError(
@@ -44,7 +83,18 @@ class KeyRing:
         if scope is None:
             raise ApiError(401, "unknown API key", headers={"WWW-Authenticate": "Bearer"})
         if needed == "write" and scope != "write":
+            if not self.write_keys:
+                raise ApiError(403, "writes are disabled: this service has read keys but no write keys")
             raise ApiError(403, "this API key may read but not write")
+
+
+def _header_bytes(token: str) -> bytes:
+    """The key as the client sent it: ASGI servers decode header bytes as latin-1, so encoding back gives
+    the bytes on the wire (a UTF-8 key stays UTF-8 and matches ``key.encode()``)."""
+    try:
+        return token.encode("latin-1")
+    except UnicodeEncodeError:  # a caller that passed text, not a header value
+        return token.encode()
 
 
 def _matches_any(presented: bytes, keys: list[bytes]) -> bool:
@@ -54,23 +104,13 @@ def _matches_any(presented: bytes, keys: list[bytes]) -> bool:
     return matched
 
 
-def _requirement(needed: Scope, operations: bool = False):
-    # async: a plain ``def`` dependency runs on anyio's shared thread pool: a thread hop on every request
-    # (docs/benchmarks.md, "Design measurements"), and a keyed search queued there behind upserts.
-    async def dependency(
-        request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
-    ) -> None:
-        if operations and request.app.state.settings.open_operations:
-            return
-        request.app.state.keys.check(credentials.credentials if credentials else None, needed)
-
-    return dependency
-
-
-require_read = Depends(_requirement("read"))
-require_write = Depends(_requirement("write"))
-# /metrics and /readyz: read keys when set (error texts name file paths), unless CLOZE_OPEN_OPERATIONS.
-require_operations = Depends(_requirement("read", operations=True))
+def bearer_token(scope: Scope) -> str | None:
+    """The token of ``Authorization: Bearer <token>``, as FastAPI's ``HTTPBearer(auto_error=False)`` reads it."""
+    for key, value in scope["headers"]:
+        if key == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return (token.strip() or None) if scheme.lower() == "bearer" else None
+    return None
 
 
 def is_loopback(host: str) -> bool:
@@ -82,9 +122,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_exposure(host: str, write_keys: list[str], allow_open: bool) -> None:
+def check_exposure(host: str, keys: list[str], allow_open: bool) -> None:
     """Refuse to serve writes to the network without keys unless told the service is meant to be open."""
-    if not write_keys and not is_loopback(host) and not allow_open:
+    if not keys and not is_loopback(host) and not allow_open:
         raise SystemExit(
             f"refusing to serve on {host} without API keys: set CLOZE_API_KEYS (and optionally "
             "CLOZE_READ_API_KEYS), or CLOZE_ALLOW_OPEN=true to serve an open service deliberately"

@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from index.records import ReadOnlyIndex, StorageError
+from index.records import InvalidDocument, ReadOnlyIndex, StorageError
 
 log = logging.getLogger("cloze.service")
 
@@ -62,6 +62,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ReadOnlyIndex)
     async def read_only(_: Request, exc: ReadOnlyIndex) -> JSONResponse:
         return JSONResponse({"error": str(exc), "field": None}, 409)
+
+    @app.exception_handler(InvalidDocument)
+    async def invalid_document(_: Request, exc: InvalidDocument) -> JSONResponse:
+        return JSONResponse({"error": str(exc), "field": exc.field}, 422)
 
     @app.exception_handler(StorageError)
     async def storage(_: Request, exc: StorageError) -> JSONResponse:

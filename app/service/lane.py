@@ -23,9 +23,9 @@ from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from app.service.errors import ApiError, BodyRejected, validation_error
-from app.service.middleware import BrowserGuard, RequestRecorder, send_json_bytes
+from app.service.middleware import AccessGate, BrowserGuard, RequestRecorder, send_json_bytes
 from app.service.routes.inference import LANES
-from app.service.validation import strict_loads
+from app.service.validation import parse_body
 
 log = logging.getLogger("cloze.service")
 
@@ -36,7 +36,10 @@ class EmbeddingLane:
         self.state = app.state
         self.recorder: RequestRecorder = app.state.recorder
         self.max_bytes: int = app.state.settings.max_body_bytes
-        self.guard = BrowserGuard(app, app.state.settings)  # the lane answers before the app's middleware
+        self.max_values: int = app.state.settings.max_body_values
+        # The lane answers before the app's middleware, so it asks the same guard and gate.
+        self.guard = BrowserGuard(app, app.state.settings)
+        self.gate = AccessGate(app, app.state.keys, app.state.settings.open_operations)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         lane = LANES.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -51,10 +54,10 @@ class EmbeddingLane:
             refusal = self.guard.refusal(scope)
             if refusal is not None:
                 raise ApiError(*refusal)
-            self.state.keys.check(_bearer(scope), "read")
+            self.gate.check(scope)
             body = await self._body(scope, receive)
             try:
-                request = model.model_validate(strict_loads(body))
+                request = model.model_validate(await parse_body(body, self.max_values))
             except BodyRejected as exc:
                 raise ApiError(422, exc.detail, exc.field) from None
             except ValidationError as exc:
@@ -96,12 +99,3 @@ class EmbeddingLane:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def _bearer(scope: Scope) -> str | None:
-    """The token of ``Authorization: Bearer <token>``, as FastAPI's ``HTTPBearer(auto_error=False)`` reads it."""
-    for key, value in scope["headers"]:
-        if key == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return (token.strip() or None) if scheme.lower() == "bearer" else None
-    return None

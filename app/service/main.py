@@ -7,17 +7,17 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from app.service.auth import KeyRing
+from app.service.auth import KeyRing, bearer
 from app.service.engines import Engines, close_engines, follow_published_index, load_engines
 from app.service.errors import install_error_handlers
 from app.service.jobs import JobRegistry
 from app.service.lane import EmbeddingLane
 from app.service.metrics import Metrics
-from app.service.middleware import BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
+from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
 from app.service.routes import inference, meta, playground, search
 from app.settings import Settings, get_settings
 
@@ -41,6 +41,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="cloze-search",
+        dependencies=[Depends(bearer)],  # the key scheme in OpenAPI; AccessGate decides
         version="0.1.0",
         description="Semantic search, embeddings and fill-mask over encoders you train yourself.",
         lifespan=lifespan,
@@ -54,11 +55,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (inference, search, meta, playground):
         app.include_router(module.router)
     _add_pages(app)
-    app.add_middleware(BrowserGuard, settings=settings)
+    # Outermost first: every request logged and counted; browser guard and keys before a body is read.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(
-        RequestLog, recorder=app.state.recorder
-    )  # outermost: refusals are logged and counted too
+    app.add_middleware(AccessGate, keys=app.state.keys, open_operations=settings.open_operations)
+    app.add_middleware(BrowserGuard, settings=settings)
+    app.add_middleware(RequestLog, recorder=app.state.recorder)
     return app
 
 

@@ -3,6 +3,7 @@ request, metrics."""
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import logging
 import secrets
@@ -14,6 +15,8 @@ import orjson
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.service.auth import KeyRing, bearer_token, required_access
+from app.service.errors import ApiError
 from app.service.metrics import Metrics
 from app.settings import Settings
 
@@ -82,6 +85,30 @@ class BodySizeLimit:
         return await self.app(scope, replay, send)
 
 
+class AccessGate:
+    """Checks every HTTP request against the table before its body is read or a route runs. The embedding
+    lane, which answers ahead of the app, calls ``check`` too."""
+
+    def __init__(self, app: ASGIApp, keys: KeyRing, open_operations: bool):
+        self.app, self.keys, self.open_operations = app, keys, open_operations
+
+    def check(self, scope: Scope) -> None:
+        access = required_access(scope["method"], scope["path"])
+        if access == "public" or (access == "operations" and self.open_operations):
+            return
+        self.keys.check(bearer_token(scope), "write" if access == "write" else "read")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                self.check(scope)
+            except ApiError as exc:
+                headers = [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
+                body = {"error": exc.message, "field": exc.field}
+                return await send_json_bytes(send, exc.status, orjson.dumps(body), headers)
+        return await self.app(scope, receive, send)
+
+
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 # The only bodies a cross-site HTML form (or a "simple" fetch) can send without a CORS preflight.
@@ -98,21 +125,36 @@ def host_name(host: str) -> str:
 
 def _same_origin(origin: str, host: str) -> bool:
     """``Origin`` names the host the request was sent to. A ``Host`` without a port (a proxy that forwards
-    ``$host``, as docker/nginx.conf does) matches that host on any port."""
-    parts = urlsplit(origin)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    ``$host``, as docker/nginx.conf does) matches that host on any port. A malformed ``Origin`` (a port past
+    65535, an unclosed ``[``) names no host, so it is not the service's own."""
+    try:
+        parts = urlsplit(origin)
+        origin_host, origin_port = parts.hostname, parts.port
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or not origin_host:
         return False
     name = host_name(host)
     port = host.rsplit(":", 1)[1] if host.count(":") == 1 or host.startswith("[") and "]:" in host else None
-    origin_port = parts.port or (443 if parts.scheme == "https" else 80)
-    return parts.hostname == name and (port is None or str(origin_port) == port)
+    origin_port = origin_port or (443 if parts.scheme == "https" else 80)
+    return origin_host == name and (port is None or str(origin_port) == port)
+
+
+def _is_ip_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 class BrowserGuard:
     """What keeps a web page the user happens to visit from driving the service through their browser.
 
-    - Keyless mode (no write keys, not ``CLOZE_ALLOW_OPEN``: the service only runs on loopback then): the
-      ``Host`` header must name loopback, so a DNS-rebound name (evil.example -> 127.0.0.1) gets 403.
+    - While reads need no key (no read keys set), the ``Host`` header must be a loopback name, an IP
+      address or a name in ``CLOZE_ALLOWED_HOSTS``: a DNS-rebound name (evil.example -> 127.0.0.1, or -> the
+      service's address on the user's network) gets 403, so a page cannot read through the browser. An
+      IP address cannot be rebound: a page at one is the service's own origin.
     - A request whose ``Origin`` is neither the service's own nor in ``CLOZE_TRUSTED_ORIGINS`` gets 403
       (browsers send ``Origin`` on every cross-origin request but simple GETs).
     - Writes and other unsafe methods refuse form and text bodies (415) and ``Sec-Fetch-Site: cross-site``
@@ -121,7 +163,8 @@ class BrowserGuard:
 
     def __init__(self, app: ASGIApp, settings: Settings):
         self.app = app
-        self.keyless = not settings.api_keys and not settings.allow_open
+        self.reads_open = not settings.read_api_keys
+        self.allowed_hosts = {name.strip().lower() for name in settings.allowed_hosts}
         self.trusted = {origin.rstrip("/").lower() for origin in settings.trusted_origins}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -133,14 +176,22 @@ class BrowserGuard:
             return await _send_json(send, status, {"error": message, "field": field})
         return await self.app(scope, receive, send)
 
+    def host_allowed(self, name: str) -> bool:
+        return (
+            name in LOOPBACK_NAMES
+            or _is_ip_address(name)
+            or name in self.allowed_hosts
+            or "*" in self.allowed_hosts
+        )
+
     def refusal(self, scope: Scope) -> tuple[int, str, str] | None:
         headers = Headers(scope=scope)
         host = headers.get("host", "")
-        if self.keyless and host_name(host) not in LOOPBACK_NAMES:
+        if self.reads_open and not self.host_allowed(host_name(host)):
             return (
                 403,
-                f"Host {host!r} is not a loopback name: without API keys this service answers only "
-                "requests addressed to localhost (a guard against DNS rebinding)",
+                f"Host {host!r} is not a loopback name, an IP address or in CLOZE_ALLOWED_HOSTS: while reads "
+                "need no key this service answers only those (a guard against DNS rebinding)",
                 "Host",
             )
         origin = headers.get("origin")

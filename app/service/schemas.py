@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from encoder_runtime.fill_mask import MAX_TOP_K
 
 Text = str
+# A list stops at its first bad item: a body of 100,000 wrong values makes one error, not 100,000.
+TextList = Annotated[list[Text], Field(fail_fast=True)]
+IdList = Annotated[list[int], Field(fail_fast=True)]
 SearchMode = Literal["dense", "bm25", "hybrid"]
 FilterValue = str | int | float | bool | list[str | int | float | bool]
 
@@ -20,7 +23,7 @@ class Strict(BaseModel):
 class OpenAIEmbeddingRequest(BaseModel):
     """OpenAI's shape; unknown fields (``user``...) are accepted and ignored, as OpenAI clients send them."""
 
-    input: Text | list[Text]
+    input: Text | TextList
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
@@ -56,7 +59,7 @@ class EmbedRequest(Strict):
         json_schema_extra={"examples": [{"inputs": ["What is deep learning?"], "normalize": True}]},
     )
 
-    inputs: Text | list[Text]
+    inputs: Text | TextList
     normalize: bool = True
     truncate: bool = Field(False, description="Cut inputs over the model's window instead of refusing them")
     truncation_direction: TruncationDirection = Field(
@@ -73,7 +76,7 @@ class EmbedRequest(Strict):
 
 class SimilarityInput(Strict):
     source_sentence: Text
-    sentences: list[Text]
+    sentences: TextList
 
 
 class SimilarityParameters(Strict):
@@ -108,7 +111,7 @@ class TokenizeRequest(Strict):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"inputs": "Hello world"}]})
 
-    inputs: Text | list[Text]
+    inputs: Text | TextList
     add_special_tokens: bool = True
     prompt_name: str | None = None
 
@@ -128,7 +131,7 @@ class DecodeRequest(Strict):
         extra="forbid", json_schema_extra={"examples": [{"ids": [101, 7592, 2088, 102]}]}
     )
 
-    ids: list[int] | list[list[int]]
+    ids: IdList | Annotated[list[IdList], Field(fail_fast=True)]
     skip_special_tokens: bool = True
 
 
@@ -150,7 +153,7 @@ class FillMaskRequest(Strict):
         },
     )
 
-    inputs: Text | list[Text]
+    inputs: Text | TextList
     parameters: FillMaskParameters = Field(default_factory=FillMaskParameters)
     nested: bool = Field(
         False,

@@ -15,6 +15,11 @@ from app.service.middleware import JsonFormatter
 from app.settings import get_settings
 
 DRAIN_SECONDS = 30
+HEADERS_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: 69\r\n\r\n"
+    b'{"error":"request line and headers over the size limit","field":null}'
+)
 log = logging.getLogger("cloze.service")
 
 
@@ -59,13 +64,29 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
-        self.header_timeout = get_settings().header_timeout_s  # read in each worker process
+        settings = get_settings()  # read in each worker process
+        self.header_timeout, self.max_header_bytes = settings.header_timeout_s, settings.max_header_bytes
         self._header_timer: asyncio.TimerHandle | None = None
         self._arm_header_timer()
 
     def _arm_header_timer(self) -> None:
         self._cancel_header_timer()
+        self._header_bytes = 0
         self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+
+    def data_received(self, data: bytes) -> None:
+        """httptools keeps an unfinished header in memory until it ends, so an endless one grew the process
+        until the timeout: past ``max_header_bytes`` of unfinished headers the request gets 431. A chunk
+        after which the headers are still unfinished was all header bytes."""
+        super().data_received(data)
+        if self._header_timer is None or self.transport.is_closing():
+            return
+        self._header_bytes += len(data)
+        if self._header_bytes > self.max_header_bytes:
+            self._cancel_header_timer()
+            log.info("closing a connection whose request headers passed %s bytes", self.max_header_bytes)
+            self.transport.write(HEADERS_TOO_LARGE)
+            self.transport.close()
 
     def _cancel_header_timer(self) -> None:
         timer = getattr(self, "_header_timer", None)
@@ -140,7 +161,7 @@ def run_server(host: str, port: int, workers: int = 1) -> None:
     import uvicorn
 
     settings = get_settings()
-    check_exposure(host, settings.api_keys, settings.allow_open)
+    check_exposure(host, settings.api_keys + settings.read_api_keys, settings.allow_open)
     check_workers(workers, settings.index_read_only)
     configure_logging(settings.log_level, settings.access_log)
     return_freed_memory()

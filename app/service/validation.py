@@ -2,7 +2,8 @@
 
 ``StrictJSONRoute`` parses a request body once, refusing what ``json.loads`` lets through by default:
 duplicate keys (which value did the client mean?), ``NaN`` / ``Infinity`` (not JSON), lone UTF-16
-surrogates (SQLite and the tokenizer cannot encode them), and nesting past ``MAX_BODY_DEPTH``.
+surrogates (SQLite and the tokenizer cannot encode them), nesting past ``MAX_BODY_DEPTH``, and more values
+than ``CLOZE_MAX_BODY_VALUES`` (what parsing, validation and its error list cost grows with).
 """
 
 from __future__ import annotations
@@ -12,13 +13,19 @@ import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import orjson
 from fastapi import Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
 
 from app.service.errors import ApiError, BodyRejected
 from app.settings import Settings
+from index.filters import filter_size
+from index.records import metadata_key_problem
 
 MAX_BODY_DEPTH = 32  # metadata has its own, lower limit (CLOZE_MAX_METADATA_DEPTH)
+MAX_BODY_VALUES = Settings.model_fields["max_body_values"].default
+INLINE_PARSE_BYTES = 64 * 1024  # parsed on the event loop below this (a thread hop costs more)
 INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -35,7 +42,14 @@ def _no_constant(name: str) -> Any:
     raise BodyRejected(f"body: {name} is not a JSON number")
 
 
-def strict_loads(body: bytes) -> Any:
+def strict_loads(body: bytes, max_values: int = MAX_BODY_VALUES) -> Any:
+    """The body's JSON, refused (422, ``field`` named) when it is not strict JSON or holds more than
+    ``max_values`` values. The count comes first, from orjson's C parser, so that no later step (the strict
+    parse, the checks, pydantic's validation and its list of errors) ever sees an unbounded body."""
+    try:
+        count_values(orjson.loads(body), max_values)
+    except orjson.JSONDecodeError:
+        pass  # the strict parser below names what is wrong (NaN, a 65-bit integer, bad syntax)
     try:
         value = json.loads(body, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except RecursionError as exc:
@@ -46,6 +60,29 @@ def strict_loads(body: bytes) -> Any:
         raise BodyRejected(f"body: not valid JSON: {exc}") from exc
     _check_tree(value)
     return value
+
+
+def count_values(value: Any, limit: int) -> int:
+    """How many JSON values ``value`` holds, refused as soon as the count passes ``limit``."""
+    count, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > limit:
+            raise BodyRejected(f"body: more than {limit} JSON values (CLOZE_MAX_BODY_VALUES)")
+        if isinstance(node, dict):
+            stack.extend(node.values())
+            count += len(node)  # the keys
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count
+
+
+async def parse_body(body: bytes, max_values: int) -> Any:
+    """``strict_loads``, in a worker thread for a body big enough to hold the event loop up."""
+    if len(body) <= INLINE_PARSE_BYTES:
+        return strict_loads(body, max_values)
+    return await run_in_threadpool(strict_loads, body, max_values)
 
 
 def _check_tree(value: Any) -> None:
@@ -82,7 +119,7 @@ def _check_string(text: str, where: str) -> None:
 class StrictJSONRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = strict_loads(await self.body())
+            self._json = await parse_body(await self.body(), self.app.state.settings.max_body_values)
         return self._json
 
 
@@ -130,6 +167,9 @@ def check_metadata(metadata: dict[str, Any], where: str, settings: Settings) -> 
             keys += len(node)
             if keys > settings.max_metadata_keys:
                 raise ApiError(422, f"{where}: more than {settings.max_metadata_keys} keys in all", where)
+            for key in node:
+                if problem := metadata_key_problem(key):
+                    raise ApiError(422, f"{path}: {problem}", path)
             stack.extend((child, f"{path}.{key}", depth + 1) for key, child in node.items())
         elif isinstance(node, list):
             stack.extend((child, f"{path}.{i}", depth + 1) for i, child in enumerate(node))
@@ -143,15 +183,22 @@ def check_metadata(metadata: dict[str, Any], where: str, settings: Settings) -> 
 
 
 def check_filter(filters: dict[str, Any] | None, settings: Settings) -> None:
-    for name, wanted in (filters or {}).items():
+    """Bounded as a whole (a field counts one, and each of its values one: what the query binds) and with
+    names that can be filtered on exactly."""
+    if not filters:
+        return
+    size = filter_size(filters)
+    if size > settings.max_filter_values:
+        raise ApiError(
+            422,
+            f"filter: {size} fields and values in all, more than the limit of {settings.max_filter_values}",
+            "filter",
+        )
+    for name, wanted in filters.items():
+        if problem := metadata_key_problem(name):
+            raise ApiError(422, f"filter: {problem}", "filter")
         where = f"filter.{name}"
         values = wanted if isinstance(wanted, list) else [wanted]
-        if len(values) > settings.max_filter_values:
-            raise ApiError(
-                422,
-                f"{where}: {len(values)} values, more than the limit of {settings.max_filter_values}",
-                where,
-            )
         for value in values:
             if isinstance(value, int) and not isinstance(value, bool) and not INT64[0] <= value <= INT64[1]:
                 raise ApiError(422, f"{where}: {value} is outside 64-bit integers", where)

@@ -32,12 +32,49 @@ def test_key_ring_scopes() -> None:
     assert status_of(lambda: ring.check(None, "write")) == 401
 
 
-def test_unset_key_lists_leave_that_scope_open() -> None:
+def test_unset_read_keys_leave_reads_open_but_writes_need_any_key_set() -> None:
     open_reads = KeyRing(write_keys=["w"], read_keys=[])
     assert status_of(lambda: open_reads.check(None, "read")) is None
     assert status_of(lambda: open_reads.check(None, "write")) == 401
     wide_open = KeyRing([], [])
     assert status_of(lambda: wide_open.check(None, "write")) is None
+    read_only = KeyRing(write_keys=[], read_keys=["r"])  # issue 42: writes were open here
+    assert status_of(lambda: read_only.check(None, "write")) == 401
+    assert status_of(lambda: read_only.check("r", "write")) == 403
+    assert status_of(lambda: read_only.check(None, "read")) == 401
+
+
+def test_a_non_ascii_key_matches_as_its_client_sends_it() -> None:
+    ring = KeyRing(write_keys=["clé-ünïcode"], read_keys=[])
+    on_the_wire = "clé-ünïcode".encode().decode("latin-1")  # how ASGI servers hand a header to the app
+    assert ring.scope_of(on_the_wire) == "write"
+    assert ring.scope_of(b"cle-unicode".decode("latin-1")) is None
+
+
+def test_every_route_has_its_access_in_one_table() -> None:
+    from app.service.auth import required_access
+    from app.service.main import create_app
+
+    app = create_app(Settings())
+    public = {"/", "/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+    writes = {("PUT", "/documents"), ("DELETE", "/documents/{doc_id}"), ("POST", "/index/rebuild")}
+    seen = set()
+    documented = {(method.upper(), path) for path, ops in app.openapi()["paths"].items() for method in ops}
+    undocumented = {("GET", "/"), ("GET", "/metrics"), ("GET", "/static/app.css")}  # not in the schema
+    for method, path in documented | undocumented:
+        access = required_access(method, path)
+        seen.add((method, path))
+        if path in public or path.startswith("/static"):
+            assert access == "public", (method, path)
+        elif path in ("/metrics", "/readyz"):
+            assert access == "operations"
+        elif (method, path) in writes:
+            assert access == "write", (method, path)
+        else:
+            assert access == "read", (method, path)
+    assert len(documented) > 15
+    assert writes <= seen
+    assert required_access("POST", "/no/such/route") == "write"  # unlisted: a write key, by default
 
 
 def test_an_empty_batch_budget_variable_leaves_the_choice_to_the_backend(
@@ -68,7 +105,7 @@ def test_every_key_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch)
 def test_exposure_needs_keys_off_loopback() -> None:
     auth.check_exposure("127.0.0.1", [], allow_open=False)
     auth.check_exposure("::1", [], allow_open=False)
-    auth.check_exposure("0.0.0.0", ["key"], allow_open=False)
+    auth.check_exposure("0.0.0.0", ["key"], allow_open=False)  # any key: writes are closed
     auth.check_exposure("0.0.0.0", [], allow_open=True)
     with pytest.raises(SystemExit, match="CLOZE_API_KEYS"):
         auth.check_exposure("0.0.0.0", [], allow_open=False)
@@ -219,8 +256,16 @@ def test_browser_guard() -> None:
     assert keyless.refusal(scope("POST", host="localhost:8000", origin="null"))[0] == 403
     form = scope("POST", host="127.0.0.1", content_type="application/x-www-form-urlencoded")
     assert keyless.refusal(form)[0] == 415
-    keyed = BrowserGuard(None, Settings(api_keys=["k"], trusted_origins="https://app.example"))
-    assert keyed.refusal(scope("GET", host="search.example.org")) is None
+    open_reads = BrowserGuard(None, Settings(api_keys=["k"], trusted_origins="https://app.example"))
+    assert open_reads.refusal(scope("GET", host="evil.example"))[0] == 403  # issue 42: reads were rebindable
+    assert open_reads.refusal(scope("GET", host="10.1.2.3:8000")) is None  # an address cannot be rebound
+    assert open_reads.refusal(scope("GET", host="[::1"))[::2] == (403, "Host")  # malformed: no 500
+    named = BrowserGuard(None, Settings(api_keys=["k"], allowed_hosts="search.example.org"))
+    assert named.refusal(scope("GET", host="search.example.org:8000")) is None
+    keyed = BrowserGuard(
+        None, Settings(api_keys=["k"], read_api_keys=["r"], trusted_origins="https://app.example")
+    )
+    assert keyed.refusal(scope("GET", host="search.example.org")) is None  # a page has no key to send
     assert keyed.refusal(scope("POST", host="s.example", origin="https://app.example")) is None
     assert keyed.refusal(scope("POST", host="s.example", sec_fetch_site="cross-site"))[0] == 403
 
@@ -234,6 +279,8 @@ def test_same_origin_through_a_proxy_that_drops_the_port() -> None:
     assert _same_origin("http://[::1]:8000", "[::1]:8000")
     assert _same_origin("https://search.example", "search.example:443")
     assert not _same_origin("http://evil.example", "localhost")
+    assert not _same_origin("http://localhost:99999", "localhost:8000")  # was a 500 (issue 42)
+    assert not _same_origin("http://[::1", "[::1]:8000")
 
 
 def test_read_only_replica_refuses_a_rebuild_at_once(tmp_path) -> None:

