@@ -672,6 +672,8 @@ def prepare(folder: Path, count: int) -> None:
     scifact = folder / "beir-scifact"
     shutil.rmtree(scifact, ignore_errors=True)
     shutil.copytree(SHARED / "beir-scifact", scifact, ignore=shutil.ignore_patterns("SOURCE.md"))
+    for path in (scifact, *scifact.rglob("*")):  # ../shared is read-only: a second --prepare must replace it
+        path.chmod(0o755 if path.is_dir() else 0o644)
     wiki = (SHARED / "wikitext-2-raw" / "wiki.valid.raw").read_bytes()
     (folder / "wiki.valid.raw.gz").write_bytes(gzip.compress(wiki, mtime=0))
     # The package as installed, its weights rounded to fp16: the import name and get_model_path() the
@@ -689,6 +691,12 @@ def prepare(folder: Path, count: int) -> None:
         target / "model" / "model.safetensors",
         metadata={"format": "pt", "note": "all-MiniLM-L6-v2 rounded to fp16 to travel (issue 49)"},
     )
+    # Loaders read the weights' dtype unless the config names one: fp32, so the CPU arms, the ONNX export and
+    # cloze adapt run in fp32 as with the real package (the tensors are upcast at load time).
+    config_path = target / "model" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["dtype"] = "float32"
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
     for path in (folder, target.parent):
         size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
         print(f"{path}: {size / 2**20:.1f} MiB")
