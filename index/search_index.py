@@ -80,6 +80,7 @@ class SearchIndex:
                 index._catch_up()
                 index._live.verify()
             if lease is not None:
+                layout.settle_publication(root, version.number)
                 _discard_abandoned_rebuilds(root, version.number)
                 for stale in version.folder.glob(".*.tmp"):  # a killed snapshot's temp file: ours to delete
                     stale.unlink(missing_ok=True)
@@ -284,18 +285,18 @@ def _open_current(
     root: Path, encoder: Any, create: bool, read_only: bool, on_repair: Repair | None
 ) -> OpenVersion:
     """The version ``CURRENT`` names; else (pointer lost or garbled, version unopenable) the newest
-    complete one that opens, with ``CURRENT`` repaired to name it when this process is the writer."""
+    published one that opens, with ``CURRENT`` repaired to name it when this process is the writer."""
     problem = layout.pointer_problem(root)
     number = layout.current_version(root)
     if problem is None and number is None:
         if not create or read_only:
             raise FileNotFoundError(f"no published index in {root}")
         number = _create_empty(root, encoder)
-    finished = list(reversed(layout.finished_versions(root)))
-    if problem is None:
-        candidates = [number, *[v for v in finished if v < number]]
-    else:
-        candidates = finished
+    finished = layout.finished_versions(root)
+    if problem is None:  # CURRENT, else the published versions before it
+        candidates = [number, *[v for v in reversed(layout.published_versions(root)) if v < number]]
+    else:  # never a version that was refused publication (layout.repair_candidates)
+        candidates = layout.repair_candidates(root)
     failures: list[str] = [problem] if problem else []
     for candidate in candidates:
         manifest = layout.read_manifest_safely(layout.version_dir(root, candidate))
