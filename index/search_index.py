@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -197,6 +197,10 @@ class SearchIndex:
         they are copied (with their vectors) into the new version under the writer lock, and the new version
         is opened, published and swapped in under that same lock: no write can land on the old version
         once ``CURRENT`` names the new one. A rebuild that fails (a full disk) deletes its version folder.
+
+        ``progress(done, total)`` is called while documents are read (0, 0), after each embedded slice of
+        chunks, and once more just before the publishing step; an exception it raises cancels the rebuild
+        (nothing published, the draft deleted): how the service stops a rebuild when it shuts down.
         """
         self._require_writable()
         with layout.build_lock(self.root):
@@ -210,9 +214,12 @@ class SearchIndex:
             try:
                 with VersionDraft(self.root, number, self.encoder, options, origin="rebuild") as draft:
                     layout.pause_for_tests("rebuild")
-                    draft.fill(old.store.iter_documents(), progress)
+                    draft.fill(_reporting(old.store.iter_documents(), progress), progress)
                     vectors = draft.build_vectors()
                     with self._mutate:
+                        if progress:  # the last point a cancel is honoured: from here it publishes
+                            chunks = draft.store.counts()["chunks"]
+                            progress(chunks, chunks)
                         copy_changes(old, draft.store, vectors, snapshot_seq)
                         manifest = draft.finish(vectors)
                         draft.store.close()
@@ -276,6 +283,16 @@ class SearchIndex:
             sparse = live.bm25(query_text, depth, filters)
             fused = reciprocal_rank_fusion([[(d, c) for d, _, c in dense], [(d, None) for d, _ in sparse]])
             return assemble_hits(live, fused[:top_k], query_vector, query_text)
+
+
+def _reporting(
+    documents: Iterator[Document], progress: Callable[[int, int], None] | None
+) -> Iterator[Document]:
+    """The documents, with ``progress(0, 0)`` every few hundred of them (it may raise to cancel)."""
+    for count, document in enumerate(documents, 1):
+        if progress and count % 256 == 0:
+            progress(0, 0)
+        yield document
 
 
 OPEN_ERRORS = (OSError, ValueError, KeyError, sqlite3.Error, DocumentStoreError, DamagedFile)
