@@ -64,8 +64,9 @@ class SearchIndex:
         on_repair: Repair | None = None,
     ) -> SearchIndex:
         """A writer takes the index's writer lock for its lifetime (``IndexLocked`` when another process
-        holds it). ``read_only``: for replicas on a read-only volume; SQLite is opened immutable, nothing is
-        written there, and a version's changes become visible when the indexer publishes the next version.
+        holds it). ``read_only``: for replicas, beside a live writer or on a read-only volume; nothing is
+        written, the store is read as a WAL reader beside a writer (``DocumentStore.immutable``), and the writer's
+        changes arrive through its changelog (``reload_if_changed``) as well as new published versions.
 
         Opening repairs what a crash or a damaged disk left: a lost or garbled ``CURRENT`` (the newest
         complete version serves), a version that will not open (the newest older one serves), a FAISS
@@ -152,6 +153,15 @@ class SearchIndex:
         with self._mutate:
             return self._catch_up() > 0
 
+    def probe(self) -> None:
+        """Raises when the live version cannot be read the way searches read it (the store's tables, FTS5
+        joined to documents, the changelog): the service reports itself not ready until it can again."""
+        with self._rw.read():
+            store = self._live.store
+            store.counts()
+            store.bm25("readiness probe", 1, None)
+            store.max_seq()
+
     def _swap(self, fresh: OpenVersion) -> OpenVersion:
         with self._rw.write():
             old, self._live = self._live, fresh
@@ -160,7 +170,10 @@ class SearchIndex:
     def _catch_up(self) -> int:
         """Replay the changelog onto the live version. Caller holds _mutate."""
         live = self._live
-        if live.applied_seq < live.store.pruned_through():  # another writer pruned what we had not applied
+        if live.store.writer_appeared:  # a replica read the store as immutable; a writer has opened it since
+            log.info("a writer opened version %s: reading it as a WAL reader from now on", live.number)
+            self._swap(OpenVersion(self.root, live.number, live.read_only)).close(save=False)
+        elif live.applied_seq < live.store.pruned_through():  # another writer pruned what we had not applied
             log.info("changelog pruned past this copy of version %s: reloading it", live.number)
             self._swap(OpenVersion(self.root, live.number, live.read_only)).close(save=False)
         return apply_changes(self._live, self._rw)
