@@ -1,5 +1,7 @@
 """Issue 42 against real `cloze serve` processes (tiny random model, a loopback port each):
 
+- a lost ``CURRENT`` after ``cloze index build`` was refused publication serves the published version,
+  and the next rebuild keeps it and deletes the never-published draft;
 - SIGTERM during a rebuild cancels it: the process exits at once, publishes nothing, leaves no draft, and
   every acknowledged document is there after a restart;
 - a read-only replica beside a live writer on the same folder answers every search (dense, BM25, hybrid,
@@ -21,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.crashes import AUTH, Chain, wait_ready
+from tests.e2e.crashes import AUTH, Chain, finish, wait_ready
 
 RESULTS = os.environ.get("REPLICA_RESULTS")  # where to write the figures (the test asserts them anyway)
 
@@ -162,3 +164,43 @@ def test_a_read_only_replica_beside_a_live_writer_answers_every_search(
         for server in (replica, chain.server):
             if server is not None:
                 server.kill()
+
+
+@pytest.mark.slow
+def test_a_lost_pointer_after_a_refused_build_serves_the_published_version(
+    tmp_path: Path, tiny_bert: Path
+) -> None:
+    """The service writes; `cloze index build` into the same folder is refused publication; more writes;
+    SIGKILL and CURRENT lost: the restart serves the published version (not the newer draft), and a
+    rebuild then keeps that version and deletes the draft."""
+    chain = Chain(root=tmp_path / "idx", model=tiny_bert, work=tmp_path)
+    chain.start("writer")
+    try:
+        assert chain.put(chain.new_docs(20)) == 200
+        assert chain.job(chain.rebuild())["status"] == "succeeded"
+        served = chain.current()
+        corpus = tmp_path / "other.jsonl"
+        corpus.write_text(
+            "".join(json.dumps({"id": d["id"] + "-x", "text": d["text"]}) + "\n" for d in chain.new_docs(8))
+        )
+        model = ["--model", str(chain.model), "--backend", "torch", "--no-progress"]
+        code, err = finish(
+            chain.cli("index", "build", "--input", str(corpus), "--out", str(chain.root), *model)
+        )
+        assert code != 0 and "not published" in err, err
+        draft = max(chain.versions())
+        assert draft > served == chain.current()
+        for _ in range(3):
+            assert chain.put(chain.new_docs(5)) == 200
+        chain.kill()
+        (chain.root / "CURRENT").unlink()
+
+        chain.start("after-lost-pointer")
+        row = chain.check("CURRENT lost after a build was refused publication")
+        assert row["lost"] == 0 and chain.current() == served, row
+        assert chain.job(chain.rebuild())["status"] == "succeeded"
+        assert chain.versions() == [served, chain.current()] and draft not in chain.versions()
+        assert chain.check("a rebuild after it")["lost"] == 0
+    finally:
+        if chain.server is not None:
+            chain.server.kill()
