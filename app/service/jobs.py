@@ -8,12 +8,15 @@ so SIGTERM does not wait for a rebuild to finish and does not publish one on the
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger("cloze.service")
 
 
 class JobCancelled(RuntimeError):
@@ -74,6 +77,9 @@ class JobRegistry:
         try:
             job.manifest = work(job.report)
             job.status = "succeeded"
+        except JobCancelled as exc:
+            log.info("job %s (%s) cancelled at shutdown", job.job_id, job.kind)
+            job.error, job.status = f"{type(exc).__name__}: {exc}", "failed"
         except Exception as exc:  # the job's error is its result; the service goes on
             job.error, job.status = f"{type(exc).__name__}: {exc}", "failed"
 
