@@ -6,12 +6,20 @@
     root/versions/<n>/store.sqlite documents, chunks, vectors, FTS5 (source of truth)
     root/versions/<n>/vectors.faiss + vectors.json
     root/versions/<n>/manifest.json written last: a version without it is unfinished
+    root/versions/<n>/PUBLISHED    written (fsync'd) when the version is chosen to serve, before CURRENT moves
 
 A build writes a new ``versions/<n>`` that no reader looks at, fsyncs it, and only then replaces
 ``CURRENT``. A crash at any point leaves ``CURRENT`` naming the previous, complete version; the
 unfinished directory is either resumed (``--resume``) or garbage-collected. A ``CURRENT`` that is lost,
 garbled or names an incomplete version is reported by ``pointer_problem`` (``SearchIndex.open`` then
-serves the newest complete version and a writer repairs the pointer with ``point_to``).
+serves the newest *published* version, ``repair_candidates``, and a writer repairs the pointer with
+``point_to``). Complete is not enough: ``cloze index build`` leaves a finished version it refused to
+publish (the live index took writes meanwhile) above ``CURRENT`` for ``--resume``; serving it after a
+lost pointer would hide every write acknowledged into the published one. So publication is recorded in
+the version folder itself (``PUBLISHED``), and repairs and garbage collection go by it. Indexes made before
+the marker existed: a writer marks the version ``CURRENT`` names when it opens it; with no marker
+anywhere (an old index whose pointer was lost before any writer opened it) the newest complete version
+serves, as before.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ log = logging.getLogger(__name__)
 
 POINTER = "CURRENT"
 MANIFEST = "manifest.json"
+PUBLISHED = "PUBLISHED"
 STORE = "store.sqlite"
 VECTORS = "vectors.faiss"
 WRITER_LOCK = ".writer.lock"
@@ -63,6 +72,52 @@ def current_version(root: Path) -> int | None:
 def finished_versions(root: Path) -> list[int]:
     """Versions with a manifest (complete on disk), oldest first."""
     return [v for v in all_versions(root) if (version_dir(root, v) / MANIFEST).is_file()]
+
+
+def is_marked_published(root: Path, version: int) -> bool:
+    return (version_dir(root, version) / PUBLISHED).is_file()
+
+
+def mark_published(root: Path, version: int) -> None:
+    """Durably record that ``version`` was chosen to serve (the caller holds the writer lock)."""
+    atomic_write(version_dir(root, version) / PUBLISHED, f"{version}\n".encode())
+
+
+def published_versions(root: Path) -> list[int]:
+    """Complete versions that were published, oldest first: those with the marker, and those older than the
+    oldest marked one (made before the marker existed). Without any marker: every version up to a readable
+    ``CURRENT`` (an index from before the marker)."""
+    finished = finished_versions(root)
+    marked = [v for v in finished if is_marked_published(root, v)]
+    if marked:
+        return [v for v in finished if v in marked or v < marked[0]]
+    current = current_version(root)
+    return [v for v in finished if current is not None and v <= current]
+
+
+def repair_candidates(root: Path) -> list[int]:
+    """What a lost, garbled or dangling ``CURRENT`` may be repaired to, best first: published versions,
+    newest first, never a finished version above the newest published one (a build refused publication,
+    kept for ``--resume``). An index with no marker at all falls back to every complete version."""
+    finished = finished_versions(root)
+    marked = [v for v in finished if is_marked_published(root, v)]
+    if not marked:
+        return list(reversed(finished))
+    return [v for v in reversed(finished) if v <= marked[-1]]
+
+
+def settle_publication(root: Path, current: int) -> None:
+    """Run by the writer once it serves ``current`` (followed or repaired ``CURRENT``): that version is
+    marked published (an index from before the marker), and a marker above it is withdrawn (a publish
+    killed between its marker and the switch: this writer now takes writes into ``current``, so that
+    version must never be preferred to it)."""
+    if not is_marked_published(root, current):
+        mark_published(root, current)
+    for version in all_versions(root):
+        if version > current and is_marked_published(root, version):
+            log.warning("version %s was marked published but never served: withdrawing the mark", version)
+            (version_dir(root, version) / PUBLISHED).unlink(missing_ok=True)
+            fsync_dir(version_dir(root, version))
 
 
 def pointer_problem(root: Path) -> str | None:
@@ -122,6 +177,7 @@ def publish(root: Path, version: int) -> None:
     if read_manifest(folder) is None:
         raise RuntimeError(f"refusing to publish unfinished version {folder}")
     fsync_tree(folder)
+    mark_published(root, version)  # durable before CURRENT names it: a lost pointer's repair looks for it
     pause_for_tests("publish")
     point_to(root, version)
     try:  # the version is published; failing to delete old ones must not make the caller think otherwise
@@ -136,12 +192,14 @@ def point_to(root: Path, version: int) -> None:
 
 
 def collect_garbage(root: Path) -> list[int]:
-    """Delete published versions older than the last ``KEEP_VERSIONS`` and unfinished ones below the current."""
+    """Below the current version keep the last ``KEEP_VERSIONS`` published ones; delete the rest, including
+    drafts that were never published (a build refused publication, now superseded: ``--resume`` only
+    continues drafts above ``CURRENT``). Versions above ``CURRENT`` are never touched here."""
     current = current_version(root)
     if current is None:
         return []
-    finished = [v for v in all_versions(root) if v <= current and read_manifest(version_dir(root, v))]
-    keep = set(finished[-KEEP_VERSIONS:]) | {current}
+    published = [v for v in published_versions(root) if v <= current]
+    keep = set(published[-KEEP_VERSIONS:]) | {current}
     doomed = [v for v in all_versions(root) if v < current and v not in keep]
     for version in doomed:
         shutil.rmtree(version_dir(root, version), ignore_errors=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,8 +64,9 @@ class SearchIndex:
         on_repair: Repair | None = None,
     ) -> SearchIndex:
         """A writer takes the index's writer lock for its lifetime (``IndexLocked`` when another process
-        holds it). ``read_only``: for replicas on a read-only volume; SQLite is opened immutable, nothing is
-        written there, and a version's changes become visible when the indexer publishes the next version.
+        holds it). ``read_only``: for replicas, beside a live writer or on a read-only volume; nothing is
+        written, the store is read as a WAL reader beside a writer (``DocumentStore.immutable``), and the writer's
+        changes arrive through its changelog (``reload_if_changed``) as well as new published versions.
 
         Opening repairs what a crash or a damaged disk left: a lost or garbled ``CURRENT`` (the newest
         complete version serves), a version that will not open (the newest older one serves), a FAISS
@@ -80,6 +81,7 @@ class SearchIndex:
                 index._catch_up()
                 index._live.verify()
             if lease is not None:
+                layout.settle_publication(root, version.number)
                 _discard_abandoned_rebuilds(root, version.number)
                 for stale in version.folder.glob(".*.tmp"):  # a killed snapshot's temp file: ours to delete
                     stale.unlink(missing_ok=True)
@@ -151,6 +153,15 @@ class SearchIndex:
         with self._mutate:
             return self._catch_up() > 0
 
+    def probe(self) -> None:
+        """Raises when the live version cannot be read the way searches read it (the store's tables, FTS5
+        joined to documents, the changelog): the service reports itself not ready until it can again."""
+        with self._rw.read():
+            store = self._live.store
+            store.counts()
+            store.bm25("readiness probe", 1, None)
+            store.max_seq()
+
     def _swap(self, fresh: OpenVersion) -> OpenVersion:
         with self._rw.write():
             old, self._live = self._live, fresh
@@ -159,7 +170,10 @@ class SearchIndex:
     def _catch_up(self) -> int:
         """Replay the changelog onto the live version. Caller holds _mutate."""
         live = self._live
-        if live.applied_seq < live.store.pruned_through():  # another writer pruned what we had not applied
+        if live.store.writer_appeared:  # a replica read the store as immutable; a writer has opened it since
+            log.info("a writer opened version %s: reading it as a WAL reader from now on", live.number)
+            self._swap(OpenVersion(self.root, live.number, live.read_only)).close(save=False)
+        elif live.applied_seq < live.store.pruned_through():  # another writer pruned what we had not applied
             log.info("changelog pruned past this copy of version %s: reloading it", live.number)
             self._swap(OpenVersion(self.root, live.number, live.read_only)).close(save=False)
         return apply_changes(self._live, self._rw)
@@ -196,6 +210,10 @@ class SearchIndex:
         they are copied (with their vectors) into the new version under the writer lock, and the new version
         is opened, published and swapped in under that same lock: no write can land on the old version
         once ``CURRENT`` names the new one. A rebuild that fails (a full disk) deletes its version folder.
+
+        ``progress(done, total)`` is called while documents are read (0, 0), after each embedded slice of
+        chunks, and once more just before the publishing step; an exception it raises cancels the rebuild
+        (nothing published, the draft deleted): how the service stops a rebuild when it shuts down.
         """
         self._require_writable()
         with layout.build_lock(self.root):
@@ -209,9 +227,12 @@ class SearchIndex:
             try:
                 with VersionDraft(self.root, number, self.encoder, options, origin="rebuild") as draft:
                     layout.pause_for_tests("rebuild")
-                    draft.fill(old.store.iter_documents(), progress)
+                    draft.fill(_reporting(old.store.iter_documents(), progress), progress)
                     vectors = draft.build_vectors()
                     with self._mutate:
+                        if progress:  # the last point a cancel is honoured: from here it publishes
+                            chunks = draft.store.counts()["chunks"]
+                            progress(chunks, chunks)
                         copy_changes(old, draft.store, vectors, snapshot_seq)
                         manifest = draft.finish(vectors)
                         draft.store.close()
@@ -277,6 +298,16 @@ class SearchIndex:
             return assemble_hits(live, fused[:top_k], query_vector, query_text)
 
 
+def _reporting(
+    documents: Iterator[Document], progress: Callable[[int, int], None] | None
+) -> Iterator[Document]:
+    """The documents, with ``progress(0, 0)`` every few hundred of them (it may raise to cancel)."""
+    for count, document in enumerate(documents, 1):
+        if progress and count % 256 == 0:
+            progress(0, 0)
+        yield document
+
+
 OPEN_ERRORS = (OSError, ValueError, KeyError, sqlite3.Error, DocumentStoreError, DamagedFile)
 
 
@@ -284,18 +315,18 @@ def _open_current(
     root: Path, encoder: Any, create: bool, read_only: bool, on_repair: Repair | None
 ) -> OpenVersion:
     """The version ``CURRENT`` names; else (pointer lost or garbled, version unopenable) the newest
-    complete one that opens, with ``CURRENT`` repaired to name it when this process is the writer."""
+    published one that opens, with ``CURRENT`` repaired to name it when this process is the writer."""
     problem = layout.pointer_problem(root)
     number = layout.current_version(root)
     if problem is None and number is None:
         if not create or read_only:
             raise FileNotFoundError(f"no published index in {root}")
         number = _create_empty(root, encoder)
-    finished = list(reversed(layout.finished_versions(root)))
-    if problem is None:
-        candidates = [number, *[v for v in finished if v < number]]
-    else:
-        candidates = finished
+    finished = layout.finished_versions(root)
+    if problem is None:  # CURRENT, else the published versions before it
+        candidates = [number, *[v for v in reversed(layout.published_versions(root)) if v < number]]
+    else:  # never a version that was refused publication (layout.repair_candidates)
+        candidates = layout.repair_candidates(root)
     failures: list[str] = [problem] if problem else []
     for candidate in candidates:
         manifest = layout.read_manifest_safely(layout.version_dir(root, candidate))

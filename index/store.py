@@ -82,6 +82,13 @@ class DocumentStore:
     def __init__(self, path: Path, create: bool = True, read_only: bool = False):
         self.path = Path(path)
         self.read_only = read_only
+        # How a read-only store is read. ``immutable=1`` tells SQLite the file never changes (no locks, no
+        # -wal or -shm written: fits a read-only mount), which is false beside a live writer: a replica
+        # read pages the writer was checkpointing ("database disk image is malformed", issue 42) and never
+        # saw its WAL. So immutable only while no WAL exists (no writer has the store open); with one, an
+        # ordinary WAL reader (``mode=ro``) that sees each commit; ``writer_appeared`` tells the follower
+        # to reopen when a writer starts later. A read-only mount holding a -wal needs its -shm as well.
+        self.immutable = read_only and not wal_file(self.path).exists()
         if not create and not self.path.is_file():
             raise DocumentStoreError(f"document store not found: {self.path}")
         self._local = threading.local()
@@ -98,9 +105,11 @@ class DocumentStore:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            if self.read_only:  # writes nothing beside the file (no -wal/-shm): fits a read-only mount
-                uri = f"file:{self.path}?mode=ro&immutable=1"
-                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            if self.read_only:
+                uri = f"file:{self.path}?mode=ro{'&immutable=1' if self.immutable else ''}"
+                conn = sqlite3.connect(
+                    uri, uri=True, timeout=10, isolation_level=None, check_same_thread=False
+                )
             else:
                 conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
                 conn.execute("PRAGMA journal_mode=WAL")
@@ -110,6 +119,11 @@ class DocumentStore:
             with self._connections_lock:
                 self._connections.append(conn)
         return conn
+
+    @property
+    def writer_appeared(self) -> bool:
+        """Read as immutable, but a writer has opened the store since: reopen it as a WAL reader."""
+        return self.immutable and wal_file(self.path).exists()
 
     def close(self) -> None:
         with self._connections_lock:
@@ -432,6 +446,10 @@ class DocumentStore:
             (json.dumps([int(i) for i in ids]),),
         )
         return {r[0] for r in rows}
+
+
+def wal_file(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
 
 
 DISK_ERRORS = {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN}

@@ -43,6 +43,7 @@ class Engines:
     load_error: str | None = None
     load_attempts: int = 0
     load_failed: bool = False  # every attempt failed: this process will never become ready
+    index_failing: bool = False  # opened, but the last probe could not read it (index_error says why)
     stats: dict[str, int] = field(default_factory=dict)  # refreshed in the background, read by /metrics
     # Searches run here, first come first served, one per core: on anyio's 40-thread pool sixteen
     # concurrent searches share two cores and all finish late (c=16 p99 of hybrid /search: benchmarks/results/search_latency.json).
@@ -63,7 +64,7 @@ class Engines:
 
     @property
     def ready(self) -> bool:
-        return self.encoder is not None and self.index is not None
+        return self.encoder is not None and self.index is not None and not self.index_failing
 
     def require_encoder(self) -> tuple[EncoderRuntime, MicroBatcher]:
         if self.encoder is None or self.embed_batcher is None:
@@ -227,7 +228,24 @@ async def follow_published_index(engines: Engines, settings: Settings, metrics: 
                     log.info("switched to a newly published index version")
             except Exception:
                 log.exception("index reload failed; still serving the previous version")
+            await probe_index(engines, settings)
             await refresh_stats(engines)
+
+
+async def probe_index(engines: Engines, settings: Settings) -> None:
+    """/readyz must not say ready while searches fail (issue 42: a replica answered 500 to every filtered
+    search and was ready): each round reads the index as a search does, and readiness follows the result."""
+    try:
+        await run_in_threadpool(engines.index.probe)
+    except Exception as exc:
+        if not engines.index_failing:
+            log.exception("the index cannot be read: not ready until it can")
+        engines.index_error = f"index at {settings.index} cannot be read: {exc}"
+        engines.index_failing = True
+        return
+    if engines.index_failing:
+        log.info("the index reads again: ready")
+        engines.index_failing, engines.index_error = False, None
 
 
 async def close_engines(engines: Engines) -> None:

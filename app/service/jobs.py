@@ -1,16 +1,26 @@
 """Background jobs (index rebuilds): one at a time, in a worker thread, status kept in memory.
 
-Job records do not survive a restart; the index they build does (it is published atomically).
+Job records do not survive a restart; the index they build does (it is published atomically). At shutdown
+a running job is cancelled, not waited for: its progress callback raises ``JobCancelled`` at the job's
+next report (a rebuild reports after every slice of chunks and before it publishes, and deletes its draft),
+so SIGTERM does not wait for a rebuild to finish and does not publish one on the way down.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger("cloze.service")
+
+
+class JobCancelled(RuntimeError):
+    """Raised from a job's progress report once the service is shutting down."""
 
 
 @dataclass
@@ -22,6 +32,7 @@ class Job:
     total: int = 0
     error: str | None = None
     manifest: dict[str, Any] | None = None
+    cancel: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
     def progress(self) -> float:
@@ -30,7 +41,10 @@ class Job:
         return self.done / self.total if self.total else 0.0
 
     def report(self, done: int, total: int) -> None:
-        self.done, self.total = done, total
+        if self.cancel.is_set():
+            raise JobCancelled("the service is shutting down")
+        if total:  # (0, 0): a heartbeat while the job reads its input
+            self.done, self.total = done, total
 
 
 @dataclass
@@ -43,9 +57,10 @@ class JobRegistry:
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="jobs")
     )
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _cancel: threading.Event = field(default_factory=threading.Event)
 
     def submit(self, kind: str, work: Callable[[Callable[[int, int], None]], dict[str, Any]]) -> Job:
-        job = Job(uuid.uuid4().hex[:12], kind)
+        job = Job(uuid.uuid4().hex[:12], kind, cancel=self._cancel)
         with self._lock:
             self.jobs[job.job_id] = job
             finished = [j for j in self.jobs.values() if j.status in ("succeeded", "failed")]
@@ -62,8 +77,13 @@ class JobRegistry:
         try:
             job.manifest = work(job.report)
             job.status = "succeeded"
+        except JobCancelled as exc:
+            log.info("job %s (%s) cancelled at shutdown", job.job_id, job.kind)
+            job.error, job.status = f"{type(exc).__name__}: {exc}", "failed"
         except Exception as exc:  # the job's error is its result; the service goes on
             job.error, job.status = f"{type(exc).__name__}: {exc}", "failed"
 
     def shutdown(self) -> None:
+        """Cancel the running job (at its next progress report) and queued ones, then wait for the thread."""
+        self._cancel.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
