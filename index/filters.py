@@ -33,7 +33,7 @@ def compile_filters(filters: dict[str, Any], known_fields: Set[str]) -> tuple[st
         raise InvalidFilterValue("", f"{filter_size(filters)} values in all, more than {MAX_FILTER_VALUES}")
     for field, wanted in filters.items():
         if problem := metadata_key_problem(field):
-            raise InvalidFilterValue(field, problem)
+            raise InvalidFilterValue("", problem)
         if field not in known_fields:
             raise UnknownFilterField(f"no document has the metadata field {field!r}")
         values = list(wanted) if isinstance(wanted, list | tuple | set) else [wanted]

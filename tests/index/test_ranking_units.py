@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from index.filters import compile_filters
+from index.filters import InvalidFilterValue, compile_filters
 from index.ranking import RRF_K, reciprocal_rank_fusion
 from index.records import UnknownFilterField
 from index.text_analysis import MAX_QUERY_TERMS, fts_query, query_terms
@@ -88,5 +88,8 @@ def test_filters_bind_values_and_refuse_unknown_fields(documents: sqlite3.Connec
     assert matching(documents, {"tag": "a') OR 1=1 --"}, FIELDS) == []
     with pytest.raises(UnknownFilterField, match="yaer"):
         compile_filters({"yaer": 2020}, FIELDS)
-    with pytest.raises(UnknownFilterField):
-        compile_filters({'x"y': 1}, FIELDS | {'x"y'})  # a quote would break out of the JSON path
+    for name in ('x"y', "x\\y", "x\x00y"):  # a JSON path cannot name them: refused, never searched
+        with pytest.raises(InvalidFilterValue, match="filter: "):
+            compile_filters({name: 1}, FIELDS | {name})
+    with pytest.raises(InvalidFilterValue, match="in all"):
+        compile_filters({f"f{i}": list(range(100)) for i in range(100)}, FIELDS)  # 10,100 bound together
