@@ -57,8 +57,8 @@ gpu-image: install docker-engine
 
 # Style, and the layers of docs/architecture.md: import-linter's contracts live in pyproject.toml.
 lint: install
-	$(VENV)/bin/ruff check app encoder_training index encoder_runtime tests benchmarks
-	$(VENV)/bin/ruff format --check app encoder_training index encoder_runtime tests benchmarks
+	$(VENV)/bin/ruff check app encoder_training index encoder_runtime harness tests benchmarks
+	$(VENV)/bin/ruff format --check app encoder_training index encoder_runtime harness tests benchmarks
 	$(VENV)/bin/lint-imports
 
 clean:

@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import command, load_average  # noqa: E402
-from tests.conftest import make_tiny_bert  # noqa: E402
-from tests.e2e.crashes import Chain, mount_tmpfs, run_all, unmount  # noqa: E402
+from harness.crashes import Chain, mount_tmpfs, run_all, unmount  # noqa: E402
+from harness.tiny_model import make_tiny_bert  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 

@@ -345,7 +345,7 @@ def part_http(args, cuda: bool, sentences: list[str]) -> dict:
 
     from benchmarks.http_throughput import LUA, offline_rate, write_bodies, wrk
     from encoder_runtime import load_encoder
-    from tests.e2e.conftest import free_port, wait_until
+    from harness.servers import free_port, wait_until
 
     tokens, size, _ = service_budget()
     texts = sentences[: min(len(sentences), 4096)]

@@ -172,7 +172,7 @@ def measure_server(
     name: str, argv: list[str], env: dict, work: Path, bodies: Path, script: Path, seconds: int
 ) -> dict:
     """Start one server (its port appended to ``argv``), warm it, then its CPU arm and its system-call arm."""
-    from tests.e2e.conftest import free_port, wait_until
+    from harness.servers import free_port, wait_until
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

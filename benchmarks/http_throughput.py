@@ -345,7 +345,7 @@ def main() -> None:
 
     from app.settings import Settings
     from encoder_runtime import load_encoder
-    from tests.e2e.conftest import free_port, wait_until
+    from harness.servers import free_port, wait_until
 
     settings = Settings()
     load_at_start = load_average()

@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "search_latency.json"))
     args = parser.parse_args()
 
-    from tests.e2e.conftest import free_port, wait_until
+    from harness.servers import free_port, wait_until
 
     index = scifact_index(args.backend)
     port = free_port()

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import command, load_average  # noqa: E402
-from tests.e2e.conftest import serve_process  # noqa: E402
+from harness.servers import serve_process  # noqa: E402
 
 QUERIES = [
     "liberty and the constitution",

@@ -10,35 +10,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-TINY_WORDS = (
-    "the a an is was of to in and on at for with cat dog mat sat paris france capital city river "
-    "king queen man woman play plays playing guitar music read book long short sentence word words"
-).split()
-
-
-def make_tiny_bert(out: Path, max_position_embeddings: int = 64) -> Path:
-    """A 2-layer BERT with an MLM head and random weights: fast, deterministic, worthless for quality."""
-    import torch
-    from transformers import BertConfig, BertForMaskedLM, BertTokenizer
-
-    out.mkdir(parents=True, exist_ok=True)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", *TINY_WORDS, *[f"##{c}" for c in "sedn"]]
-    tokenizer = BertTokenizer(
-        vocab={token: i for i, token in enumerate(vocab)}, model_max_length=max_position_embeddings
-    )
-    tokenizer.save_pretrained(out)
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=max_position_embeddings,
-    )
-    BertForMaskedLM(config).eval().save_pretrained(out)
-    return out
+from harness.data import SHARED_DATA  # noqa: E402
+from harness.tiny_model import TINY_WORDS, make_tiny_bert  # noqa: E402, F401
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.servers import free_port
 from tests.deploy.conftest import BIN, REPO, compose_config
 
 WRITE_KEY = "deploy-test-write-key"
@@ -107,12 +107,6 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Dep
     (root / "home").mkdir()
     shutil.copytree(tiny_bert, root / "volumes" / "models" / "tiny")
     return Deployment(compose_config("all", root)[0]["services"], root)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -12,7 +12,6 @@ The tests run in file order against one stack: each step is the state the next o
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import threading
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.servers import free_port
 from tests.deploy import images
 from tests.deploy.conftest import BIN, REPO
 
@@ -85,12 +85,6 @@ def docker(*args: str, **kwargs) -> subprocess.CompletedProcess:
 
 def inspect(container: str, template: str) -> str:
     return docker("inspect", "-f", template, container).stdout.strip()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def tree(folder: Path) -> dict[str, tuple[int, int]]:

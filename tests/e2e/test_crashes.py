@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.crashes import Chain, mount_tmpfs, run_all, unmount
+from harness.crashes import Chain, mount_tmpfs, run_all, unmount
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.crashes import AUTH, Chain, finish, wait_ready
+from harness.crashes import AUTH, Chain, finish, wait_ready
 
 RESULTS = os.environ.get("REPLICA_RESULTS")  # where to write the figures (the test asserts them anyway)
 # The replica case by hand at issue 42's scale: REPLICA_SECONDS=40 REPLICA_MODEL=bundled (ONNX int8).

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from harness.servers import free_port
 
 
 def test_two_process_ddp_replicas_agree(shared_data: Path, tiny_bert: Path, tmp_path: Path) -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.crashes import mount_tmpfs, unmount
 from index import layout, vectors
 from index.records import Document, StorageError
 from index.search_index import SearchIndex
-from tests.e2e.crashes import mount_tmpfs, unmount
 from tests.index.conftest import tiny_documents
 
 REPO = Path(__file__).resolve().parents[2]

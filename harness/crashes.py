@@ -26,10 +26,10 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import TINY_WORDS
-from tests.e2e.conftest import free_port
+from harness.servers import free_port
+from harness.tiny_model import TINY_WORDS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 KEY = "crash-test-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
