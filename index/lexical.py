@@ -168,16 +168,19 @@ class LexicalIndex:
         with self._lock:
             if not self._alive_count or limit <= 0:
                 return []
-            alive = np.frombuffer(self._alive, np.int8)
-            lengths = np.frombuffer(self._lengths, np.float32)
+            # Copies, never np.frombuffer views: a view exports the array's buffer for as long as it lives
+            # (past the lock when the frame outlives it, as a traceback keeps it), and while it does every
+            # append of a write fails with BufferError, half-applied (a soak of issue 42 met it).
+            alive = np.array(self._alive, np.int8)
+            lengths = np.array(self._lengths, np.float32)
             norm_scale = K1 * B / (self._alive_length / self._alive_count)
             scores = np.zeros(len(self._doc_ids), np.float32)
             for stem in stems:
                 if stem not in self._postings:
                     continue
-                slots, frequencies = (np.frombuffer(a, a.typecode) for a in self._postings[stem])
+                slots, frequencies = (np.array(a, a.typecode) for a in self._postings[stem])
                 live = alive[slots].astype(bool)
-                slots, tf = slots[live], np.frombuffer(frequencies, np.float32)[live]
+                slots, tf = slots[live], frequencies[live]
                 df = len(slots)
                 idf = np.log(1.0 + (self._alive_count - df + 0.5) / (df + 0.5))
                 norm = K1 * (1 - B) + norm_scale * lengths[slots]

@@ -88,3 +88,30 @@ def test_search_index_uses_it_unfiltered_and_fts5_filtered(tmp_path: Path, tiny_
         assert index.search(None, "guitar", mode="bm25") == []
     finally:
         index.close()
+
+
+def test_a_search_leaves_no_hold_on_the_arrays_writes_grow(scifact_store: DocumentStore, monkeypatch) -> None:
+    """A search that fails midway keeps its frame alive in the traceback, past the lock: if its locals were
+    views of the index's arrays, every later write failed with BufferError, half-applied (issue 42's soak)."""
+    import numpy as np
+
+    from index import lexical as module
+
+    lexical = LexicalIndex()
+    lexical.build(scifact_store)
+    real_log = np.log
+
+    def failing_log(value):
+        raise RuntimeError("a search that fails after reading the arrays")
+
+    monkeypatch.setattr(module.np, "log", failing_log)
+    with pytest.raises(RuntimeError) as kept:  # pytest keeps the exception and its frames
+        lexical.search("microstructural development human newborn", 5)
+    monkeypatch.setattr(module.np, "log", real_log)
+    with scifact_store.transaction() as conn:
+        scifact_store.write_documents(
+            conn, [as_item(Document("later", "zebrafish xylophones quantified", {}))], log=True
+        )
+    assert lexical.sync(scifact_store) == 1
+    assert [d for d, _ in lexical.search("xylophones", 5)] == ["later"]
+    assert kept.value is not None
