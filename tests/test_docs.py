@@ -27,6 +27,24 @@ def test_readme_links_the_configuration_reference():
     assert "(docs/configuration.md)" in README
 
 
+def test_readme_links_resolve():
+    """Every relative link names a file in the repository, and every #anchor a heading of README itself."""
+    import re
+
+    headings = {
+        re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in README.splitlines()
+        if line.startswith("#")
+    }
+    for target in re.findall(r"\]\(([^)\s]+)\)", README):
+        if target.startswith(("http://", "https://")):
+            continue
+        if target.startswith("#"):
+            assert target[1:] in headings, target
+        else:
+            assert (ROOT / target.split("#")[0]).exists(), target
+
+
 def test_readme_has_no_unfilled_placeholders():
     assert "PLACEHOLDER" not in README
 
