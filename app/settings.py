@@ -1,12 +1,19 @@
-"""One typed settings object; every field is also an environment variable ``CLOZE_<NAME>``."""
+"""One typed settings object; every field is also an environment variable ``CLOZE_<NAME>``.
+
+``python -m app.settings > docs/configuration.md`` writes the reference page from this file
+(``settings_reference``); ``tests/test_docs.py`` checks that the page is current.
+"""
 
 from __future__ import annotations
 
+import inspect
+import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import Field, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Backend = Literal["auto", "torch", "onnx", "onnx-int8"]
@@ -21,75 +28,119 @@ class Settings(BaseSettings):
 
     # Models and index
     model: str = Field(
-        "", description="Embedding model: a folder or hub id; empty = bundled all-MiniLM-L6-v2"
+        "",
+        description="Embedding model: a folder, or a hub id (fetched by huggingface_hub, which honours "
+        "`HF_HUB_OFFLINE`); empty = the bundled all-MiniLM-L6-v2",
     )
-    fill_mask_model: str = Field("", description="Fill-mask model folder; empty = the shipped default")
-    index: Path = Field(Path("data/index"), description="Index folder (created empty when missing)")
+    fill_mask_model: str = Field(
+        "",
+        description="Fill-mask model: any BERT-style masked-LM folder; empty = the shipped default (the "
+        "bundled MiniLM plus this project's MLM delta)",
+    )
+    index: Path = Field(
+        Path("data/index"), description="Index folder; created empty when missing, and upserts fill it"
+    )
     index_read_only: bool = Field(
-        False, description="Open the index read-only (replicas on a read-only volume); writes answer 409"
+        False,
+        description="Open the index read-only (replicas, a read-only volume): it follows the writer's "
+        "published versions and writes; write endpoints answer 409",
     )
-    backend: Backend = Field("auto", description="auto | torch | onnx | onnx-int8")
-    device: Device = Field("auto", description="auto (CUDA when usable) | cpu | cuda")
+    backend: Backend = Field(
+        "auto",
+        description="`auto`: on a CPU ONNX Runtime int8 for embeddings and torch for fill-mask, on a GPU torch "
+        "fp16; `onnx` is ONNX Runtime fp32. int8's activation scales are fixed at export by calibration on prose the package ships, so a "
+        "text's vector does not depend on what shares its pass (cosine to fp32 0.990-0.994, "
+        "`benchmarks/results/int8_calibration.json`)",
+    )
+    device: Device = Field(
+        "auto", description="`auto`: CUDA when usable; `cuda` falls back to the CPU with a warning"
+    )
     onnx_cache: Path | None = Field(
-        None, description="Where ONNX exports are cached; default: beside the model"
+        None,
+        description="Where ONNX exports are cached; unset: `<model>/onnx/` when the model folder is writable, "
+        "else `~/.cache/cloze-search/onnx/<fingerprint>`",
     )
 
     # Security
     api_keys: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Write keys, comma-separated"
+        default_factory=list,
+        description="Write keys: a write key may call every route. Once any key is set, "
+        "every write needs a write key",
     )
     read_api_keys: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Read keys, comma-separated; unset = reads are open"
+        default_factory=list,
+        description="Read keys: a read key may read, and gets 403 on a write; empty = reads "
+        "are open. With read keys and no write keys every write is refused",
     )
-    allow_open: bool = Field(False, description="Allow serving without keys on a non-loopback host")
+    allow_open: bool = Field(
+        False,
+        description="Serve without keys on a non-loopback host (otherwise `cloze serve` refuses to start there)",
+    )
     open_operations: bool = Field(
-        False, description="With read keys set, still answer /metrics and /readyz without a key"
+        False, description="With read keys set, still answer `/metrics` and `/readyz` without a key"
     )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Host names besides loopback names and IP addresses that the service answers while reads "
-        "need no key (a guard against DNS rebinding), comma-separated; * = any",
+        description="While reads need no key, the `Host` names answered besides loopback names and IP "
+        "addresses (a guard against DNS rebinding; 403 `Host` otherwise); `*` = any",
     )
     trusted_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Browser origins (scheme://host:port) besides the service's own that may call it",
+        description="Browser origins (`scheme://host:port`) besides the service's own that "
+        "may call it; any other `Origin` gets 403",
     )
 
     # Batching
     max_batch_tokens: int | None = Field(
-        None, ge=64, description="Token budget of one forward pass (padded); unset: the backend's (README)"
+        None,
+        ge=64,
+        description="Padded tokens in one forward pass. Unset, the backend's: on a CPU 512 for ONNX and 1,024 "
+        "for torch (a longer pass runs slower per token and holds more memory: "
+        "`benchmarks/results/batch_budget.json`); on CUDA 8,192 (not measured on a GPU)",
     )
     max_batch_size: int = Field(64, ge=1, description="Most sequences in one forward pass")
     max_wait_ms: float = Field(
-        0.0, ge=0, description="How long a batch waits to fill (0: it fills while the previous pass runs)"
+        0.0,
+        ge=0,
+        description="How long a batch waits to fill; 0: a batch forms from what queued while the previous "
+        "pass ran",
     )
-    max_queue: int = Field(2048, ge=1, description="Most queued texts before answering 429")
+    max_queue: int = Field(
+        2048, ge=1, description="Texts admitted and unanswered before embedding requests answer 429"
+    )
     threads: int = Field(0, ge=0, description="Inference threads; 0 = all cores")
 
     # Request limits
-    max_inputs: int = Field(256, ge=1, description="Most texts in one request")
+    max_inputs: int = Field(256, ge=1, description="Most texts (or documents) in one request")
     max_chars: int = Field(20_000, ge=1, description="Most characters in one text")
-    max_body_bytes: int = Field(4_000_000, ge=1024, description="Largest request body (413 above)")
+    max_body_bytes: int = Field(4_000_000, ge=1024, description="Largest request body, in bytes (413 above)")
     max_body_values: int = Field(
         100_000,
         ge=100,
-        description="Most JSON values (numbers, strings, lists, objects, keys) in one request body (422 above)",
+        description="Most JSON values (numbers, strings, lists, objects, keys) in one body, counted before any "
+        "other parsing (422 `body` above)",
     )
     max_tokenize_chars: int = Field(
         100_000,
         ge=1,
-        description="Most characters in one /tokenize request, its texts together (its answer has a record "
+        description="Most characters in one `/tokenize` request, its texts together (its answer has a record "
         "per token)",
     )
-    max_top_k: int = Field(100, ge=1, description="Largest top_k for /search")
+    max_top_k: int = Field(100, ge=1, description="Largest `top_k` for `/search`")
     max_document_chars: int = Field(
-        1_000_000, ge=1, description="Most characters in one document's text (PUT /documents)"
+        1_000_000, ge=1, description="Most characters in one document's text (`PUT /documents`; 422 above)"
     )
-    max_metadata_bytes: int = Field(16_384, ge=2, description="Largest metadata object, as JSON")
+    max_metadata_bytes: int = Field(
+        16_384, ge=2, description="Largest metadata object of one document, as JSON"
+    )
     max_metadata_depth: int = Field(8, ge=1, description="Deepest nesting of lists and objects in metadata")
-    max_metadata_keys: int = Field(256, ge=1, description="Most keys in one metadata object, all levels")
+    max_metadata_keys: int = Field(
+        256, ge=1, description="Most keys in one document's metadata, all levels together"
+    )
     max_filter_values: int = Field(
-        1024, ge=1, description="Most fields and values in one search filter, counted together"
+        1024,
+        ge=1,
+        description="Most fields and values in one search filter, counted together (422 `filter` above)",
     )
     max_masks: int = Field(64, ge=1, description="Most mask tokens in one fill-mask text")
     fill_mask_max_queue: int = Field(
@@ -103,22 +154,29 @@ class Settings(BaseSettings):
     limit_concurrency: int = Field(
         512, ge=1, description="Open connections plus requests in flight before uvicorn answers 503"
     )
-    keep_alive_s: int = Field(5, ge=1, description="Idle keep-alive connections close after this")
+    keep_alive_s: int = Field(5, ge=1, description="Seconds before an idle keep-alive connection closes")
     max_header_bytes: int = Field(
-        65_536, ge=1024, description="Most bytes of a request's line and headers (431 above)"
+        65_536,
+        ge=1024,
+        description="Most bytes of a request's line and headers (431 above, and the socket closes)",
     )
     header_timeout_s: float = Field(
-        10.0, gt=0, description="A request whose headers have not all arrived by then is dropped"
+        10.0, gt=0, description="Seconds for a request's headers to arrive before the socket closes"
     )
 
-    # Health
+    # Health and jobs
     model_load_attempts: int = Field(
-        5, ge=1, description="Tries to load the embedding model before /healthz reports the process failed"
+        5,
+        ge=1,
+        description="Tries (with backoff) to load the models; after the last, `/healthz` answers 503 `failed`",
     )
-    max_jobs_kept: int = Field(100, ge=1, description="Finished jobs kept for GET /jobs/{id}")
+    max_jobs_kept: int = Field(100, ge=1, description="Finished jobs remembered for `GET /jobs/{id}`")
 
-    log_level: str = Field("info", description="Log level")
-    access_log: bool = Field(True, description="One JSON line per request (logger cloze.access, at INFO)")
+    # Logging
+    log_level: str = Field(
+        "info", description="Level of the JSON logs (one line per event, with its request id)"
+    )
+    access_log: bool = Field(True, description="One JSON line per request (logger `cloze.access`, at INFO)")
 
     @field_validator("api_keys", "read_api_keys", "allowed_hosts", "trusted_origins", mode="before")
     @classmethod
@@ -131,3 +189,97 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+# Variables read outside the settings object, by the CLI, the index and the crash tests.
+OTHER_VARIABLES = """\
+## Variables outside the settings object
+
+Read where they are used, not by the service's settings: `CLOZE_CACHE_DIR` (default
+`~/.cache/cloze-search`: the assembled fill-mask model, `cloze eval beir`'s indexes), `CLOZE_DATA_DIR`
+(named evaluation sets, default `../shared/data`), `CLOZE_INDEX_SNAPSHOT_EVERY` (changes between FAISS
+snapshots, default 10000), and the crash tests' pause hooks `CLOZE_INDEX_PAUSE_AT`, `CLOZE_INDEX_PAUSE_FILE`,
+`CLOZE_INDEX_PAUSE_SECONDS` and `CLOZE_INDEX_PAUSE_ARMED_BY` (`index/faultpoints.py`; never set them in
+production). `HOST` and `PORT` set `cloze serve`'s address (as `--host` and `--port` do), and
+`HF_HUB_OFFLINE=1` keeps a hub id in `CLOZE_MODEL` from reaching the network.
+"""
+
+
+def _sections() -> dict[str, str]:
+    """Field name -> the section comment above it in ``Settings`` (a comment line after a blank line)."""
+    lines = inspect.getsource(Settings).splitlines()
+    sections: dict[str, str] = {}
+    current = ""
+    for before, line in zip(["x", *lines], lines, strict=False):
+        comment = re.fullmatch(r" {4}# (.+)", line)
+        if comment and not before.strip():
+            current = comment.group(1)
+        field = re.match(r" {4}(\w+):", line)
+        if field and field.group(1) in Settings.model_fields:
+            sections[field.group(1)] = current
+    return sections
+
+
+def _default(info: FieldInfo) -> str:
+    if info.default_factory is not None:
+        value: Any = info.default_factory()  # type: ignore[call-arg]
+    else:
+        value = info.default
+    if value is None or value in ("", []):
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value}`"
+
+
+def _allowed(info: FieldInfo) -> str:
+    annotation = info.annotation
+    if get_origin(annotation) is Literal:
+        return ", ".join(f"`{choice}`" for choice in get_args(annotation))
+    if annotation is bool:
+        return "`true`, `false`"
+    bounds = [
+        f"{symbol} {getattr(meta, attr)}"
+        for meta in info.metadata
+        for attr, symbol in (("ge", ">="), ("gt", ">"))
+        if getattr(meta, attr, None) is not None
+    ]
+    if bounds:
+        return ", ".join(bounds)
+    if annotation == list[str]:
+        return "comma-separated"
+    return ""
+
+
+def settings_reference() -> str:
+    """docs/configuration.md: every field of ``Settings`` as ``CLOZE_<NAME>``, grouped by its section."""
+    out = [
+        "# Configuration",
+        "",
+        "Every setting is an environment variable (also read from `.env` by docker compose). An empty "
+        "variable means the default. Generated from `app/settings.py` by "
+        "`python -m app.settings > docs/configuration.md`; `tests/test_docs.py` fails when this page is stale.",
+    ]
+    sections = _sections()
+    current = None
+    for name, info in Settings.model_fields.items():
+        section = sections.get(name) or "Other"
+        if section != current:
+            current = section
+            out += [
+                "",
+                f"## {section}",
+                "",
+                "| variable | default | allowed | meaning |",
+                "|---|---|---|---|",
+            ]
+        description = (info.description or "").replace("|", "\\|")
+        out.append(f"| `CLOZE_{name.upper()}` | {_default(info)} | {_allowed(info)} | {description}. |")
+    out += ["", OTHER_VARIABLES]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(settings_reference(), end="")

@@ -65,11 +65,9 @@ class MicroBatcher:
         self.max_wait = max_wait_ms / 1000
         self.max_queue = max_queue
         self.max_padding, self.padding_tokens = max_padding, padding_tokens
-        # A request of at most this many characters is tokenised right on the event loop (about 40 us for a
-        # sentence here): handing it to the tokenizer thread and back cost more than the tokenising, in wake-ups
-        # on both sides (HTTP, one sentence a request, 64 connections: 75 us of tokenizer-thread and 29 us of
-        # event-loop time per request that way, by per-thread CPU time: docs/benchmarks.md, "Design measurements").
-        # Longer requests still go to the thread, so a big one does not stall the loop.
+        # A request of at most this many characters is tokenised on the event loop: for a sentence the hop to
+        # the tokenizer thread and back costs more than tokenising (docs/design-decisions.md). Longer requests
+        # still go to the thread, so a big one does not stall the loop.
         self.inline_chars = inline_chars
         self._on_batch = on_batch
         self._admitted = 0  # texts accepted and not yet answered (the bound that makes 429s)
@@ -77,9 +75,8 @@ class MicroBatcher:
         self._to_tokenize: list[tuple[list[str], asyncio.Future]] = []
         self._tokenizing: asyncio.Task | None = None
         # As many inference threads as the backend runs passes well side by side (one per core on a CPU,
-        # one on a GPU). Each plans its own next batch under this lock the moment its pass ends: handing
-        # that to the event loop left the core idle for a round trip per pass (benchmarks/results/
-        # embed_throughput.json has the served-to-offline ratio this buys; docs/benchmarks.md the history).
+        # one on a GPU). Each plans its own next batch under this lock the moment its pass ends, so no core
+        # waits a round trip through the event loop (docs/design-decisions.md).
         self.parallel_passes = parallel_passes
         self._queue = threading.Condition()
         self._waiting: deque[_Waiting] = deque()  # guarded by ``_queue``
@@ -160,8 +157,7 @@ class MicroBatcher:
 
     async def _tokenized(self, loop: asyncio.AbstractEventLoop, texts: list[str]) -> list[Encoded]:
         """Long ``texts`` tokenised off the event loop, in one tokenizer call with whatever else arrived meanwhile:
-        a thread hop per request cost more than the tokenising itself (docs/benchmarks.md, "Design
-        measurements")."""
+        a thread hop per request costs more than the tokenising itself (docs/design-decisions.md)."""
         tokenized = loop.create_future()
         self._to_tokenize.append((texts, tokenized))
         if self._tokenizing is None or self._tokenizing.done():

@@ -1,17 +1,48 @@
-"""The README is part of the product: it must match the code."""
+"""The docs are part of the product: the configuration reference is generated from the settings object."""
 
 from pathlib import Path
 
-from app.settings import Settings
+from app.settings import Settings, settings_reference
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+CONFIGURATION = ROOT / "docs" / "configuration.md"
 
 
-def test_every_setting_is_documented():
+def test_configuration_reference_is_current():
+    assert CONFIGURATION.read_text() == settings_reference(), (
+        "docs/configuration.md is stale: python -m app.settings > docs/configuration.md"
+    )
+
+
+def test_configuration_reference_lists_every_setting():
+    page = settings_reference()
     missing = [
-        f"CLOZE_{name.upper()}" for name in Settings.model_fields if f"`CLOZE_{name.upper()}`" not in README
+        f"CLOZE_{name.upper()}" for name in Settings.model_fields if f"`CLOZE_{name.upper()}`" not in page
     ]
-    assert not missing, f"README's configuration table lacks {missing}"
+    assert not missing
+
+
+def test_readme_links_the_configuration_reference():
+    assert "(docs/configuration.md)" in README
+
+
+def test_readme_links_resolve():
+    """Every relative link names a file in the repository, and every #anchor a heading of README itself."""
+    import re
+
+    headings = {
+        re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in README.splitlines()
+        if line.startswith("#")
+    }
+    for target in re.findall(r"\]\(([^)\s]+)\)", README):
+        if target.startswith(("http://", "https://")):
+            continue
+        if target.startswith("#"):
+            assert target[1:] in headings, target
+        else:
+            assert (ROOT / target.split("#")[0]).exists(), target
 
 
 def test_readme_has_no_unfilled_placeholders():

@@ -15,10 +15,9 @@ from encoder_runtime.backends.base import MASK_ROWS_PER_CHUNK, Task
 log = logging.getLogger(__name__)
 
 
-# ONNX Runtime's CPU SkipLayerNormalization kernel is several times slower than the Add + LayerNormalization
-# it replaces, and was a quarter of an int8 MiniLM pass (docs/benchmarks.md, "Design measurements"). The
-# exported graphs leave them apart, and a CPU session must not fuse them again (on CUDA, not measured, the
-# session fuses them as usual).
+# ONNX Runtime's CPU SkipLayerNormalization kernel is slower than the Add + LayerNormalization it replaces
+# (docs/design-decisions.md): the exported graphs leave them apart, and a CPU session must not fuse them
+# again (on CUDA, not measured, the session fuses them as usual).
 SLOW_CPU_FUSIONS = ["SkipLayerNormFusion"]
 
 
@@ -41,26 +40,23 @@ class OnnxBackend:
         devices.warn(warning)
         cores = threads or os.cpu_count() or 1
         on_cpu = requested[0] == "CPUExecutionProvider"
-        # On a CPU, one single-threaded pass per core beats one pass split over the cores: a pass of a small
-        # batch is dozens of short operators, and each hands work to and from the other threads
-        # (docs/benchmarks.md, "Design measurements").
+        # On a CPU, one single-threaded pass per core beats one pass split over the cores: a small batch's pass
+        # is many short operators, each a hand-off between threads (docs/design-decisions.md).
         self.parallel_passes = cores if on_cpu else 1
         self.max_padding = 0.02 if on_cpu else 0.1
-        # A single-threaded CPU pass of a few short texts costs 415-520 us beyond its tokens, what 11-15 padded
-        # tokens do (int8; benchmarks/results/pass_cost_int8_calibrated.json; fp32: pass_cost.json). Padding
-        # leaves each text's vector as it is (int8 scales are calibrated: static_int8.py). Fill-mask positions
-        # cost more (each projects onto the vocabulary) and CUDA passes were not measured: no allowance there.
+        # A CPU pass has a fixed cost beyond its tokens, worth more than this much padding, so a batch may carry
+        # it rather than split (docs/design-decisions.md); padding leaves vectors as they are (int8 scales are
+        # calibrated: static_int8.py). Fill-mask positions cost more and CUDA is not measured: no allowance.
         self.padding_tokens = 8 if on_cpu and task == "embed" else 0
-        # A CPU pass of 512 padded tokens embeds SciFact documents 45% (int8) and 21% (fp32) faster than one of
-        # 8,192, with a tenth of the arena; sentences run alike (benchmarks/results/batch_budget.json). The
-        # CUDA budget is the one the service always had (not measured on a GPU here).
+        # On a CPU a longer pass runs slower per token and grows the arena (docs/design-decisions.md); the CUDA
+        # budget is the one the service always had (not measured on a GPU).
         self.batch_tokens = 512 if on_cpu else 8192
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = 1 if on_cpu else cores
         options.inter_op_num_threads = 1
         # Spinning workers burn the cores the event loop and tokenisers need between forward passes
-        # (docs/benchmarks.md, "Design measurements").
+        # (docs/design-decisions.md).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(
             str(onnx_path),

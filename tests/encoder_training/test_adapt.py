@@ -66,7 +66,7 @@ def test_ict_pair_takes_one_sentence_out_of_its_passage() -> None:
 
 
 def test_title_pairs_without_titles_are_the_ict_pairs() -> None:
-    """docs/adapt.md reads the MS MARCO figure of ``--pair-kinds title`` off the ICT run: without titles
+    """``--pair-kinds title`` falls back to inverse cloze on a corpus without titles (docs/adapt.md): then
     both options must make the very same pairs (same fallback, same random draws)."""
     untitled = [Passage(str(i), "", " ".join(SENTENCES[i % 4 :] + SENTENCES[: i % 4])) for i in range(12)]
     assert corpus.make_pairs(untitled, ["title"]) == corpus.make_pairs(untitled, ["ict"])
