@@ -348,7 +348,10 @@ def pretrain_speed(page: Page) -> None:
         "Pre-training step speed",
         f"The {data['recipe']} recipe, {data['tokens_per_step']:,} tokens a step, median of "
         f"{data['steps_timed']} interleaved steps each, {data['threads']} threads, on a heap that is never "
-        "trimmed (`harness/heap.py`: glibc otherwise maps the baseline's logits afresh every step).",
+        "trimmed (`harness/heap.py`: glibc otherwise maps the baseline's logits afresh every step). To keep those "
+        "page faults out of your own runs, preload jemalloc (Debian `libjemalloc2`):",
+        "```\nLD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \\\n"
+        "  cloze train pretrain ...\n```",
         table(["step", "median s", "tokens/s", "page faults a step"], rows),
         "![tokens/s by contender](../benchmarks/results/pretrain_throughput.png)",
         (
