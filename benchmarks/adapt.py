@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.provenance import command, load_average  # noqa: E402
+from harness.provenance import command, load_average  # noqa: E402
 
 DATA = Path(os.environ.get("CLOZE_DATA_DIR", ROOT.parent / "shared" / "data"))
 RESULTS = ROOT / "benchmarks" / "results"

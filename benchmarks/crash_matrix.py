@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.provenance import command, load_average  # noqa: E402
 from harness.crashes import Chain, mount_tmpfs, run_all, unmount  # noqa: E402
+from harness.provenance import command, load_average  # noqa: E402
 from harness.tiny_model import make_tiny_bert  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

@@ -25,7 +25,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.provenance import command, load_average  # noqa: E402
+from harness.provenance import command, load_average  # noqa: E402
 from harness.servers import READ_KEY, WRITE_KEY, serve_process  # noqa: E402
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")

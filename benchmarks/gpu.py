@@ -65,7 +65,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.provenance import command, load_average  # noqa: E402
+from harness.provenance import command, load_average  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SHARED = ROOT.parent / "shared" / "data"

@@ -15,13 +15,6 @@ shared with other work distorts less than wall-clock rates.
 
     apt-get install -y wrk
     .venv/bin/python benchmarks/http_throughput.py [--seconds 20] [--out benchmarks/results/http_throughput.json]
-
-``--profile-seconds N`` adds one more ``/embed`` arm with py-spy sampling the server (it slows the server,
-so that arm counts in no ratio) and records where the event loop's samples went (``loop_profile``).
-py-spy samples wall-clock time: a thread that waits for a core or for the GIL outside a blocking call
-still counts. ``--perf-seconds N`` adds an ``/embed`` arm under Linux ``perf`` (CPU-clock samples, so
-only time on a core counts) and records, per thread, which library the CPU time was spent in
-(``cpu_profile``: the interpreter, the tokenizer, libc's allocator, the kernel, uvloop, ONNX Runtime).
 """
 
 from __future__ import annotations
@@ -37,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -47,7 +39,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
-from benchmarks.provenance import command, load_average  # noqa: E402
+from harness.provenance import command, load_average  # noqa: E402
 
 CONNECTIONS = 64
 SEARCH_CONNECTIONS = 16
@@ -130,24 +122,13 @@ def cpu_seconds(pid: int) -> float:
     return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
 
 
-def thread_cpu_seconds(pid: int) -> dict[int, float]:
-    """User + system CPU of each thread of a running process, by thread id (the main thread's id is ``pid``)."""
-    out = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            out[int(task.name)] = stat_cpu_seconds(task / "stat")
-        except FileNotFoundError:  # the thread ended meanwhile
-            continue
-    return out
-
-
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
 def wrk(url: str, route: str, bodies: Path, connections: int, seconds: int, script: Path, pid: int) -> dict:
-    server_cpu, wrk_cpu, threads = cpu_seconds(pid), children_cpu(), thread_cpu_seconds(pid)
+    server_cpu, wrk_cpu = cpu_seconds(pid), children_cpu()
     out = subprocess.run(
         ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", str(script), url],
         env={**os.environ, "BODIES": str(bodies), "ROUTE": route},
@@ -156,142 +137,14 @@ def wrk(url: str, route: str, bodies: Path, connections: int, seconds: int, scri
         check=True,
     ).stdout
     server_cpu, wrk_cpu = cpu_seconds(pid) - server_cpu, children_cpu() - wrk_cpu
-    threads = {tid: seconds - threads.get(tid, 0.0) for tid, seconds in thread_cpu_seconds(pid).items()}
     line = next(line for line in out.splitlines() if line.startswith("RESULT "))
     result = json.loads(line.removeprefix("RESULT "))
     result["requests_per_s"] = result["requests"] / result["seconds"]
     result["server_cpu_us_per_request"] = server_cpu / result["requests"] * 1e6
     result["wrk_cpu_us_per_request"] = wrk_cpu / result["requests"] * 1e6
-    # Where the server's time goes: the event loop runs on the main thread (HTTP, the lane, inline
-    # tokenising, responses); the rest is the inference threads (and the tokenizer thread for long texts).
-    loop_cpu = threads.get(pid, 0.0)
-    result["server_cpu_us_per_request_by_thread"] = {
-        "event_loop": loop_cpu / result["requests"] * 1e6,
-        "other_threads": (sum(threads.values()) - loop_cpu) / result["requests"] * 1e6,
-    }
     result["errors_total"] = sum(result["errors"].values())
     result["load"] = load_average()
     return result
-
-
-# Parts of the event loop's time that do not nest in one another, by a frame on the sample's stack; the
-# loop's own C code (uvloop: epoll, recv; httptools' parser) is the samples whose innermost Python frame is
-# the loop's entry point, and the rest is Python: uvicorn's protocol, the lane, validation, the response.
-LOOP_PARTS = {
-    "tokenising": ("TextTokenizer.encode (",),
-    "socket send, one per response": ("CoalescingTransport.flush (",),
-    "access line": ("Logger.handle (",),
-    "metrics": ("Counter.inc (", "Histogram.observe (", "Gauge.set ("),
-}
-LOOP_ENTRY = "Runner.run ("
-LOOP_C, LOOP_PYTHON = "uvloop and httptools (C)", "other Python"
-
-
-def function_name(frame: str) -> str:
-    """``name (file.py:line)`` -> ``name (file.py)``: samples add up per function, not per line."""
-    return frame.rsplit(":", 1)[0] + ")" if frame.endswith(")") and ":" in frame else frame
-
-
-def loop_part(frames: list[str]) -> str:
-    stack = ";".join(frames)
-    for name, marks in LOOP_PARTS.items():
-        if any(mark in stack for mark in marks):
-            return name
-    return LOOP_C if frames[-1].startswith(LOOP_ENTRY) else LOOP_PYTHON
-
-
-def loop_profile(raw: Path, top: int = 15) -> dict:
-    """Shares of the main thread's (the event loop's) py-spy samples: the parts above, and the functions the
-    samples were in (self time)."""
-    parts = Counter(dict.fromkeys([*LOOP_PARTS, LOOP_C, LOOP_PYTHON], 0))
-    own: Counter[str] = Counter()
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        thread, *frames = stack.split(";")
-        if "MainThread" in thread and frames:
-            parts[loop_part(frames)] += int(count)
-            own[function_name(frames[-1])] += int(count)
-    total = parts.total()
-    return {
-        "samples": total,
-        "parts": {name: round(n / total, 3) for name, n in parts.items()},
-        "self": {name: round(n / total, 3) for name, n in own.most_common(top)},
-    }
-
-
-def profiled_arm(url: str, bodies: Path, script: Path, pid: int, seconds: int, work: Path) -> dict:
-    """``POST /embed`` under wrk while py-spy samples the server for ``seconds`` (100 Hz, not pausing it)."""
-    raw = work / "loop.raw"
-    py_spy = Path(sys.executable).with_name("py-spy")
-    sampler = subprocess.Popen(
-        [str(py_spy), "record", "-p", str(pid), "-d", str(seconds), "-r", "100", "--nonblocking"]
-        + ["--threads", "-f", "raw", "-o", str(raw)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    arm = wrk(url, "/embed", bodies, CONNECTIONS, seconds + 2, script, pid)
-    if sampler.wait(60) != 0 or not raw.is_file():
-        raise SystemExit("py-spy failed: it needs ptrace rights over the server (the same user, or root)")
-    return {"requests_per_s_while_sampled": arm["requests_per_s"], **loop_profile(raw)}
-
-
-def embedding_passes(url: str) -> tuple[float, float]:
-    """(texts, forward passes) the embedding batcher has run so far, from /metrics."""
-    return batch_totals(httpx.get(url + "/metrics", timeout=30).text)
-
-
-def batch_totals(text: str) -> tuple[float, float]:
-    """(texts, passes) of the ``embed`` batcher in a Prometheus exposition (its batch-size histogram)."""
-    totals = {}
-    for part in ("sum", "count"):
-        found = re.search(rf'^cloze_batch_size_{part}{{batcher="embed"}} (\S+)$', text, re.M)
-        totals[part] = float(found.group(1)) if found else 0.0
-    return totals["sum"], totals["count"]
-
-
-def in_process_texts_per_pass(encoder, sentences: list[str]) -> float:
-    """Texts per forward pass when the runtime plans all the sentences at once, as ``embed`` does."""
-    from encoder_runtime.tokenization import plan_batches
-
-    lengths = [len(item) for item in encoder.encode(sentences)]
-    return len(lengths) / len(plan_batches(lengths, *encoder.batch_budget))
-
-
-def perf_arm(url: str, bodies: Path, script: Path, pid: int, seconds: int, work: Path) -> dict:
-    """``POST /embed`` under wrk while ``perf record`` samples the server's CPU clock for ``seconds``."""
-    data = work / "perf.data"
-    sampler = subprocess.Popen(
-        ["perf", "record", "-e", "cpu-clock", "-F", "1999", "-p", str(pid), "-o", str(data)]
-        + ["--", "sleep", str(seconds)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    arm = wrk(url, "/embed", bodies, CONNECTIONS, seconds + 2, script, pid)
-    if sampler.wait(120) != 0 or not data.is_file():
-        raise SystemExit("perf record failed: it needs perf_event_paranoid <= 2 and rights over the server")
-    samples = subprocess.run(
-        ["perf", "script", "-i", str(data), "-F", "tid,ip,dso"], capture_output=True, text=True, check=True
-    ).stdout
-    return {"requests_per_s_while_sampled": arm["requests_per_s"], **cpu_profile(samples, pid)}
-
-
-def cpu_profile(samples: str, pid: int) -> dict:
-    """Shares of CPU-clock samples by library, for the event loop (the main thread) and for the rest."""
-    by_thread: dict[str, Counter[str]] = {"event_loop": Counter(), "other_threads": Counter()}
-    for line in samples.splitlines():
-        tid, _ip, dso = (line.split(None, 2) + ["", ""])[:3]  # "  2847  7f69035e82 (/path/lib.so)"
-        if not tid.isdigit():
-            continue
-        name = dso.strip("()").rsplit("/", 1)[-1].split(".cpython")[0] or "unknown"
-        by_thread["event_loop" if int(tid) == pid else "other_threads"][name] += 1
-    return {
-        thread: {
-            "samples": counts.total(),
-            "share_by_library": {name: round(n / counts.total(), 3) for name, n in counts.most_common(10)},
-        }
-        for thread, counts in by_thread.items()
-        if counts
-    }
 
 
 def show(name: str, row: dict) -> None:
@@ -304,9 +157,7 @@ def show(name: str, row: dict) -> None:
     print(
         f"{name:16s} c={row['connections']:<3d} {row['requests_per_s']:7.0f} req/s  p50 {row['p50_ms']:6.1f} ms"
         f"  p99 {row['p99_ms']:6.1f} ms  errors {row['errors_total']}  CPU us/request: server"
-        f" {row['server_cpu_us_per_request']:.0f} (loop {row['server_cpu_us_per_request_by_thread']['event_loop']:.0f})"
-        f" wrk {row['wrk_cpu_us_per_request']:.0f}  load {row['load']}"
-        + (f"  {row['texts_per_pass']:.1f} texts a pass" if "texts_per_pass" in row else "")
+        f" {row['server_cpu_us_per_request']:.0f} wrk {row['wrk_cpu_us_per_request']:.0f}  load {row['load']}"
     )
 
 
@@ -330,18 +181,10 @@ def main() -> None:
         default=str(ROOT),
         help="serve from this checkout instead (e.g. main's, for a baseline beside this one's result)",
     )
-    parser.add_argument(
-        "--profile-seconds", type=int, default=0, help="then py-spy the event loop for this long (0: no)"
-    )
-    parser.add_argument(
-        "--perf-seconds", type=int, default=0, help="then sample the server's CPU with perf this long (0: no)"
-    )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "http_throughput.json"))
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install -y wrk")
-    if args.perf_seconds and shutil.which("perf") is None:
-        raise SystemExit("perf not found: apt-get install -y linux-perf")
 
     from app.settings import Settings
     from encoder_runtime import load_encoder
@@ -405,13 +248,10 @@ def main() -> None:
         offline = [offline_rate(encoder, sentences, args.repeats)]
         show("in-process", offline[-1])
         for route, bodies in (("/embed", embed_bodies), ("/v1/embeddings", openai_bodies)):
-            texts, passes = embedding_passes(url)
             arms[route] = {
                 "connections": CONNECTIONS,
                 **wrk(url, route, bodies, CONNECTIONS, args.seconds, script, server.pid),
             }
-            texts_after, passes_after = embedding_passes(url)
-            arms[route]["texts_per_pass"] = (texts_after - texts) / (passes_after - passes)
             show(route, arms[route])
             offline.append(offline_rate(encoder, sentences, args.repeats))
             show("in-process", offline[-1])
@@ -431,12 +271,6 @@ def main() -> None:
                 **wrk(url, "/search", search_bodies, SEARCH_CONNECTIONS, args.seconds, script, server.pid),
             }
             show("/search", arms["/search"])
-        if args.profile_seconds:
-            profile = profiled_arm(url, embed_bodies, script, server.pid, args.profile_seconds, work)
-            print("event loop, share of py-spy samples:", profile["parts"])
-        if args.perf_seconds:
-            cpu = perf_arm(url, embed_bodies, script, server.pid, args.perf_seconds, work)
-            print("event loop, share of CPU samples:", cpu["event_loop"]["share_by_library"])
     finally:
         server.terminate()
         server.wait(60)
@@ -461,16 +295,10 @@ def main() -> None:
         "load_at_end": load_average(),
         "note": "load averages over the machine's 2 cores: above 2, other work shared the CPU during this run",
         "in_process": offline,
-        # the same sentences planned all at once, as the in-process arm runs them (each HTTP arm has its own)
-        "in_process_texts_per_pass": in_process_texts_per_pass(encoder, sentences),
         "http": arms,
         "ratio_to_in_process": ratios,
         "cpu_time_ratio_to_in_process": cpu_ratios,
     }
-    if args.profile_seconds:
-        result["loop_profile"] = {"route": "/embed", "seconds": args.profile_seconds, **profile}
-    if args.perf_seconds:
-        result["cpu_profile"] = {"route": "/embed", "seconds": args.perf_seconds, **cpu}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     shutil.rmtree(work, ignore_errors=True)

@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.provenance import command  # noqa: E402
+from harness.provenance import command  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -29,7 +29,6 @@ reports its held-out masked-token accuracy (writes ``results/pretrain_tiny_cpu_l
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import resource
@@ -46,16 +45,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT))
+from harness.heap import keep_freed_memory  # noqa: E402
+
 WARMUP = 6  # steps each before timing: the heap grows for the first few, then is reused
-M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
-
-
-def keep_freed_memory() -> bool:
-    """Serve every allocation from a heap that is never trimmed (process-wide); False unless glibc."""
-    libc = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
-    if libc is None or not hasattr(libc, "gnu_get_libc_version"):
-        return False
-    return libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1
 
 
 def make_blocks(work: Path, cfg):

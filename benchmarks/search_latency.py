@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = ROOT.parent / "shared" / "data" / "beir-scifact"
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.provenance import command  # noqa: E402
+from harness.provenance import command  # noqa: E402
 
 
 def scifact_index(backend: str) -> Path:

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.provenance import command, load_average  # noqa: E402
+from harness.provenance import command, load_average  # noqa: E402
 from harness.servers import serve_process  # noqa: E402
 
 QUERIES = [

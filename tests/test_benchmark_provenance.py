@@ -1,8 +1,8 @@
-"""A result file records the command that made it, options included (``benchmarks/provenance.py``)."""
+"""A result file records the command that made it, options included (``harness/provenance.py``)."""
 
 import sys
 
-from benchmarks.provenance import ROOT, command
+from harness.provenance import ROOT, command
 
 
 def test_the_recorded_command_carries_the_options_it_ran_with(monkeypatch):

@@ -1,4 +1,5 @@
-"""The pre-training benchmark keeps freed memory: a step's activations reuse the last step's pages."""
+"""A heap that is never trimmed (``harness.heap``, the pre-training benchmark's) keeps freed memory: a step's
+activations reuse the last step's pages."""
 
 import subprocess
 import sys
@@ -10,11 +11,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # A "step" allocates, touches and frees three tensors of MB megabytes; after ten steps (the heap settles:
 # glibc's aligned allocations need a little more than the chunk just freed) prints the page faults a step
-# takes, with glibc as it comes or after the benchmark's keep_freed_memory().
+# takes, with glibc as it comes or after harness.heap's keep_freed_memory().
 STEPS = """
 import resource, sys, torch
-sys.path.insert(0, "benchmarks")
-from pretrain_throughput import keep_freed_memory
+from harness.heap import keep_freed_memory
 policy, mb = sys.argv[1], int(sys.argv[2])
 if policy == "kept":
     assert keep_freed_memory()

@@ -1,0 +1,757 @@
+"""Render docs/benchmarks.md (and its plots) from the JSON files in benchmarks/results/, and nothing else.
+
+Each benchmark writes one result file; this page is what they say, one section per question a user asks,
+each figure with the command that reruns it. Edit this script, not the page:
+
+    python benchmarks/report.py            # rewrite docs/benchmarks.md and the PNGs it shows
+    python benchmarks/report.py --check    # exit 1 if docs/benchmarks.md is not what the results render
+
+``--check`` compares the page byte for byte and draws no plot (tests/test_benchmark_report.py runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PAGE = ROOT / "docs" / "benchmarks.md"
+
+
+def load(name: str) -> dict | None:
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def table(header: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def num(value: float | None, digits: int = 0) -> str:
+    return "" if value is None else f"{value:,.{digits}f}"
+
+
+def ran(command: str, *files: str) -> str:
+    return f"`{command}` -> " + ", ".join(f"`{name}`" for name in files)
+
+
+def missing(name: str, command: str) -> str:
+    return f"Not run yet: `{command}` writes `benchmarks/results/{name}`."
+
+
+class Page:
+    """The page's sections and the summary rows they contribute, in order."""
+
+    def __init__(self) -> None:
+        self.summary: list[list[str]] = []
+        self.sections: list[str] = []
+        self.plots: dict[str, object] = {}  # file name -> a function that draws it
+
+    def section(self, title: str, *parts: str) -> None:
+        self.sections.append("\n\n".join([f"## {title}", *[prose(part) for part in parts if part]]))
+
+
+def prose(part: str) -> str:
+    """A paragraph wrapped at 110 columns; tables, images and anything laid out already are left as they are."""
+    if "\n" in part or part.startswith(("|", "!", "```")):
+        return part
+    return textwrap.fill(part, 110, break_long_words=False, break_on_hyphens=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def embedding_throughput(page: Page) -> None:
+    name, default = "embed_throughput.json", "python benchmarks/embed_throughput.py"
+    data = load(name)
+    if data is None:
+        page.section("Embedding throughput by backend", missing(name, default))
+        return
+    command = data.get("command", default)
+    offline = {k: v for k, v in data["rows"].items() if "callers" not in k}
+    callers = {k: v for k, v in data["rows"].items() if "callers" in k}
+    best = max(offline.items(), key=lambda item: item[1]["sentences_per_s"])
+    page.summary.append(
+        [
+            "embedding throughput by backend (offline, batch 32)",
+            f"{best[0]}: {num(best[1]['sentences_per_s'])} sentences/s, "
+            f"{best[1]['x_baseline']:.2f}x sentence-transformers",
+            ran(command, name),
+        ]
+    )
+    ratios = data.get("ratios", {})
+    page.plots["embed_throughput.png"] = lambda path: bar_chart(
+        path,
+        {k: v["sentences_per_s"] for k, v in offline.items()},
+        "sentences/s",
+        f"Embedding throughput, {data['sentences']:,} sentences, {data['machine']['cpus']} CPU cores",
+    )
+    page.section(
+        "Embedding throughput by backend",
+        f"How many sentences a second each backend embeds in-process: {data['sentences']:,} real sentences "
+        f"(STS-B and SciFact, {data['mean_words']:.1f} words on average), the bundled all-MiniLM-L6-v2, "
+        f"{data['machine']['cpus']} CPU cores. Cosine is to sentence-transformers' own vectors.",
+        table(
+            ["backend", "sentences/s", "x sentence-transformers", "mean cosine", "min cosine"],
+            [
+                [
+                    backend,
+                    num(row["sentences_per_s"]),
+                    f"{row['x_baseline']:.2f}",
+                    num(row.get("cosine_mean"), 4),
+                    num(row.get("cosine_min"), 4),
+                ]
+                for backend, row in offline.items()
+            ],
+        ),
+        "![sentences/s by backend](../benchmarks/results/embed_throughput.png)",
+        "Through the micro-batcher, 64 concurrent callers of one sentence each (in-process, no HTTP):",
+        table(
+            ["arm", "sentences/s", "x sentence-transformers"],
+            [[arm, num(row["sentences_per_s"]), f"{row['x_baseline']:.2f}"] for arm, row in callers.items()],
+        ),
+        (
+            f"Micro-batched int8 runs at {ratios['microbatched_vs_offline_int8']:.2f}x its offline rate and "
+            f"{ratios['microbatched_vs_one_per_pass_int8']:.2f}x one request a pass; torch at "
+            f"{ratios['microbatched_vs_offline_torch']:.2f}x and {ratios['microbatched_vs_one_per_pass_torch']:.2f}x."
+            if {"microbatched_vs_offline_int8", "microbatched_vs_offline_torch"} <= ratios.keys()
+            else ""
+        ),
+        f"Command: {ran(command, name)}",
+    )
+
+
+def served_vs_offline(page: Page) -> None:
+    name, default = "http_throughput.json", "python benchmarks/http_throughput.py --seconds 20"
+    data = load(name)
+    if data is None:
+        page.section("Served against offline", missing(name, default))
+        return
+    command = data.get("command", default)
+    http = data["http"]
+    rows = []
+    for route, arm in http.items():
+        rows.append(
+            [
+                f"`{route}`",
+                arm["connections"],
+                num(arm["requests_per_s"]),
+                num(arm.get("in_process_sentences_per_s")),
+                num(arm.get("ratio_to_in_process"), 2),
+                num(arm["p50_ms"], 1),
+                num(arm["p99_ms"], 1),
+                arm.get("errors_total", sum(arm["errors"].values())),
+            ]
+        )
+    embed = http.get("/embed", {})
+    page.summary.append(
+        [
+            "served against offline (one sentence a request, 64 connections)",
+            f"`POST /embed` {num(embed.get('requests_per_s'))} req/s = "
+            f"{num(embed.get('ratio_to_in_process'), 2)}x the in-process rate, p99 {num(embed.get('p99_ms'))} ms",
+            ran(command, name),
+        ]
+    )
+    page.section(
+        "Served against offline",
+        f"What HTTP costs: a real `cloze serve` ({data['backend']}) loaded by `wrk` on loopback, one text a "
+        f"request, against the same runtime in-process on the same {data['sentences']:,} distinct sentences, "
+        "both arms in one run (the in-process arm runs before and after each HTTP arm; its mean is the "
+        f"reference). {data['load_generator']}; server at {data.get('server_checkout', '?').split()[0]}; load "
+        f"{data['load_at_start']} at the start, {data['load_at_end']} at the end "
+        f"({data['machine']['cpus']} cores: above that, other work shared the CPU). `/search` is hybrid, "
+        "top 10, SciFact's queries. Needs `apt-get install wrk`.",
+        table(
+            [
+                "route",
+                "connections",
+                "req/s",
+                "in-process sentences/s",
+                "ratio",
+                "p50 ms",
+                "p99 ms",
+                "errors",
+            ],
+            rows,
+        ),
+        f"Command: {ran(command, name)}",
+    )
+
+
+def search_latency(page: Page) -> None:
+    name, default = "search_latency.json", "python benchmarks/search_latency.py"
+    data = load(name)
+    if data is None:
+        page.section("Search latency", missing(name, default))
+        return
+    command = data.get("command", default)
+    rows = data["rows"]
+    columns: list[str] = []
+    for row in rows:  # every field any row has, in the order they first appear
+        columns += [key for key in row if key not in columns]
+    hybrid = [row for row in rows if row.get("mode") == "hybrid"]
+    if hybrid:
+        first, last = hybrid[0], hybrid[-1]
+        page.summary.append(
+            [
+                f"search latency, SciFact ({data['documents']:,} documents), hybrid",
+                f"p50 {first['p50_ms']:.1f} ms at c={first['concurrency']}; "
+                f"p99 {last['p99_ms']:.0f} ms at c={last['concurrency']}",
+                ran(command, name),
+            ]
+        )
+
+    def cell(value: object) -> str:
+        return num(value, 1) if isinstance(value, float) else str(value)
+
+    page.section(
+        "Search latency",
+        f"`POST /search` on a real server over the SciFact index ({data['documents']:,} documents, "
+        f"{data['backend']}), SciFact's queries, an httpx client on the same cores.",
+        table(
+            [key.replace("_ms", " ms").replace("_", " ") for key in columns],
+            [[cell(row.get(key, "")) for key in columns] for row in rows],
+        ),
+        f"Command: {ran(command, name)}",
+    )
+
+
+def retrieval_quality(page: Page) -> None:
+    rows, found = [], []
+    for mode in ("dense", "bm25", "hybrid"):
+        for backend in ("torch", "onnx-int8"):
+            name = f"index_scifact_{mode}_{backend}.json"
+            data = load(name)
+            if data is None:
+                continue
+            found.append(data)
+            rows.append(
+                [
+                    mode,
+                    backend,
+                    num(data["ndcg@10"], 3),
+                    num(data["recall@100"], 3),
+                    num(data["mrr@10"], 3),
+                    data["queries"],
+                    f"`{name}`",
+                ]
+            )
+    command = "cloze eval beir --data ../shared/data/beir-scifact --mode M --backend B"
+    out = "--out benchmarks/results/index_scifact_M_B.json"
+    if not found:
+        page.section("Retrieval quality", f"Not run yet: `{command} {out}`.")
+        return
+    best = max(found, key=lambda data: data["ndcg@10"])
+    page.summary.append(
+        [
+            "retrieval quality, SciFact test, bundled model",
+            f"nDCG@10 {best['mode']} ({best['backend']}) {best['ndcg@10']:.3f}",
+            f"`{command} {out}`",
+        ]
+    )
+    page.section(
+        "Retrieval quality",
+        f"BEIR SciFact test ({found[0]['queries']} queries, {found[0]['documents']:,} documents, "
+        f"{found[0]['chunks']:,} chunks), the bundled {found[0]['model_id']}, by retrieval mode and backend.",
+        table(["mode", "backend", "nDCG@10", "Recall@100", "MRR@10", "queries", "result file"], rows),
+        f"Command, per mode M and backend B: `{command} {out}`",
+    )
+
+
+def index_scale(page: Page) -> None:
+    name, default = "index_scale.json", "python benchmarks/index_scale.py --passages 1000000"
+    data = load(name)
+    if data is None:
+        page.section("Index build at scale", missing(name, default))
+        return
+    command = data.get("command", default)
+    stages = data["stage_seconds"]
+    page.summary.append(
+        [
+            f"index build, {data['passages']:,} passages, `{data['factory']}`",
+            f"{data['build_seconds'] / 60:.1f} min ({num(data['passages_per_second'])} passages/s), "
+            f"peak RSS {data['peak_rss_mb'] / 1000:.2f} GB",
+            ran(command, name),
+        ]
+    )
+    recall = [
+        [key.replace(",", ", "), num(row["recall@10"], 3), num(row["ms_per_query"], 2)]
+        for key, row in data["recall_vs_exact"].items()
+    ]
+    page.section(
+        "Index build at scale",
+        f"`cloze index` over {data['passages']:,} passages of {data['sentences_per_passage']} real prose "
+        f"sentences ({data['mean_chunk_tokens']} tokens on average), {data['backend']}, "
+        f"{data['cpu_count']} CPU cores.",
+        table(
+            ["figure", "value"],
+            [
+                ["build, in all", f"{data['build_seconds'] / 60:.1f} min"],
+                *[[f"stage: {stage}", f"{seconds / 60:.1f} min"] for stage, seconds in stages.items()],
+                ["passages/s", num(data["passages_per_second"])],
+                ["embed stage against the offline rate", f"{data['embed_vs_offline']:.2f}x"],
+                ["peak RSS, build", f"{num(data['peak_rss_mb'])} MB"],
+                ["index on disk", f"{num(data['index_dir_mb'])} MB"],
+                ["open with lexical index", f"{data['open_with_lexical_seconds']} s"],
+            ],
+        ),
+        f"Recall@10 against exact search, {data['queries']:,} queries (rerank: exact re-scoring of the top):",
+        table(["nprobe, rerank", "recall@10", "ms a query"], recall),
+        f"Command: {ran(command, name)}",
+    )
+
+
+def pretrain_speed(page: Page) -> None:
+    name, default = "pretrain_throughput.json", "python benchmarks/pretrain_throughput.py --run-minutes 30"
+    data = load(name)
+    if data is None:
+        page.section("Pre-training step speed", missing(name, default))
+        return
+    command = data.get("command", default)
+    page.summary.append(
+        [
+            f"pre-training step, {data['recipe']}, {data['threads']} threads",
+            f"MLM {data['mlm_speedup_vs_hf']:.2f}x Hugging Face's `BertForMaskedLM` step; "
+            f"ELECTRA step {data['electra_over_mlm_step']:.2f}x the MLM step",
+            ran(command, name),
+        ]
+    )
+    labels = {
+        "hf_baseline_mlm": "Hugging Face `BertForMaskedLM` + collator",
+        "project_mlm": "this project's MLM",
+        "project_mlm_bf16": "this project's MLM, bf16 autocast",
+        "project_electra": "this project's ELECTRA",
+    }
+    rows = [
+        [
+            labels.get(key, key),
+            num(data["median_step_s"][key], 3),
+            num(tokens),
+            num(data.get("median_page_faults_per_step", {}).get(key)),
+        ]
+        for key, tokens in data["tokens_per_s"].items()
+    ]
+    page.plots["pretrain_throughput.png"] = lambda path: bar_chart(
+        path,
+        {labels.get(k, k).replace("`", ""): v for k, v in data["tokens_per_s"].items()},
+        "tokens/s",
+        f"Pre-training step, {data['recipe']}, {data['tokens_per_step']:,} tokens a step",
+    )
+    timed = data.get("timed_run")
+    page.section(
+        "Pre-training step speed",
+        f"The {data['recipe']} recipe, {data['tokens_per_step']:,} tokens a step, median of "
+        f"{data['steps_timed']} interleaved steps each, {data['threads']} threads, on a heap that is never "
+        "trimmed (`harness/heap.py`: glibc otherwise maps the baseline's logits afresh every step). To keep those "
+        "page faults out of your own runs, preload jemalloc (Debian `libjemalloc2`):",
+        "```\nLD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \\\n"
+        "  cloze train pretrain ...\n```",
+        table(["step", "median s", "tokens/s", "page faults a step"], rows),
+        "![tokens/s by contender](../benchmarks/results/pretrain_throughput.png)",
+        (
+            f"A {timed['minutes']:.0f}-minute MLM run on the shared prose and WikiText-2: {timed['steps']:,} "
+            f"steps at {num(timed['tokens_per_s'])} tokens/s, held-out masked-token accuracy "
+            f"{timed['heldout']['accuracy']:.3f} (loss {timed['heldout']['loss']:.2f}), peak memory "
+            f"{timed['peak_rss_mb'] / 1000:.1f} GB.\n\n"
+            "![loss curve](../benchmarks/results/pretrain_tiny_cpu_loss.png)"
+            if timed
+            else ""
+        ),
+        f"Command: {ran(command, name)}",
+    )
+
+
+def electra_vs_mlm(page: Page) -> None:
+    name, default = "electra_vs_mlm.json", "python benchmarks/electra_vs_mlm.py"
+    data = load(name)
+    if data is None:
+        page.section("ELECTRA against MLM", missing(name, default))
+        return
+    command = data.get("command", default)
+    arms = data["electra_vs_mlm"]
+    settings = data["settings"]
+    rows = []
+    for arm, row in arms.items():
+        held = row.get("heldout", {})
+        heldout = (
+            f"discriminator AUC {held['discriminator_auc']:.3f}"
+            if "discriminator_auc" in held
+            else f"masked-token accuracy {held['accuracy']:.3f}"
+            if "accuracy" in held
+            else ""
+        )
+        rows.append(
+            [
+                arm,
+                num(row.get("pretrain_steps", 0)),
+                heldout,
+                f"{row['stsb_test_spearman']:.3f} ({row['stsb_test_spearman_nli_only']:.3f})",
+                f"{row['sick_r_spearman']:.3f}",
+                f"{row['scifact_ndcg@10']:.3f}",
+            ]
+        )
+    electra, mlm = arms.get("electra"), arms.get("mlm")
+    if electra and mlm:
+        page.summary.append(
+            [
+                f"ELECTRA against MLM, {settings['pretrain_minutes']:.0f} minutes of pre-training each",
+                f"STS-B test {electra['stsb_test_spearman']:.3f} against {mlm['stsb_test_spearman']:.3f}; "
+                f"SciFact nDCG@10 {electra['scifact_ndcg@10']:.3f} against {mlm['scifact_ndcg@10']:.3f}",
+                ran(command, name),
+            ]
+        )
+    regression = data.get("minilm_regression")
+    page.section(
+        "ELECTRA against MLM",
+        f"Equal wall-clock: {settings['pretrain_minutes']:.0f} minutes of pre-training each "
+        f"({settings['pretrain_overrides']}; peak learning rate MLM {settings['pretrain_learning_rate']['mlm']}, "
+        f"ELECTRA {settings['pretrain_learning_rate']['electra']}), then the same fine-tuning "
+        f"({settings['finetune']}); a randomly initialised encoder of the same shape, fine-tuned the same way, "
+        f"is the floor. {data['machine']}.",
+        table(
+            [
+                "encoder",
+                "pre-train steps",
+                "held-out",
+                "STS-B test (NLI stage only)",
+                "SICK-R",
+                "SciFact nDCG@10",
+            ],
+            rows,
+        ),
+        "![ELECTRA against MLM](../benchmarks/results/electra_vs_mlm.png)",
+        (
+            f"The bundled all-MiniLM-L6-v2 on STS-B test: {regression['before']:.4f}, "
+            f"{regression['after']:.4f} after {regression['steps']} more fine-tuning steps ({regression['recipe']})."
+            if regression
+            else ""
+        ),
+        f"Command: {ran(command, name)}",
+    )
+
+
+def adapt(page: Page) -> None:
+    name, default = "adapt_test_60min.json", "python benchmarks/adapt.py --minutes 60 --split test --msmarco"
+    data = load(name)
+    if data is None:
+        page.section("What `cloze adapt` buys", missing(name, default))
+        return
+    command = data.get("command", default)
+    labels = {"both": "adapted (MLM + contrastive)", "mlm-only": "MLM stage only"}
+    rows = []
+    for run_name, run in (("adapt_test_60min.json", data), ("adapt_test.json", load("adapt_test.json"))):
+        if run is None:
+            continue
+        for variant, row in run["scifact"].items():
+            if variant == "bundled" and rows:
+                continue  # the same model scored the same way in every run
+            int8 = row.get("int8", {})
+            msmarco = run.get("msmarco", {}).get(variant, {})
+            rows.append(
+                [
+                    "bundled"
+                    if variant == "bundled"
+                    else f"{labels.get(variant, variant)}, {run['minutes']:.0f} min",
+                    num(row["dense"], 4),
+                    num(row["hybrid"], 4),
+                    num(int8.get("dense"), 4),
+                    num(int8.get("hybrid"), 4),
+                    num(row.get("sts_b_test"), 4),
+                    num(msmarco.get("dense"), 4),
+                    f"`{run_name}`",
+                ]
+            )
+    bundled, both = data["scifact"]["bundled"], data["scifact"].get("both", {})
+    page.summary.append(
+        [
+            f"what `cloze adapt` buys, SciFact test, {data['minutes']:.0f} minutes",
+            f"dense {bundled['dense']:.4f} -> {both.get('dense', 0):.4f}, "
+            f"hybrid {bundled['hybrid']:.4f} -> {both.get('hybrid', 0):.4f}",
+            ran(command, name),
+        ]
+    )
+    train = load("adapt_scifact_train.json")
+    train_rows = (
+        [
+            [label, num(train[key][mode]["ndcg@10"], 4), num(train[key][mode]["recall@100"], 4), mode]
+            for key, label in (("bundled", "bundled"), ("adapted_30min", "adapted, 30 min"))
+            for mode in ("dense", "hybrid")
+        ]
+        if train
+        else []
+    )
+    page.section(
+        "What `cloze adapt` buys",
+        "`cloze adapt` on a corpus's own text (no labels: inverse-cloze pairs, an MLM stage, a contrastive "
+        "stage, a forgetting guard), scored on SciFact test (nDCG@10) and on an MS MARCO subset the model "
+        "already knows, where it must not lose more than 0.01. STS-B test checks it forgets little. "
+        "Defaults were chosen on SciFact train; each choice is a line of "
+        "[design-decisions.md](design-decisions.md).",
+        table(
+            [
+                "model",
+                "SciFact dense",
+                "hybrid",
+                "int8 dense",
+                "int8 hybrid",
+                "STS-B test",
+                "MS MARCO dense",
+                "result file",
+            ],
+            rows,
+        ),
+        (
+            "SciFact train queries (809; the split defaults may be chosen on), `adapt_scifact_train.json`:\n\n"
+            + table(["model", "nDCG@10", "Recall@100", "mode"], train_rows)
+            if train_rows
+            else ""
+        ),
+        f"Command: {ran(command, name)}",
+    )
+
+
+def fill_mask(page: Page) -> None:
+    name = "pretrain_fill_mask.json"
+    data = load(name)
+    if data is None:
+        return
+    lama = data["lama"]
+    command = "cloze eval lama"
+    page.summary.append(
+        [
+            "the default fill-mask model, LAMA",
+            f"T-REx P@1 {lama['p@1']:.3f} (P@10 {lama['p@10']:.3f}), Google-RE {lama['google_re']['p@1']:.3f}, "
+            f"SQuAD {lama['squad']['p@1']:.3f}",
+            ran(command, name),
+        ]
+    )
+    phases = [
+        ["content-word masking (phase 4)", data.get("phase4_lama")],
+        ["salient-word masking (phase 5)", data.get("phase5_lama")],
+        ["average of the two (shipped)", lama],
+    ]
+    page.section(
+        "The default fill-mask model",
+        f"The model: {data['model']}. LAMA probes on ../shared/data/lama ({lama['facts']:,} T-REx facts).",
+        table(
+            ["model", "T-REx P@1", "T-REx P@10", "Google-RE P@1", "SQuAD P@1"],
+            [
+                [
+                    label,
+                    num(p["p@1"], 3),
+                    num(p["p@10"], 3),
+                    num(p["google_re"]["p@1"], 3),
+                    num(p["squad"]["p@1"], 3),
+                ]
+                for label, p in phases
+                if p
+            ],
+        ),
+        "![fill-mask training loss](../benchmarks/results/pretrain_fill_mask_loss.png)",
+        f"Command: {ran(command, name)} (how it was trained: `commands` in the result file).",
+    )
+
+
+def infinity(page: Page) -> None:
+    name, default = "infinity_comparison.json", "python benchmarks/compare_infinity.py"
+    data = load(name)
+    if data is None:
+        page.section(
+            "Against Infinity and sentence-transformers",
+            f"Not run yet: `{default}` writes `benchmarks/results/{name}`.",
+        )
+        return
+    work = data["workload"]
+    rows = [
+        [
+            row["engine"],
+            row["backend"],
+            num(row["seconds"], 1),
+            num(row["sentences_per_s"]),
+            num(row["tokens_per_s"]),
+        ]
+        for row in data["rows"]
+    ]
+    fastest = max(data["rows"], key=lambda row: row["sentences_per_s"])
+    page.summary.append(
+        [
+            f"against Infinity, {work['requests']} requests of {work['sentences_per_request']} sentences",
+            f"fastest: {fastest['engine']} ({fastest['backend']}) {num(fastest['sentences_per_s'])} sentences/s",
+            ran(data["command"], name),
+        ]
+    )
+    page.section(
+        "Against Infinity and sentence-transformers",
+        f"Infinity's benchmark workload, side by side in one run ({data['date']}): {work['requests']} requests "
+        f"of {work['sentences_per_request']} sentences ({work['sentences']}).",
+        table(["engine", "backend", "seconds", "sentences/s", "tokens/s"], rows),
+        f"Command: {ran(data['command'], name)}",
+    )
+
+
+RELIABILITY = [
+    ("fuzz.json", "python benchmarks/fuzz.py", "property-based requests against a real server: no 5xx"),
+    ("soak.json", "python benchmarks/soak.py", "a long mixed load: no 5xx, memory flat"),
+    (
+        "crash_matrix.json",
+        "python benchmarks/crash_matrix.py",
+        "SIGKILL mid-write: no acknowledged write lost",
+    ),
+    (
+        "hostile_input.json",
+        "HOSTILE_RESULTS=benchmarks/results/hostile_input.json pytest tests/e2e/test_hostile_input.py",
+        "oversized and hostile inputs: peak memory",
+    ),
+    ("deploy.json", "make test-deploy", "from `git clone` to a serving container"),
+]
+
+
+def reliability(page: Page) -> None:
+    rows = []
+    for name, default, question in RELIABILITY:
+        data = load(name)
+        if data is not None:
+            recorded = data.get("command", "")
+            command = recorded if recorded.startswith("python ") else default  # else: a note, not a command
+            rows.append([question, f"`{command}`", f"`{name}`"])
+    page.section(
+        "Reliability runs",
+        "What RELIABILITY.md quotes; each file holds its own figures.",
+        table(["question", "command", "result file"], rows),
+    )
+
+
+GPU = """**Blocked: no GPU machine was lent for issue 49, so no GPU figure exists.** The code picks CUDA (torch fp16;
+ONNX Runtime's CUDA provider when onnxruntime-gpu is installed) but has never run on one.
+`benchmarks/gpu.py` is the one prepared run for when a machine is lent (one H200, 16 cores, Python 3.12 with
+torch 2.11, transformers 5.17, sentence-transformers 6.0.1 and onnxruntime 1.30's CPU build; nothing can be
+fetched there). In under 10 minutes it writes one JSON file with five parts, each guarded and under its own
+time budget: the device `CLOZE_DEVICE=auto` picks and torch's dtype and ONNX Runtime's providers; in-process
+sentences/s (torch fp16 on CUDA, ONNX int8 on the CPU cores, and a sweep of CUDA token budgets); `cloze serve`
+under wrk against the same backend in-process, with p50/p99; the MLM step against `BertForMaskedLM`;
+`cloze adapt` on SciFact for 4 minutes. Without CUDA it reports `"cuda": false` and skips the GPU parts
+(`python benchmarks/gpu.py --quick`; `tests/test_gpu_benchmark.py`).
+
+What the machine lacks travels with the call (at most 64 MiB with the tree): wheels for Python 3.12, the
+data, wrk, and the bundled model at fp16. In the checkout the session was started in:
+
+```
+printf '/.whl/\\n/.gpu-carry/\\n/.gpu-model/\\n/.gpu-site/\\n' >> .git/info/exclude
+python benchmarks/gpu.py --prepare .gpu-carry        # sentences, SciFact, WikiText-2 valid; .gpu-model/
+python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \\
+  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl \\
+  faiss-cpu==1.15.1 fastapi==0.165.0 starlette==1.10.0 uvicorn==0.55.0 pydantic==2.14.4 \\
+  pydantic-core==2.50.5 pydantic-settings==2.16.3 python-dotenv==1.2.4 typing-inspection==0.4.5 \\
+  annotated-types==0.8.0 orjson==3.13.0 httptools==0.9.0 PyStemmer==3.1.0 datasets==5.2.0 dill==0.4.1 \\
+  multiprocess==0.70.19                                  # 24.4 MB (23.2 MiB)
+(cd /tmp && apt-get download wrk libluajit2-5.1-2 && dpkg -x wrk_*.deb wrk && dpkg -x libluajit2-*.deb wrk)
+mkdir -p .gpu-carry/wrk && cp /tmp/wrk/usr/bin/wrk /tmp/wrk/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2* .gpu-carry/wrk/
+```
+
+Then on the GPU machine (the device tool; wrk also needs libssl 3, assumed present there):
+
+| call | carry | command |
+|---|---|---|
+| 1 | `.whl` | `python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .gpu-site .whl/*.whl` |
+| 2, timeout 600 s | `.gpu-model`, `.gpu-carry` (48 MiB) | `export PYTHONPATH=$PWD/.gpu-site:$PWD/.gpu-model HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1; python3 benchmarks/gpu.py --sentences .gpu-carry/sentences.txt.gz --scifact .gpu-carry/beir-scifact --text .gpu-carry/wiki.valid.raw.gz --wrk .gpu-carry/wrk/wrk` |
+
+It writes `$OUT/gpu.json`; copy it to `benchmarks/results/gpu.json`. If the second call finds a fresh machine,
+parts 1, 2 and 4 still run and parts 3 and 5 record which packages were missing."""
+
+
+def gpu(page: Page) -> None:
+    data = load("gpu.json")
+    if data is None:
+        page.section("The GPU path (issue 49): prepared, not yet run", GPU)
+        return
+    page.section(
+        "The GPU path (issue 49)",
+        f"`benchmarks/results/gpu.json` holds a run (`{data.get('command', 'python benchmarks/gpu.py')}`; "
+        f"CUDA: {data.get('cuda')}). How to run it again:",
+        GPU.split("\n\n", 1)[1],
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def bar_chart(path: Path, values: dict[str, float], unit: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(values)))
+    names = list(values)[::-1]
+    ax.barh(names, [values[name] for name in names], color="#4c72b0")
+    for y, name in enumerate(names):
+        ax.text(values[name], y, f" {values[name]:,.0f}", va="center", fontsize=9)
+    ax.set_xlabel(unit)
+    ax.set_title(title, fontsize=10)
+    ax.margins(x=0.15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def render() -> Page:
+    page = Page()
+    for part in (
+        embedding_throughput,
+        served_vs_offline,
+        search_latency,
+        retrieval_quality,
+        index_scale,
+        pretrain_speed,
+        electra_vs_mlm,
+        adapt,
+        fill_mask,
+        infinity,
+        reliability,
+        gpu,
+    ):
+        part(page)
+    return page
+
+
+def text(page: Page) -> str:
+    head = """# Benchmarks
+
+Generated by `python benchmarks/report.py` from the JSON files in `benchmarks/results/`: edit the script, not
+this page (`python benchmarks/report.py --check` tells whether the page is current). Each figure names the
+command that reruns it and the result file it came from; unless a section says otherwise they were measured
+on this project's 2-core CPU machine, both arms of a ratio side by side in one run. Experiments that chose a
+default, and their figures, are in [design-decisions.md](design-decisions.md)."""
+    summary = "## Summary\n\n" + table(["question", "figure", "command -> result file"], page.summary)
+    return "\n\n".join([head, summary, *page.sections]) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page differs from what renders")
+    args = parser.parse_args()
+    page = render()
+    rendered = text(page)
+    if args.check:
+        current = PAGE.read_bytes() if PAGE.is_file() else b""
+        if current != rendered.encode():
+            sys.exit(f"{PAGE.relative_to(ROOT)} is out of date: run python benchmarks/report.py")
+        print(f"{PAGE.relative_to(ROOT)} is current")
+        return
+    PAGE.write_text(rendered)
+    for name, draw in page.plots.items():
+        draw(RESULTS / name)
+    print(f"wrote {PAGE.relative_to(ROOT)} and {', '.join(page.plots)}")
+
+
+if __name__ == "__main__":
+    main()
