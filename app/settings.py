@@ -50,7 +50,7 @@ class Settings(BaseSettings):
         description="`auto`: on a CPU ONNX Runtime int8 for embeddings and torch for fill-mask, on a GPU torch "
         "fp16; `onnx` is ONNX Runtime fp32. int8's activation scales are fixed at export by calibration on prose the package ships, so a "
         "text's vector does not depend on what shares its pass (cosine to fp32 0.990-0.994, "
-        "`benchmarks/results/int8_calibration.json`)",
+        "docs/design-decisions.md)",
     )
     device: Device = Field(
         "auto", description="`auto`: CUDA when usable; `cuda` falls back to the CPU with a warning"
@@ -96,7 +96,7 @@ class Settings(BaseSettings):
         ge=64,
         description="Padded tokens in one forward pass. Unset, the backend's: on a CPU 512 for ONNX and 1,024 "
         "for torch (a longer pass runs slower per token and holds more memory: "
-        "`benchmarks/results/batch_budget.json`); on CUDA 8,192 (not measured on a GPU)",
+        "docs/design-decisions.md); on CUDA 8,192 (not measured on a GPU)",
     )
     max_batch_size: int = Field(64, ge=1, description="Most sequences in one forward pass")
     max_wait_ms: float = Field(

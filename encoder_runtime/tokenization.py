@@ -101,7 +101,7 @@ def plan_batches(
     costs little beyond its tokens, so a mixed crowd is cheaper as several length buckets than as one batch
     padded to its longest member; but each pass also has a fixed cost, which ``padding_tokens`` states in
     padded tokens, so a few texts of nearly the same length share one pass (the figures behind both:
-    docs/benchmarks.md, "Design measurements", and benchmarks/results/pass_cost.json).
+    docs/design-decisions.md).
     """
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     batches: list[list[int]] = []

@@ -1,8 +1,8 @@
 """In-memory BM25 over a version's documents: the unfiltered BM25 path, far faster than FTS5's ``bm25()``.
 
 FTS5 ranks an OR query by calling ``bm25()`` on every matching row (SciFact claims match a third of the
-corpus, so that was most of a hybrid search's CPU under load: docs/benchmarks.md, "Design measurements",
-and benchmarks/results/search_latency.json for what is served now). Here each term's postings are flat arrays
+corpus, so that was most of a hybrid search's CPU under load: docs/design-decisions.md, and
+benchmarks/results/search_latency.json for what is served now). Here each term's postings are flat arrays
 and a query is a few vectorised gathers. SQLite stays the source of truth: the index is built from the
 store in a background thread (FTS5 answers until it is ready) and follows the store through the same
 changelog that keeps FAISS current. Filtered BM25 stays on FTS5, which can join the metadata.

@@ -66,7 +66,7 @@ def default_params(factory: str) -> dict[str, Any]:
     nlist = _ivf_lists(factory)
     if nlist:
         # 1/8 of the lists: recall@10 against exact search >= 0.9 with PQ + re-scoring, where 1/16 was not
-        # (benchmarks/results/index_scale.json, index_scale_3k.json).
+        # (benchmarks/results/index_scale.json; docs/design-decisions.md).
         params["nprobe"] = max(8, min(nlist, nlist // 8))
     if "HNSW" in factory:
         params["efSearch"] = 128

@@ -28,7 +28,7 @@ class Backend(Protocol):
     padding_tokens: int
     # Padded tokens in one pass when the caller sets no budget (``max_batch_tokens``). On a CPU a longer
     # pass runs slower per token (its activations outgrow the cache), and ONNX Runtime's arena keeps what its
-    # largest pass needed (benchmarks/results/batch_budget.json). A GPU wants full passes.
+    # largest pass needed (docs/design-decisions.md). A GPU wants full passes.
     batch_tokens: int
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray: ...

@@ -65,7 +65,7 @@ def export_fp32(model_path: Path, task: Task, input_names: tuple[str, ...], out:
     """Export ``task``'s wrapper with dynamic batch and sequence axes; returns the recipe that made it.
 
     BERT-family encoders get ONNX Runtime's operator fusion (Attention, BiasGelu, the embedding layer norm:
-    faster int8 passes than the unfused graph, see docs/benchmarks.md, "Design measurements"); anything the fusion
+    faster int8 passes than the unfused graph, see docs/design-decisions.md); anything the fusion
     doesn't recognise, or whose fused graph disagrees with torch, is exported unfused with torch.export.
     """
     log.info("exporting %s (%s) to ONNX: %s", model_path, task, out)
@@ -236,7 +236,7 @@ def quantize_int8(fp32: Path, out: Path, recipe: str, tokenizer: TextTokenizer) 
 
 def quantize_dynamic_int8(fp32: Path, out: Path, recipe: str) -> None:
     """Dynamic int8 with per-channel weights: per-tensor weights lose too much agreement with fp32
-    (docs/benchmarks.md, "Design measurements").
+    (docs/design-decisions.md).
 
     A fused graph quantises its Attention and embedding ops too (QAttention, faster than int8 MatMuls
     around fp32 attention); an unfused one only its MatMuls."""

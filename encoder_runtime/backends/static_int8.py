@@ -2,7 +2,7 @@
 
 ``quantize_dynamic`` quantises each activation tensor with one scale for the whole batch, from that batch's
 min and max, so the same text came out different alone than beside others, even beside texts of its own
-length (bundled model, real sentences: cosine down to 0.985; benchmarks/results/int8_calibration.json). Here
+length (bundled model, real sentences: cosine down to 0.985; docs/design-decisions.md). Here
 every ``DynamicQuantizeLinear`` becomes a ``QuantizeLinear`` at the range its input spans over a calibration
 text shipped with the package (``calibration/prose.txt``, public-domain English prose), so each token's
 activations are quantised on their own. Mean agreement with fp32 stays within 0.002 of the per-batch graph's,

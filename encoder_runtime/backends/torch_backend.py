@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 class TorchBackend:
     name = "torch"
     max_padding = 0.1
-    padding_tokens = 0  # a pass's fixed cost is not measured for torch (benchmarks/pass_cost.py measures it)
+    padding_tokens = 0  # a pass's fixed cost is not measured for torch (docs/design-decisions.md)
 
     def __init__(self, path: Path, task: Task, input_names: tuple[str, ...], device: str, threads: int = 0):
         self.device = torch.device(device)
@@ -31,7 +31,7 @@ class TorchBackend:
         self.parallel_passes = (threads or os.cpu_count() or 1) if on_cpu else 1
         self._threads_per_pass = 1 if on_cpu else None
         # A CPU pass of 1,024 padded tokens embeds SciFact documents 12% faster than one of 8,192 with
-        # 45% of the memory; 512 was 8% slower (benchmarks/results/batch_budget.json). CUDA: not measured.
+        # 45% of the memory; 512 was 8% slower (docs/design-decisions.md). CUDA: not measured.
         self.batch_tokens = 1024 if on_cpu else 8192
         self.input_names = input_names
         module = load_module(path, task, input_names).to(self.device)

@@ -55,7 +55,7 @@ def precision_flags(precision: str) -> dict[str, bool]:
             precision = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         else:
             # On an AVX512-BF16 CPU without AMX, bf16 autocast made the tiny-cpu MLM step slower than fp32:
-            # casts outweigh the faster GEMMs at this size (docs/benchmarks.md, "Design measurements").
+            # casts outweigh the faster GEMMs at this size (docs/design-decisions.md).
             precision = "fp32"
     if precision == "bf16" and not torch.cuda.is_available() and not cpu_supports_bf16():
         raise ValueError("this CPU has no native bf16: use fp32")

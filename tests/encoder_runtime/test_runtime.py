@@ -134,7 +134,7 @@ def test_a_cpu_pass_holds_the_backends_budget_unless_the_caller_sets_one(
 ):
     """On a CPU a pass holds far fewer padded tokens than the 8,192 a GPU gets (offline and in the
     micro-batcher): a longer one runs slower per token and grows ONNX Runtime's arena
-    (benchmarks/results/batch_budget.json). A budget the caller sets wins."""
+    (docs/design-decisions.md). A budget the caller sets wins."""
     from encoder_runtime import EncoderRuntime, MicroBatcher
 
     int8 = onnx_pair[1]
@@ -164,7 +164,7 @@ def test_a_cpu_pass_holds_the_backends_budget_unless_the_caller_sets_one(
 def test_int8_vector_of_a_text_does_not_depend_on_its_batch(onnx_pair, shared_data):
     """Activation scales are calibrated, not taken from each batch: a text's int8 vector is the same alone
     as in one padded pass with texts of its own and other lengths (per-batch scales moved it, cosine down to
-    0.985: benchmarks/results/int8_calibration.json)."""
+    0.985: docs/design-decisions.md)."""
     import onnx
 
     int8 = onnx_pair[1]
