@@ -3,7 +3,11 @@
 Requests are tokenised off the event loop (together with whatever else arrived meanwhile), then queued.
 Each inference thread, as soon as its last pass ends, takes one batch planned over the whole queue: the
 oldest request and those nearest its length, within ``max_batch_tokens`` padded tokens. The queue is
-bounded: past ``max_queue`` texts a request fails fast with ``Overloaded`` (HTTP 429)."""
+bounded: past ``max_queue`` texts a request fails fast with ``Overloaded`` (HTTP 429).
+
+Bulk work (the chunks of an upsert) shares the queue and the passes with queries but yields to them: while
+queries wait, bulk texts get at most one pass in ``bulk_share``, so a bulk load cannot starve searches and
+is never starved by them (benchmarks/results/search_during_upsert.json measures what this buys)."""
 
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ class Overloaded(RuntimeError):
 class _Waiting:
     item: Encoded
     future: asyncio.Future
+    bulk: bool = False
 
 
 BatchObserver = Callable[[int, int], None]  # (sequences, padded tokens) per forward pass
@@ -59,19 +64,20 @@ class MicroBatcher:
         max_padding: float = 0.1,
         padding_tokens: int = 0,
         inline_chars: int = 1000,
+        bulk_share: int = 4,
     ):
         self._encode, self._run = encode, run
         self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
         self.max_wait = max_wait_ms / 1000
         self.max_queue = max_queue
         self.max_padding, self.padding_tokens = max_padding, padding_tokens
-        # A request of at most this many characters is tokenised right on the event loop (about 40 us for a
-        # sentence here): handing it to the tokenizer thread and back cost more than the tokenising, in wake-ups
-        # on both sides (HTTP, one sentence a request, 64 connections: 75 us of tokenizer-thread and 29 us of
-        # event-loop time per request that way, by per-thread CPU time: docs/benchmarks.md, "Design measurements").
-        # Longer requests still go to the thread, so a big one does not stall the loop.
+        # A request of at most this many characters is tokenised right on the event loop: for a sentence the
+        # hop to the tokenizer thread and back costs more than the tokenising (docs/benchmarks.md, "Design
+        # measurements"). Longer requests still go to the thread, so a big one does not stall the loop.
         self.inline_chars = inline_chars
         self._on_batch = on_batch
+        self.bulk_share = max(1, bulk_share)
+        self._passes_since_bulk = 0  # query passes taken while bulk work waited (guarded by ``_queue``)
         self._admitted = 0  # texts accepted and not yet answered (the bound that makes 429s)
         self._tokenizers = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
         self._to_tokenize: list[tuple[list[str], asyncio.Future]] = []
@@ -130,11 +136,14 @@ class MicroBatcher:
             await asyncio.to_thread(thread.join)
         self._tokenizers.shutdown(wait=False)
 
-    async def submit(self, texts: list[Any], cost: int | None = None) -> tuple[list[Encoded], list[Any]]:
+    async def submit(
+        self, texts: list[Any], cost: int | None = None, bulk: bool = False
+    ) -> tuple[list[Encoded], list[Any]]:
         """Tokens and outputs for ``texts``, in order; raises ``Overloaded`` instead of queueing without end.
 
         ``cost`` is what the request counts against ``max_queue`` (default: one per text); fill-mask counts
-        its mask tokens, which is what its memory and time follow."""
+        its mask tokens, which is what its memory and time follow. ``bulk`` texts yield to queries
+        (``bulk_share``)."""
         cost = len(texts) if cost is None else cost
         if self._admitted + cost > self.max_queue:
             raise Overloaded(self._admitted, self.max_queue)
@@ -149,7 +158,7 @@ class MicroBatcher:
             futures = [loop.create_future() for _ in items]
             with self._queue:
                 self._waiting.extend(
-                    _Waiting(item, future) for item, future in zip(items, futures, strict=True)
+                    _Waiting(item, future, bulk) for item, future in zip(items, futures, strict=True)
                 )
                 self._queue.notify()
             if len(futures) == 1:
@@ -230,19 +239,31 @@ class MicroBatcher:
             return [exc] * len(batch)
 
     def _take(self) -> list[_Waiting]:
-        """One forward pass over what is queued (``oldest_pass``). Called with the lock held; a future
-        cancelled meanwhile is read racily, and at worst runs once more."""
+        """One forward pass over what is queued (``oldest_pass``), from the queries or, one pass in
+        ``bulk_share`` while both wait, from the bulk texts. Called with the lock held; a future cancelled
+        meanwhile is read racily, and at worst runs once more."""
         live = [w for w in self._waiting if not w.future.cancelled()]
         if not live:
             self._waiting.clear()
             return []
+        queries = [w for w in live if not w.bulk]
+        bulk = [w for w in live if w.bulk]
+        if queries and bulk and self._passes_since_bulk < self.bulk_share - 1:
+            self._passes_since_bulk += 1
+            group, rest = queries, bulk
+        elif bulk:
+            self._passes_since_bulk = 0
+            group, rest = bulk, queries
+        else:
+            group, rest = queries, []
         chosen = oldest_pass(
-            [len(w.item) for w in live],
+            [len(w.item) for w in group],
             self.max_batch_tokens, self.max_batch_size, self.max_padding, self.padding_tokens,
         )  # fmt: skip
         taken = set(chosen)
-        self._waiting = deque(w for i, w in enumerate(live) if i not in taken)
-        return [live[i] for i in chosen]
+        left = [w for i, w in enumerate(group) if i not in taken]
+        self._waiting = deque(left + rest)  # each kind stays oldest first
+        return [group[i] for i in chosen]
 
     def _answer(self, batch: list[_Waiting], outputs: list[Any]) -> None:
         """On the event loop: each caller gets its own output (or its pass's exception)."""
