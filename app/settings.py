@@ -64,6 +64,12 @@ class Settings(BaseSettings):
         0.0, ge=0, description="How long a batch waits to fill (0: it fills while the previous pass runs)"
     )
     max_queue: int = Field(2048, ge=1, description="Most queued texts before answering 429")
+    bulk_share: int = Field(
+        4,
+        ge=1,
+        description="Upserts embed in the queries' batcher: while queries wait, upsert chunks get at most one "
+        "forward pass in this many (and every pass when none wait), so a bulk load cannot starve searches",
+    )
     threads: int = Field(0, ge=0, description="Inference threads; 0 = all cores")
 
     # Request limits
