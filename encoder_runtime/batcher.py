@@ -5,9 +5,10 @@ Each inference thread, as soon as its last pass ends, takes one batch planned ov
 oldest request and those nearest its length, within ``max_batch_tokens`` padded tokens. The queue is
 bounded: past ``max_queue`` texts a request fails fast with ``Overloaded`` (HTTP 429).
 
-Bulk work (the chunks of an upsert) shares the queue and the passes with queries but yields to them: while
-queries wait, bulk texts get at most one pass in ``bulk_share``, so a bulk load cannot starve searches and
-is never starved by them (benchmarks/results/search_during_upsert.json measures what this buys)."""
+Bulk work (the chunks of an upsert) shares the queue with queries but yields to them: it runs on all but one
+of the inference threads (one, when there is only one), so a query never waits behind bulk passes on every
+core, and while queries wait it gets at most one pass in ``bulk_share`` (at least that, so it is never
+starved either). benchmarks/results/search_during_upsert.json measures search latency during a bulk load."""
 
 from __future__ import annotations
 
@@ -78,6 +79,8 @@ class MicroBatcher:
         self._on_batch = on_batch
         self.bulk_share = max(1, bulk_share)
         self._passes_since_bulk = 0  # query passes taken while bulk work waited (guarded by ``_queue``)
+        self.bulk_threads = max(1, parallel_passes - 1)
+        self._bulk_running = 0  # bulk passes in flight (guarded by ``_queue``)
         self._admitted = 0  # texts accepted and not yet answered (the bound that makes 429s)
         self._tokenizers = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
         self._to_tokenize: list[tuple[list[str], asyncio.Future]] = []
@@ -207,20 +210,33 @@ class MicroBatcher:
         """An inference thread: take a batch, run it, hand the answers to the event loop; until stopped."""
         while True:
             with self._queue:
-                while not self._waiting and not self._stopping:
+                while not self._stopping and not self._can_take():
                     self._queue.wait()
                 if self._stopping:
                     return
                 self._fill()
                 batch = self._take()
+                bulk = bool(batch) and batch[0].bulk
+                self._bulk_running += bulk
                 if self._waiting:
                     self._queue.notify()  # what this pass left behind is for a thread that is free
             if not batch:
                 continue
+            outputs = self._outputs(batch)
+            if bulk:
+                with self._queue:
+                    self._bulk_running -= 1
+                    self._queue.notify()  # a bulk slot is free again
             try:
-                self._loop.call_soon_threadsafe(self._answer, batch, self._outputs(batch))
+                self._loop.call_soon_threadsafe(self._answer, batch, outputs)
             except RuntimeError:  # the event loop has closed: no caller is left to answer
                 return
+
+    def _can_take(self) -> bool:
+        """Lock held: a query waits, or bulk work waits and a bulk slot is free."""
+        if self._bulk_running < self.bulk_threads:
+            return bool(self._waiting)
+        return any(not w.bulk for w in self._waiting)
 
     def _fill(self) -> None:
         """Wait up to ``max_wait`` for the budget to fill, so a burst shares a forward pass (lock held)."""
@@ -239,23 +255,25 @@ class MicroBatcher:
             return [exc] * len(batch)
 
     def _take(self) -> list[_Waiting]:
-        """One forward pass over what is queued (``oldest_pass``), from the queries or, one pass in
-        ``bulk_share`` while both wait, from the bulk texts. Called with the lock held; a future cancelled
-        meanwhile is read racily, and at worst runs once more."""
+        """One forward pass over what is queued (``oldest_pass``): from the queries, or from the bulk texts
+        when a bulk thread is free and no query waits (one pass in ``bulk_share`` while they do). Called with
+        the lock held; a future cancelled meanwhile is read racily, and at worst runs once more."""
         live = [w for w in self._waiting if not w.future.cancelled()]
         if not live:
             self._waiting.clear()
             return []
         queries = [w for w in live if not w.bulk]
         bulk = [w for w in live if w.bulk]
-        if queries and bulk and self._passes_since_bulk < self.bulk_share - 1:
-            self._passes_since_bulk += 1
+        bulk_free = bool(bulk) and self._bulk_running < self.bulk_threads
+        if queries and (not bulk_free or self._passes_since_bulk < self.bulk_share - 1):
+            self._passes_since_bulk += bulk_free
             group, rest = queries, bulk
-        elif bulk:
+        elif bulk_free:
             self._passes_since_bulk = 0
             group, rest = bulk, queries
-        else:
-            group, rest = queries, []
+        else:  # only bulk waits, and its threads are busy
+            self._waiting = deque(live)
+            return []
         chosen = oldest_pass(
             [len(w.item) for w in group],
             self.max_batch_tokens, self.max_batch_size, self.max_padding, self.padding_tokens,

@@ -257,3 +257,45 @@ def test_bulk_texts_get_one_pass_in_bulk_share_while_queries_wait():
 
     asyncio.run(scenario())
     assert passes == ["q", "q", "q", "b", "q", "q", "b", "b", "b"]
+
+
+def test_bulk_passes_leave_one_inference_thread_to_queries():
+    """With two inference threads, bulk work runs on one at a time: a query that arrives while a bulk pass
+    runs is answered before the bulk work queued behind it."""
+    from encoder_runtime.tokenization import Encoded
+
+    lock, running, most = threading.Lock(), [0], [0]
+    answered: list[str] = []
+
+    def run(items):
+        bulk = items[0].ids[0] == 2
+        if bulk:
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            threading.Event().wait(0.02)
+            with lock:
+                running[0] -= 1
+        return [0] * len(items)
+
+    def encode(texts):
+        return [Encoded((2 if text.startswith("bulk") else 1, 5), False) for text in texts]
+
+    async def scenario() -> None:
+        batcher = MicroBatcher(encode, run, max_batch_size=1, max_wait_ms=0, parallel_passes=2)
+
+        async def bulk() -> None:
+            await batcher.submit([f"bulk-{i}" for i in range(20)], bulk=True)
+            answered.append("bulk")
+
+        async def query() -> None:
+            await asyncio.sleep(0.05)  # bulk passes under way
+            await batcher.submit(["query"])
+            answered.append("query")
+
+        await asyncio.gather(bulk(), query())
+        await batcher.stop()
+
+    asyncio.run(scenario())
+    assert most[0] == 1
+    assert answered == ["query", "bulk"]
