@@ -67,8 +67,8 @@ class Settings(BaseSettings):
     bulk_share: int = Field(
         4,
         ge=1,
-        description="Upserts embed in the queries' batcher: while queries wait, upsert chunks get at most one "
-        "forward pass in this many (and every pass when none wait), so a bulk load cannot starve searches",
+        description="Upserts embed in the queries' batcher, on all its inference threads but one (one, when "
+        "it has one); while queries wait they get at most one forward pass in this many (at least that)",
     )
     threads: int = Field(0, ge=0, description="Inference threads; 0 = all cores")
 
