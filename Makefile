@@ -11,7 +11,7 @@ EXTRAS ?= cpu,dev,ray
 DEMO_INDEX ?= data/demo-index
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install serve test lint demo-index browser clean docker-engine test-deploy gpu-image
+.PHONY: install serve test test-fast lint demo-index browser clean docker-engine test-deploy gpu-image
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,12 @@ browser:
 
 test: lint browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The edit-run loop: unit tests only (no real server, no Docker, no training runs, no browser); `make test`
+# stays the whole suite and CI's command. Under two minutes on 2 quiet cores.
+FAST_TESTS := tests/app tests/encoder_runtime tests/index tests/encoder_training/test_masking.py $(wildcard tests/test_*.py)
+test-fast: install
+	$(PY) -m pytest -q -m "not slow and not docker" $(FAST_TESTS) $(PYTEST_ARGS)
 
 # The deployment for real (not part of `make test`): a Docker engine (Debian's docker.io, started here
 # when no daemon answers), local base images, the CPU image and the compose stack end to end.

@@ -108,6 +108,12 @@ class Settings(BaseSettings):
     max_queue: int = Field(
         2048, ge=1, description="Texts admitted and unanswered before embedding requests answer 429"
     )
+    bulk_share: int = Field(
+        4,
+        ge=1,
+        description="Upserts embed in the queries' batcher, on all its inference threads but one (one, when "
+        "it has one); while queries wait they get at most one forward pass in this many (at least that)",
+    )
     threads: int = Field(0, ge=0, description="Inference threads; 0 = all cores")
 
     # Request limits

@@ -3,7 +3,12 @@
 Requests are tokenised off the event loop (together with whatever else arrived meanwhile), then queued.
 Each inference thread, as soon as its last pass ends, takes one batch planned over the whole queue: the
 oldest request and those nearest its length, within ``max_batch_tokens`` padded tokens. The queue is
-bounded: past ``max_queue`` texts a request fails fast with ``Overloaded`` (HTTP 429)."""
+bounded: past ``max_queue`` texts a request fails fast with ``Overloaded`` (HTTP 429).
+
+Bulk work (the chunks of an upsert) shares the queue with queries but yields to them: it runs on all but one
+of the inference threads (one, when there is only one), so a query never waits behind bulk passes on every
+core, and while queries wait it gets at most one pass in ``bulk_share`` (at least that, so it is never
+starved either). benchmarks/results/search_during_upsert.json measures search latency during a bulk load."""
 
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ class Overloaded(RuntimeError):
 class _Waiting:
     item: Encoded
     future: asyncio.Future
+    bulk: bool = False
 
 
 BatchObserver = Callable[[int, int], None]  # (sequences, padded tokens) per forward pass
@@ -59,6 +65,7 @@ class MicroBatcher:
         max_padding: float = 0.1,
         padding_tokens: int = 0,
         inline_chars: int = 1000,
+        bulk_share: int = 4,
     ):
         self._encode, self._run = encode, run
         self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
@@ -70,6 +77,10 @@ class MicroBatcher:
         # still go to the thread, so a big one does not stall the loop.
         self.inline_chars = inline_chars
         self._on_batch = on_batch
+        self.bulk_share = max(1, bulk_share)
+        self._passes_since_bulk = 0  # query passes taken while bulk work waited (guarded by ``_queue``)
+        self.bulk_threads = max(1, parallel_passes - 1)
+        self._bulk_running = 0  # bulk passes in flight (guarded by ``_queue``)
         self._admitted = 0  # texts accepted and not yet answered (the bound that makes 429s)
         self._tokenizers = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
         self._to_tokenize: list[tuple[list[str], asyncio.Future]] = []
@@ -127,11 +138,14 @@ class MicroBatcher:
             await asyncio.to_thread(thread.join)
         self._tokenizers.shutdown(wait=False)
 
-    async def submit(self, texts: list[Any], cost: int | None = None) -> tuple[list[Encoded], list[Any]]:
+    async def submit(
+        self, texts: list[Any], cost: int | None = None, bulk: bool = False
+    ) -> tuple[list[Encoded], list[Any]]:
         """Tokens and outputs for ``texts``, in order; raises ``Overloaded`` instead of queueing without end.
 
         ``cost`` is what the request counts against ``max_queue`` (default: one per text); fill-mask counts
-        its mask tokens, which is what its memory and time follow."""
+        its mask tokens, which is what its memory and time follow. ``bulk`` texts yield to queries
+        (``bulk_share``)."""
         cost = len(texts) if cost is None else cost
         if self._admitted + cost > self.max_queue:
             raise Overloaded(self._admitted, self.max_queue)
@@ -146,7 +160,7 @@ class MicroBatcher:
             futures = [loop.create_future() for _ in items]
             with self._queue:
                 self._waiting.extend(
-                    _Waiting(item, future) for item, future in zip(items, futures, strict=True)
+                    _Waiting(item, future, bulk) for item, future in zip(items, futures, strict=True)
                 )
                 self._queue.notify()
             if len(futures) == 1:
@@ -194,20 +208,33 @@ class MicroBatcher:
         """An inference thread: take a batch, run it, hand the answers to the event loop; until stopped."""
         while True:
             with self._queue:
-                while not self._waiting and not self._stopping:
+                while not self._stopping and not self._can_take():
                     self._queue.wait()
                 if self._stopping:
                     return
                 self._fill()
                 batch = self._take()
+                bulk = bool(batch) and batch[0].bulk
+                self._bulk_running += bulk
                 if self._waiting:
                     self._queue.notify()  # what this pass left behind is for a thread that is free
             if not batch:
                 continue
+            outputs = self._outputs(batch)
+            if bulk:
+                with self._queue:
+                    self._bulk_running -= 1
+                    self._queue.notify()  # a bulk slot is free again
             try:
-                self._loop.call_soon_threadsafe(self._answer, batch, self._outputs(batch))
+                self._loop.call_soon_threadsafe(self._answer, batch, outputs)
             except RuntimeError:  # the event loop has closed: no caller is left to answer
                 return
+
+    def _can_take(self) -> bool:
+        """Lock held: a query waits, or bulk work waits and a bulk slot is free."""
+        if self._bulk_running < self.bulk_threads:
+            return bool(self._waiting)
+        return any(not w.bulk for w in self._waiting)
 
     def _fill(self) -> None:
         """Wait up to ``max_wait`` for the budget to fill, so a burst shares a forward pass (lock held)."""
@@ -226,19 +253,33 @@ class MicroBatcher:
             return [exc] * len(batch)
 
     def _take(self) -> list[_Waiting]:
-        """One forward pass over what is queued (``oldest_pass``). Called with the lock held; a future
-        cancelled meanwhile is read racily, and at worst runs once more."""
+        """One forward pass over what is queued (``oldest_pass``): from the queries, or from the bulk texts
+        when a bulk thread is free and no query waits (one pass in ``bulk_share`` while they do). Called with
+        the lock held; a future cancelled meanwhile is read racily, and at worst runs once more."""
         live = [w for w in self._waiting if not w.future.cancelled()]
         if not live:
             self._waiting.clear()
             return []
+        queries = [w for w in live if not w.bulk]
+        bulk = [w for w in live if w.bulk]
+        bulk_free = bool(bulk) and self._bulk_running < self.bulk_threads
+        if queries and (not bulk_free or self._passes_since_bulk < self.bulk_share - 1):
+            self._passes_since_bulk += bulk_free
+            group, rest = queries, bulk
+        elif bulk_free:
+            self._passes_since_bulk = 0
+            group, rest = bulk, queries
+        else:  # only bulk waits, and its threads are busy
+            self._waiting = deque(live)
+            return []
         chosen = oldest_pass(
-            [len(w.item) for w in live],
+            [len(w.item) for w in group],
             self.max_batch_tokens, self.max_batch_size, self.max_padding, self.padding_tokens,
         )  # fmt: skip
         taken = set(chosen)
-        self._waiting = deque(w for i, w in enumerate(live) if i not in taken)
-        return [live[i] for i in chosen]
+        left = [w for i, w in enumerate(group) if i not in taken]
+        self._waiting = deque(left + rest)  # each kind stays oldest first
+        return [group[i] for i in chosen]
 
     def _answer(self, batch: list[_Waiting], outputs: list[Any]) -> None:
         """On the event loop: each caller gets its own output (or its pass's exception)."""

@@ -414,17 +414,35 @@ def _bar(options: BuildOptions, label: str, unit: str, total: int | None, initia
     )
 
 
-def embed_documents(
-    encoder: Any, chunker: Chunker, docs: list[Document]
-) -> list[tuple[Document, list, np.ndarray]]:
-    """Chunk and embed a few documents at once (the incremental path: upsert / ``cloze index add``)."""
+def chunk_documents(chunker: Chunker, docs: list[Document]) -> list[tuple[Document, list]]:
+    """Each document with its chunks: the first half of an upsert, before anything is embedded."""
     for position, doc in enumerate(docs):
         check_document(doc, f"{position}.")
-    chunk_lists = chunker.split([d.text for d in docs])
-    flat = [c.text for chunks in chunk_lists for c in chunks]
-    vectors = encoder.embed(flat, normalize=True) if flat else np.zeros((0, encoder.dimension), np.float32)
+    return list(zip(docs, chunker.split([d.text for d in docs]), strict=True))
+
+
+def chunk_texts(chunked: list[tuple[Document, list]]) -> list[str]:
+    """The texts to embed, in order: one per chunk."""
+    return [c.text for _, chunks in chunked for c in chunks]
+
+
+def attach_vectors(
+    chunked: list[tuple[Document, list]], vectors: np.ndarray
+) -> list[tuple[Document, list, np.ndarray]]:
+    """``chunk_texts``' vectors handed back to their documents: what ``DocumentStore.write_documents`` takes."""
     out, start = [], 0
-    for doc, chunks in zip(docs, chunk_lists, strict=True):
+    for doc, chunks in chunked:
         out.append((doc, chunks, vectors[start : start + len(chunks)]))
         start += len(chunks)
     return out
+
+
+def embed_documents(
+    encoder: Any, chunker: Chunker, docs: list[Document]
+) -> list[tuple[Document, list, np.ndarray]]:
+    """Chunk and embed a few documents at once, in this process (``cloze index add``; the service embeds
+    through its batcher instead, ``SearchIndex.prepare`` / ``commit``)."""
+    chunked = chunk_documents(chunker, docs)
+    flat = chunk_texts(chunked)
+    vectors = encoder.embed(flat, normalize=True) if flat else np.zeros((0, encoder.dimension), np.float32)
+    return attach_vectors(chunked, vectors)

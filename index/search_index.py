@@ -18,7 +18,14 @@ from typing import Any, Literal
 import numpy as np
 
 from index import layout
-from index.builder import REBUILD_MARKER, BuildOptions, VersionDraft, embed_documents
+from index.builder import (
+    REBUILD_MARKER,
+    BuildOptions,
+    VersionDraft,
+    attach_vectors,
+    chunk_documents,
+    chunk_texts,
+)
 from index.changelog import apply_changes, copy_changes
 from index.chunking import Chunker
 from index.locks import ReadWriteLock
@@ -103,9 +110,10 @@ class SearchIndex:
         """Until the in-memory BM25 is built (FTS5 answers meanwhile): for runs that must score one ranker."""
         return self._live.lexical.wait(timeout)
 
-    def _require_writable(self) -> None:
+    def require_writable(self) -> None:
+        """The one read-only check: every write (and the service, before it accepts one) asks here."""
         if self._live.read_only:
-            raise ReadOnlyIndex(f"index {self.root} is open read-only: change documents through the indexer")
+            raise ReadOnlyIndex("the index is open read-only: change documents through the indexer")
 
     def close(self) -> None:
         try:
@@ -181,20 +189,35 @@ class SearchIndex:
     # ---- updates ------------------------------------------------------------------------------------
 
     def upsert(self, docs: list[Document]) -> int:
-        """Embed (outside any lock), commit to SQLite (durable), then apply to FAISS (searchable)."""
-        self._require_writable()
-        unique = list({d.id: d for d in docs}.values())  # last one wins, as sequential upserts would
-        items = embed_documents(self.encoder, self.chunker, unique)
+        """Embed in this process (outside any lock), commit to SQLite (durable), then apply to FAISS
+        (searchable). The service embeds elsewhere, through its batcher: ``prepare``, then ``commit``."""
+        chunked = self.prepare(docs)
+        texts = chunk_texts(chunked)
+        empty = np.zeros((0, self.encoder.dimension), np.float32)
+        return self.commit(
+            attach_vectors(chunked, self.encoder.embed(texts, normalize=True) if texts else empty)
+        )
+
+    def prepare(self, docs: list[Document]) -> list[tuple[Document, list]]:
+        """The documents to write (the last of a repeated id wins, as sequential upserts would), each with its
+        chunks as the live version chunks them; ``chunk_texts`` of this is what to embed, normalised."""
+        self.require_writable()
+        unique = list({d.id: d for d in docs}.values())
+        return chunk_documents(self.chunker, unique)
+
+    def commit(self, items: list[tuple[Document, list, np.ndarray]]) -> int:
+        """Write embedded documents (``attach_vectors(prepare(docs), vectors)``): SQLite, then FAISS."""
+        self.require_writable()
         with self._mutate:
             store = self._live.store
             with store.transaction() as conn:  # StorageError (disk full): nothing written, nothing to undo
                 store.write_documents(conn, items, log=True)
             layout.pause_for_tests("upsert")  # durable in SQLite, not yet in FAISS
             self._catch_up()
-        return len(unique)
+        return len(items)
 
     def delete(self, doc_id: str) -> bool:
-        self._require_writable()
+        self.require_writable()
         with self._mutate:
             store = self._live.store
             with store.transaction() as conn:
@@ -215,7 +238,7 @@ class SearchIndex:
         chunks, and once more just before the publishing step; an exception it raises cancels the rebuild
         (nothing published, the draft deleted): how the service stops a rebuild when it shuts down.
         """
-        self._require_writable()
+        self.require_writable()
         with layout.build_lock(self.root):
             with self._mutate:
                 old = self._live

@@ -49,15 +49,13 @@ def test_readme_has_no_unfilled_placeholders():
     assert "PLACEHOLDER" not in README
 
 
-def test_cli_help_is_instant_and_lists_every_stage():
+def test_cli_help_lists_every_stage():
+    """That it is instant (no heavy import) is tests/test_layers.py's check, not a clock's."""
     import subprocess
     import sys
-    import time
 
-    started = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-m", "app.cli", "--help"], capture_output=True, text=True, check=True
     ).stdout
-    assert time.perf_counter() - started < 5
     for command in ("train", "eval", "index", "serve", "export", "adapt"):
         assert command in out

@@ -14,7 +14,7 @@ def test_import_contracts_are_kept() -> None:
     lint = Path(sys.executable).with_name("lint-imports")
     done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "4 kept, 0 broken" in done.stdout, done.stdout[-2000:]
+    assert " kept, 0 broken" in done.stdout, done.stdout[-2000:]  # however many contracts pyproject.toml has
 
 
 def test_cloze_help_loads_no_heavy_module() -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faiss
+import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from app.service.admission import BoundedPool
@@ -24,6 +25,8 @@ from encoder_runtime import (
     load_encoder,
     load_fill_mask,
 )
+from encoder_runtime.tokenization import Encoded
+from index.records import ReadOnlyIndex
 from index.search_index import SearchIndex
 
 log = logging.getLogger("cloze.service")
@@ -43,6 +46,7 @@ class Engines:
     load_error: str | None = None
     load_attempts: int = 0
     load_failed: bool = False  # every attempt failed: this process will never become ready
+    read_only: bool = False  # CLOZE_INDEX_READ_ONLY: known before the index opens
     index_failing: bool = False  # opened, but the last probe could not read it (index_error says why)
     stats: dict[str, int] = field(default_factory=dict)  # refreshed in the background, read by /metrics
     # Searches run here, first come first served, one per core: on anyio's 40-thread pool sixteen
@@ -50,7 +54,7 @@ class Engines:
     search_pool: BoundedPool = field(
         default_factory=lambda: BoundedPool("search", os.cpu_count() or 1, DEFAULT_PENDING)
     )
-    # Upserts embed in their own thread and serialise on the index's writer lock anyway.
+    # Upserts chunk and commit here (they embed through the batcher) and serialise on the writer lock anyway.
     write_pool: BoundedPool = field(default_factory=lambda: BoundedPool("write", 2, DEFAULT_PENDING))
     # Short storage reads and fill-mask decoding: never the event loop, never anyio's unbounded queue.
     work_pool: BoundedPool = field(default_factory=lambda: BoundedPool("work", 4, DEFAULT_PENDING))
@@ -72,6 +76,25 @@ class Engines:
             raise ApiError(503, self.load_error or "model is loading", headers=retry)
         return self.encoder, self.embed_batcher
 
+    async def embed(
+        self, texts: list[str], normalize: bool | None = True, bulk: bool = False
+    ) -> tuple[list[Encoded], np.ndarray]:
+        """The one way the service embeds (every route, the lane, upserts): the texts' tokens and finished
+        float32 vectors (``normalize``: True / False, or None for the model's own choice), through the
+        embedding batcher and its admission queue: 429 with Retry-After when it is full, 503 while the model
+        loads. ``bulk`` (upsert chunks) yields to queries (``CLOZE_BULK_SHARE``) and is sent in slices of at
+        most a quarter of the queue, so an upsert with more chunks than the queue holds is still admitted."""
+        encoder, batcher = self.require_encoder()
+        if not bulk:
+            items, vectors = await submit(batcher, texts)
+            return items, encoder.finish(vectors, normalize=normalize)
+        items, vectors, step = [], [], max(1, batcher.max_queue // 4)
+        for start in range(0, len(texts), step):
+            some_items, some_vectors = await submit(batcher, texts[start : start + step], bulk=True)
+            items += some_items
+            vectors += some_vectors
+        return items, encoder.finish(vectors, normalize=normalize)
+
     def require_fill_mask(self) -> tuple[FillMaskRuntime, MicroBatcher]:
         if self.fill_mask is None or self.fill_mask_batcher is None:
             reason = self.fill_mask_error or "fill-mask model is loading"
@@ -83,11 +106,20 @@ class Engines:
             raise ApiError(503, self.index_error or "index is loading", headers={"Retry-After": "2"})
         return self.index
 
+    def writable_index(self) -> Any:
+        """The index, for a write: the service's one read-only check (409, the index's own refusal), answered
+        before anything is embedded or queued, and even before the index opens."""
+        if self.read_only:
+            raise ReadOnlyIndex("the index is open read-only: change documents through the indexer")
+        return self.require_index()
 
-async def submit(batcher: MicroBatcher, texts: list, cost: int | None = None) -> tuple[list, list]:
+
+async def submit(
+    batcher: MicroBatcher, texts: list, cost: int | None = None, bulk: bool = False
+) -> tuple[list, list]:
     """The batcher's answer, or 429 with Retry-After when its queue is full."""
     try:
-        return await batcher.submit(texts, cost)
+        return await batcher.submit(texts, cost, bulk)
     except Overloaded as exc:
         raise ApiError(429, str(exc), headers={"Retry-After": str(max(1, round(exc.retry_after)))}) from exc
 
@@ -106,6 +138,7 @@ def _batcher(
         max_wait_ms=settings.max_wait_ms,
         max_queue=max_queue,
         on_batch=metrics.batch_observer(name),
+        bulk_share=settings.bulk_share,
     )
     metrics.watch_queue(name, lambda: batcher.depth)
     return batcher

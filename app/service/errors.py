@@ -43,10 +43,29 @@ def validation_error(errors: list) -> tuple[str, str]:
     return f"{field}: {first.get('msg')}", field
 
 
+def known_error(exc: Exception) -> tuple[int, dict, dict[str, str] | None] | None:
+    """(status, body, headers) for an error this service answers on purpose; None for a bug (500). The app's
+    handlers and the embedding lane (which answers ahead of them) both map errors here."""
+    if isinstance(exc, ApiError):
+        return exc.status, {"error": exc.message, "field": exc.field}, exc.headers
+    if isinstance(exc, ReadOnlyIndex):
+        return 409, {"error": str(exc), "field": None}, None
+    if isinstance(exc, InvalidDocument):
+        return 422, {"error": str(exc), "field": exc.field}, None
+    if isinstance(exc, StorageError):
+        # 507 Insufficient Storage for a full disk, 503 for other disk failures; nothing was written
+        log.warning("write refused by the disk: %s", exc)
+        return 507 if exc.full else 503, {"error": str(exc), "field": None}, {"Retry-After": "30"}
+    return None
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse({"error": exc.message, "field": exc.field}, exc.status, headers=exc.headers)
+    async def known(_: Request, exc: Exception) -> JSONResponse:
+        status, body, headers = known_error(exc) or (500, {"error": "internal error", "field": None}, None)
+        return JSONResponse(body, status, headers=headers)
+
+    for kind in (ApiError, ReadOnlyIndex, InvalidDocument, StorageError):
+        app.add_exception_handler(kind, known)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -58,21 +77,6 @@ def install_error_handlers(app: FastAPI) -> None:
         field = getattr(exc, "field", None)
         message = str(exc.detail)
         return JSONResponse({"error": message, "field": field}, exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(ReadOnlyIndex)
-    async def read_only(_: Request, exc: ReadOnlyIndex) -> JSONResponse:
-        return JSONResponse({"error": str(exc), "field": None}, 409)
-
-    @app.exception_handler(InvalidDocument)
-    async def invalid_document(_: Request, exc: InvalidDocument) -> JSONResponse:
-        return JSONResponse({"error": str(exc), "field": exc.field}, 422)
-
-    @app.exception_handler(StorageError)
-    async def storage(_: Request, exc: StorageError) -> JSONResponse:
-        # 507 Insufficient Storage for a full disk, 503 for other disk failures; nothing was written
-        log.warning("write refused by the disk: %s", exc)
-        status = 507 if exc.full else 503
-        return JSONResponse({"error": str(exc), "field": None}, status, headers={"Retry-After": "30"})
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

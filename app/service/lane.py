@@ -1,15 +1,10 @@
 """``EmbeddingLane``: ``POST /embed`` and ``POST /v1/embeddings`` answered as plain ASGI, in front of FastAPI.
 
-On a 2-core host the event loop's time per request decides how close the service comes to the runtime's
-offline rate. By per-thread CPU time under wrk (64 connections, one sentence a request; docs/benchmarks.md,
-"Design measurements"): uvicorn alone answers a fixed body for about 20 us of event-loop time a request;
-FastAPI's ``GET /healthz`` through our middleware, about 120 us; ``POST /embed`` as a FastAPI route, 470 us.
-py-spy showed where: the middleware and exception layers each wrapping ``send``, the router, the request
-object, dependency solving (a sync API-key dependency even hopped to the thread pool), the body parsed in
-Python, and the response model validated and serialised 384 floats at a time. The lane does the same work
-directly: the size limit, request id, API key, one ``model_validate_json`` with the route's own pydantic
-model, the route's own function, and the same request metrics and access line (``RequestRecorder``).
-Every other request, and every non-HTTP event (lifespan), goes to the FastAPI app unchanged; the FastAPI
+Why: on a 2-core host the event loop's time per request decides how close the service comes to the runtime's
+offline rate, and FastAPI's layers cost several times the route's own work (docs/benchmarks.md, "Design
+measurements"). The lane does the same work directly, with the middleware's own pieces (browser guard, access
+gate, body limit, error mapping, request recorder) and each route's own pydantic model and function. Every
+other request, and every non-HTTP event (lifespan), goes to the FastAPI app unchanged; the FastAPI
 declarations of these two routes stay for the OpenAPI schema and answer the same way without the lane."""
 
 from __future__ import annotations
@@ -17,13 +12,12 @@ from __future__ import annotations
 import logging
 import time
 
-import orjson
 from fastapi import FastAPI
 from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from app.service.errors import ApiError, BodyRejected, validation_error
-from app.service.middleware import AccessGate, BrowserGuard, RequestRecorder, send_json_bytes
+from app.service.middleware import AccessGate, BrowserGuard, RequestRecorder, read_body, send_error
 from app.service.routes.inference import LANES
 from app.service.validation import parse_body
 
@@ -55,7 +49,9 @@ class EmbeddingLane:
             if refusal is not None:
                 raise ApiError(*refusal)
             self.gate.check(scope)
-            body = await self._body(scope, receive)
+            body = await read_body(scope, receive, self.max_bytes)
+            if body is None:
+                raise ApiError(400, "the client went away before its request body arrived")
             try:
                 request = model.model_validate(await parse_body(body, self.max_values))
             except BodyRejected as exc:
@@ -67,35 +63,9 @@ class EmbeddingLane:
             status = response.status_code
             response.raw_headers.extend(extra)
             await response(scope, receive, send)
-        except ApiError as exc:
-            status = exc.status
-            headers = [
-                (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (exc.headers or {}).items()
-            ]
-            await send_json_bytes(
-                send, status, orjson.dumps({"error": exc.message, "field": exc.field}), headers + extra
-            )
-        except Exception:
-            log.exception("unhandled error on POST %s", scope["path"])
-            await send_json_bytes(send, 500, b'{"error":"internal error","field":null}', extra)
+        except Exception as exc:
+            if not isinstance(exc, ApiError):
+                log.exception("unhandled error on POST %s", scope["path"])
+            status = await send_error(send, exc, extra)
         finally:
             self.recorder.record(scope, scope["path"], status, time.perf_counter() - started, request_id)
-
-    async def _body(self, scope: Scope, receive: Receive) -> bytes:
-        """The request body, refused with 413 past ``max_body_bytes`` (declared or as it arrives)."""
-        too_large = ApiError(413, f"request body over the {self.max_bytes}-byte limit", "body")
-        for key, value in scope["headers"]:
-            if key == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                raise too_large
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ApiError(400, "the client went away before its request body arrived")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise too_large
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -18,7 +18,7 @@ from app.service.jobs import JobRegistry
 from app.service.lane import EmbeddingLane
 from app.service.metrics import Metrics
 from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
-from app.service.routes import inference, meta, playground, search
+from app.service.routes import documents, inference, jobs, meta, playground, search
 from app.settings import Settings, get_settings
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
@@ -51,8 +51,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys = KeyRing(settings.api_keys, settings.read_api_keys)
     app.state.engines, app.state.jobs = Engines(), JobRegistry(keep=settings.max_jobs_kept)
     app.state.engines.bound(settings.max_pending)
+    app.state.engines.read_only = settings.index_read_only
     install_error_handlers(app)
-    for module in (inference, search, meta, playground):
+    for module in (inference, search, documents, jobs, meta, playground):
         app.include_router(module.router)
     _add_pages(app)
     # Outermost first: every request logged and counted; browser guard and keys before a body is read.

@@ -16,17 +16,11 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.service.auth import KeyRing, bearer_token, required_access
-from app.service.errors import ApiError
+from app.service.errors import ApiError, known_error
 from app.service.metrics import Metrics
 from app.settings import Settings
 
 access_log = logging.getLogger("cloze.access")
-
-
-async def _send_json(
-    send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    await send_json_bytes(send, status, orjson.dumps(body), headers)
 
 
 async def send_json_bytes(
@@ -47,6 +41,34 @@ async def send_json_bytes(
     await send({"type": "http.response.body", "body": payload})
 
 
+async def send_error(send: Send, exc: Exception, headers: list[tuple[bytes, bytes]] | None = None) -> int:
+    """An error answered outside FastAPI's handlers, mapped as they map it (``known_error``); its status."""
+    status, body, more = known_error(exc) or (500, {"error": "internal error", "field": None}, None)
+    encoded = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (more or {}).items()]
+    await send_json_bytes(send, status, orjson.dumps(body), encoded + (headers or []))
+    return status
+
+
+async def read_body(scope: Scope, receive: Receive, max_bytes: int) -> bytes | None:
+    """The whole request body; ``ApiError`` 413 past ``max_bytes`` (declared or as it arrives), None when
+    the client goes away first."""
+    declared = _header(scope, b"content-length")
+    if declared and (not declared.isdigit() or int(declared) > max_bytes):
+        raise ApiError(413, f"request body over the {max_bytes}-byte limit", "body")
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > max_bytes:
+            raise ApiError(413, f"request body over the {max_bytes}-byte limit", "body")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 class BodySizeLimit:
     """413 for a body over ``max_bytes``: at once when its Content-Length says so, else as soon as a chunked
     body grows past it. The body is read here (at most ``max_bytes``) and handed on whole: a limit raised
@@ -59,21 +81,14 @@ class BodySizeLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = _header(scope, b"content-length")
-        too_large = {"error": f"request body over the {self.max_bytes}-byte limit", "field": "body"}
-        if declared and (not declared.isdigit() or int(declared) > self.max_bytes):
-            return await _send_json(send, 413, too_large)
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            body += message.get("body", b"")
-            if len(body) > self.max_bytes:
-                return await _send_json(send, 413, too_large)
-            if not message.get("more_body", False):
-                break
-        pending: Message | None = {"type": "http.request", "body": bytes(body), "more_body": False}
+        try:
+            body = await read_body(scope, receive, self.max_bytes)
+        except ApiError as exc:
+            await send_error(send, exc)
+            return None
+        if body is None:
+            return None
+        pending: Message | None = {"type": "http.request", "body": body, "more_body": False}
 
         async def replay() -> Message:
             nonlocal pending
@@ -103,9 +118,8 @@ class AccessGate:
             try:
                 self.check(scope)
             except ApiError as exc:
-                headers = [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
-                body = {"error": exc.message, "field": exc.field}
-                return await send_json_bytes(send, exc.status, orjson.dumps(body), headers)
+                await send_error(send, exc)
+                return None
         return await self.app(scope, receive, send)
 
 
@@ -172,8 +186,8 @@ class BrowserGuard:
             return await self.app(scope, receive, send)
         refusal = self.refusal(scope)
         if refusal is not None:
-            status, message, field = refusal
-            return await _send_json(send, status, {"error": message, "field": field})
+            await send_error(send, ApiError(*refusal))
+            return None
         return await self.app(scope, receive, send)
 
     def host_allowed(self, name: str) -> bool:
@@ -226,10 +240,10 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
 class RequestRecorder:
     """Request ids, request metrics and the access line, shared by ``RequestLog`` and ``EmbeddingLane``.
 
-    Per request this is on the event loop's critical path, so it stays cheap: ids are a random per-process
-    prefix and a counter (``uuid4`` read the OS's random source on every request: 4% of the loop's time on
-    ``POST /embed`` in py-spy), metric children are looked up once per (route, method, status), and the
-    access line is written only when ``cloze.access`` logs at INFO (``CLOZE_ACCESS_LOG=false`` turns it off)."""
+    On the event loop's path of every request, so it stays cheap (the lane's per-request cost is in
+    docs/benchmarks.md, "Design measurements"): ids are a per-process prefix and a counter rather than
+    ``uuid4``, metric children are looked up once per (route, method, status), and the access line is written
+    only when ``cloze.access`` logs at INFO (``CLOZE_ACCESS_LOG=false`` turns it off)."""
 
     def __init__(self, metrics: Metrics):
         self.metrics = metrics

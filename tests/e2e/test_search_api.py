@@ -5,8 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import WRITE_KEY, free_port, wait_until
+from harness.servers import WRITE_KEY, serve_process
 
 DEMO = Path(__file__).resolve().parents[2] / "app" / "demo" / "corpus.jsonl.gz"
 
@@ -114,19 +112,9 @@ def test_metrics_expose_routes_queue_batches_and_index(client, loaded):
 
 
 def test_graceful_shutdown_drains_in_flight_requests(server_env, tmp_path):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     env = {**server_env, "CLOZE_INDEX": str(tmp_path / "idx"), "CLOZE_BACKEND": "torch"}
     log = tmp_path / "log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
-            env={**__import__("os").environ, **env},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_until(url + "/readyz", process, log, 240)
+    with serve_process(env, log) as (url, process):
         replies: list[httpx.Response] = []
         slow = threading.Thread(
             target=lambda: replies.append(
@@ -149,6 +137,3 @@ def test_graceful_shutdown_drains_in_flight_requests(server_env, tmp_path):
         # uvicorn drains, then re-raises the signal so supervisors see how the process ended
         assert process.wait(60) in (0, -signal.SIGTERM)
         assert "Waiting for connections to close" in log.read_text() or "Shutting down" in log.read_text()
-    finally:
-        if process.poll() is None:
-            process.kill()

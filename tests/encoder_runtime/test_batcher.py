@@ -226,3 +226,76 @@ def test_short_requests_are_tokenised_on_the_event_loop_and_long_ones_on_the_tok
     assert asyncio.run(scenario()) == [[5], [26]]
     assert threads["short"] == threading.main_thread().name
     assert threads["a text over ten characters"].startswith("tokenize")
+
+
+def test_bulk_texts_get_one_pass_in_bulk_share_while_queries_wait():
+    """Upsert chunks (bulk) yield to queries: with both queued, bulk gets every ``bulk_share``-th pass, and
+    every pass once no query waits (so neither side is starved)."""
+    from encoder_runtime.tokenization import Encoded
+
+    release = threading.Event()
+    passes: list[str] = []
+
+    def run(items):
+        release.wait(5)  # the first pass holds the thread until everything is queued
+        passes.append("".join(sorted({"b" if item.ids[0] == 2 else "q" for item in items})))
+        return [0] * len(items)
+
+    def encode(texts):
+        return [Encoded((2 if text.startswith("bulk") else 1, 5), False) for text in texts]
+
+    async def scenario() -> None:
+        batcher = MicroBatcher(encode, run, max_batch_size=1, max_wait_ms=0, bulk_share=3)
+        first = asyncio.ensure_future(batcher.submit(["query-first"]))
+        await asyncio.sleep(0.05)  # the first pass has started and waits
+        bulk = asyncio.ensure_future(batcher.submit([f"bulk-{i}" for i in range(4)], bulk=True))
+        queries = [asyncio.ensure_future(batcher.submit([f"query-{i}"])) for i in range(4)]
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.gather(first, bulk, *queries)
+        await batcher.stop()
+
+    asyncio.run(scenario())
+    assert passes == ["q", "q", "q", "b", "q", "q", "b", "b", "b"]
+
+
+def test_bulk_passes_leave_one_inference_thread_to_queries():
+    """With two inference threads, bulk work runs on one at a time: a query that arrives while a bulk pass
+    runs is answered before the bulk work queued behind it."""
+    from encoder_runtime.tokenization import Encoded
+
+    lock, running, most = threading.Lock(), [0], [0]
+    answered: list[str] = []
+
+    def run(items):
+        bulk = items[0].ids[0] == 2
+        if bulk:
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            threading.Event().wait(0.02)
+            with lock:
+                running[0] -= 1
+        return [0] * len(items)
+
+    def encode(texts):
+        return [Encoded((2 if text.startswith("bulk") else 1, 5), False) for text in texts]
+
+    async def scenario() -> None:
+        batcher = MicroBatcher(encode, run, max_batch_size=1, max_wait_ms=0, parallel_passes=2)
+
+        async def bulk() -> None:
+            await batcher.submit([f"bulk-{i}" for i in range(20)], bulk=True)
+            answered.append("bulk")
+
+        async def query() -> None:
+            await asyncio.sleep(0.05)  # bulk passes under way
+            await batcher.submit(["query"])
+            answered.append("query")
+
+        await asyncio.gather(bulk(), query())
+        await batcher.stop()
+
+    asyncio.run(scenario())
+    assert most[0] == 1
+    assert answered == ["query", "bulk"]

@@ -81,10 +81,10 @@ def keep_dimensions(matrix: np.ndarray, dimensions: int | None, normalize: bool)
 
 
 async def openai_answer(body: OpenAIEmbeddingRequest, state: State) -> Response:
-    encoder, batcher = state.engines.require_encoder()
+    encoder, _ = state.engines.require_encoder()
     texts = text_list(body.input, "input", state.settings)
-    items, vectors = await submit(batcher, texts)
-    matrix = keep_dimensions(encoder.finish(vectors), body.dimensions, normalize=True)
+    items, finished = await state.engines.embed(texts, normalize=None)
+    matrix = keep_dimensions(finished, body.dimensions, normalize=True)
     tokens = sum(len(item) for item in items)
     if body.encoding_format == "base64":
         little = matrix.astype("<f4", copy=False)
@@ -106,16 +106,15 @@ async def openai_answer(body: OpenAIEmbeddingRequest, state: State) -> Response:
 
 
 async def embed_answer(body: EmbedRequest, state: State) -> Response:
-    encoder, batcher = state.engines.require_encoder()
+    encoder, _ = state.engines.require_encoder()
     texts = text_list(body.inputs, "inputs", state.settings)
     refuse_unsupported(body.prompt_name, body.truncation_direction)
-    items, vectors = await submit(batcher, texts)
+    cut = body.dimensions is not None  # normalised after the cut, if at all
+    items, matrix = await state.engines.embed(texts, normalize=body.normalize and not cut)
     if not body.truncate:
         refuse_too_long(items, encoder, "inputs")
-    if body.dimensions is None:
-        matrix = encoder.finish(vectors, normalize=body.normalize)
-    else:
-        matrix = keep_dimensions(encoder.finish(vectors, normalize=False), body.dimensions, body.normalize)
+    if cut:
+        matrix = keep_dimensions(matrix, body.dimensions, body.normalize)
     return json_response(matrix, truncation_headers(items))
 
 
@@ -146,7 +145,8 @@ LANES: dict[str, tuple[type[BaseModel], Callable[[Any, State], Awaitable[Respons
 async def similarity(body: SimilarityRequest, request: Request) -> Response:
     """TEI's ``/similarity`` (``InferenceClient.sentence_similarity``): the cosine similarity of
     ``source_sentence`` to each of ``sentences``, in their order."""
-    encoder, batcher = request.app.state.engines.require_encoder()
+    engines = request.app.state.engines
+    encoder, _ = engines.require_encoder()
     settings = request.app.state.settings
     parameters = body.parameters
     if parameters is not None:
@@ -156,7 +156,7 @@ async def similarity(body: SimilarityRequest, request: Request) -> Response:
     if len(sentences) + 1 > settings.max_inputs:
         field = "inputs.sentences"
         raise ApiError(422, f"{field}: with the source, more than the limit of {settings.max_inputs}", field)
-    items, vectors = await submit(batcher, [source, *sentences])
+    items, matrix = await engines.embed([source, *sentences], normalize=True)
     if not (parameters and parameters.truncate):
         for position, item in enumerate(items):
             if item.truncated:
@@ -166,7 +166,6 @@ async def similarity(body: SimilarityRequest, request: Request) -> Response:
                     f"{where}: longer than the model's {encoder.max_tokens} tokens; send parameters.truncate=true",
                     where,
                 )
-    matrix = encoder.finish(vectors, normalize=True)
     return json_response(matrix[1:] @ matrix[0], truncation_headers(items))
 
 

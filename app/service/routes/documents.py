@@ -1,0 +1,71 @@
+"""Documents: insert or replace (embedded through the service's batcher, as queries are), read, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Request
+
+from app.service.errors import ApiError
+from app.service.schemas import DeleteResponse, DocumentIn, DocumentOut, UpsertResponse
+from app.service.validation import StrictJSONRoute, check_metadata
+from index.builder import attach_vectors, chunk_texts
+from index.records import Document, id_problem
+
+router = APIRouter(route_class=StrictJSONRoute)
+DocumentId = Annotated[str, Path(min_length=1, max_length=512)]
+
+
+@router.put("/documents", response_model=UpsertResponse, tags=["documents"])
+async def upsert_documents(
+    documents: Annotated[list[DocumentIn], Body(min_length=1, fail_fast=True)], request: Request
+) -> UpsertResponse:
+    """Insert or replace. When this answers 200 the documents are committed to disk and searchable."""
+    settings, engines = request.app.state.settings, request.app.state.engines
+    if len(documents) > settings.max_inputs:
+        raise ApiError(
+            422, f"body: {len(documents)} documents, more than the limit of {settings.max_inputs}", "body"
+        )
+    ids = [doc.id for doc in documents]
+    if len(set(ids)) != len(ids):
+        raise ApiError(422, "body: the same id appears twice in one batch", "id")
+    for position, doc in enumerate(documents):
+        where = str(position)  # as FastAPI names a field of a list body: "0.text"
+        if problem := id_problem(doc.id):
+            raise ApiError(422, f"{where}.id: {problem}", f"{where}.id")
+        if not doc.text.strip():
+            raise ApiError(422, f"{where}.text: empty or only whitespace", f"{where}.text")
+        if len(doc.text) > settings.max_document_chars:
+            raise ApiError(
+                422,
+                f"{where}.text: {len(doc.text)} characters, over the limit of {settings.max_document_chars}",
+                f"{where}.text",
+            )
+        check_metadata(doc.metadata, f"{where}.metadata", settings)
+    index = engines.writable_index()
+    engines.require_encoder()
+    # Chunk, embed through the batcher beside the queries (bulk: they go first), then commit: one write at
+    # a time holds the index's writer lock, never while it embeds.
+    chunked = await engines.write_pool.run(
+        index.prepare, [Document(d.id, d.text, d.metadata) for d in documents]
+    )
+    _, vectors = await engines.embed(chunk_texts(chunked), normalize=True, bulk=True)
+    count = await engines.write_pool.run(index.commit, attach_vectors(chunked, vectors))
+    return UpsertResponse(upserted=count)
+
+
+@router.get("/documents/{doc_id:path}", response_model=DocumentOut, tags=["documents"])
+async def get_document(doc_id: DocumentId, request: Request) -> DocumentOut:
+    engines = request.app.state.engines
+    document = await engines.work_pool.run(engines.require_index().get, doc_id)
+    if document is None:
+        raise ApiError(404, f"no document with id {doc_id!r}", "doc_id")
+    return DocumentOut(id=document.id, text=document.text, metadata=document.metadata)
+
+
+@router.delete("/documents/{doc_id:path}", response_model=DeleteResponse, tags=["documents"])
+async def delete_document(doc_id: DocumentId, request: Request) -> DeleteResponse:
+    engines = request.app.state.engines
+    if not await engines.write_pool.run(engines.writable_index().delete, doc_id):
+        raise ApiError(404, f"no document with id {doc_id!r}", "doc_id")
+    return DeleteResponse(deleted=doc_id)
