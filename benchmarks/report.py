@@ -222,6 +222,50 @@ def search_latency(page: Page) -> None:
     )
 
 
+def search_during_upsert(page: Page) -> None:
+    name = "search_during_upsert.json"
+    default = "python benchmarks/search_latency.py --during-upsert --label after"
+    data = load(name)
+    if data is None:
+        page.section("Searches during a bulk upsert", missing(name, default))
+        return
+    rows = []
+    for label, arm in data["arms"].items():
+        alone, during, upsert = arm["search_alone"], arm["search_during_upsert"], arm["upsert"]
+        rows.append(
+            [
+                label,
+                arm["commit"],
+                num(alone["p99_ms"]),
+                num(during["p50_ms"]),
+                num(during["p99_ms"]),
+                num(upsert["docs_per_s"], 1),
+                ", ".join(num(x, 1) for x in arm.get("load_average", [])),
+            ]
+        )
+    workload = data["workload"]
+    page.section(
+        "Searches during a bulk upsert",
+        f"{workload['searches']}; {workload['upserts']}; {workload['index']}. Upserts embed in the queries' "
+        "batcher since issue 43, on all inference threads but one and at most one pass in "
+        "`CLOZE_BULK_SHARE` while queries wait; before, they embedded beside it. Each pair ran back to back "
+        f"on {workload['machine']}.",
+        table(
+            [
+                "arm",
+                "commit",
+                "search alone p99 ms",
+                "during p50 ms",
+                "during p99 ms",
+                "upsert docs/s",
+                "load",
+            ],
+            rows,
+        ),
+        "Commands: " + "; ".join(f"`{arm['command']}`" for arm in data["arms"].values()) + f" -> `{name}`",
+    )
+
+
 def retrieval_quality(page: Page) -> None:
     rows, found = [], []
     for mode in ("dense", "bm25", "hybrid"):
@@ -707,6 +751,7 @@ def render() -> Page:
         embedding_throughput,
         served_vs_offline,
         search_latency,
+        search_during_upsert,
         retrieval_quality,
         index_scale,
         pretrain_speed,
