@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from index.chunking import Chunk
-from index.filters import compile_filters
+from index.filters import compile_filters, filter_fields
 from index.records import Document, DocumentStoreError, StorageError
 from index.text_analysis import fts_query
 
@@ -400,7 +400,7 @@ class DocumentStore:
     def filter_sql(self, filters: dict[str, Any]) -> tuple[str, list[Any]]:
         """The WHERE clause of ``filters`` (see ``index.filters``); a field unknown here is looked up again
         first, since another process may have added it."""
-        if any(field not in self._fields for field in filters):
+        if not filter_fields(filters) <= self._fields:
             self.refresh_fields()
         return compile_filters(filters, self._fields)
 
