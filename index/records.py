@@ -107,6 +107,10 @@ class UnknownFilterField(IndexError_, ValueError):
         self.field = field
 
 
+class InvalidCursor(IndexError_, ValueError):
+    """A listing cursor this index did not hand out (cursors are opaque: pass back ``next_cursor`` as is)."""
+
+
 class ReadOnlyIndex(IndexError_):
     """The index was opened read-only (a replica on a read-only volume): documents change through the indexer."""
 

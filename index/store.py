@@ -404,6 +404,25 @@ class DocumentStore:
             self.refresh_fields()
         return compile_filters(filters, self._fields)
 
+    def list_documents(self, limit: int, after: str | None, filters: dict[str, Any] | None) -> list[Document]:
+        """Up to ``limit`` documents whose id sorts after ``after``, in id order (binary collation).
+
+        Ordered by id, not rid: an id never changes while its document exists, and a rebuild renumbers rids,
+        so keyset paging over ids neither repeats nor skips a document that exists the whole time, whatever
+        is upserted, deleted or rebuilt between pages (the UNIQUE index on id serves the order)."""
+        where, params = self.filter_sql(filters or {})
+        rows = self._conn().execute(
+            f"SELECT d.id, d.text, d.metadata FROM documents d WHERE d.id > ? AND {where} ORDER BY d.id LIMIT ?",
+            [after if after is not None else "", *params, limit],
+        )
+        return [Document(r[0], r[1], json.loads(r[2])) for r in rows]
+
+    def count_documents(self, filters: dict[str, Any] | None) -> int:
+        where, params = self.filter_sql(filters or {})
+        return int(
+            self._conn().execute(f"SELECT COUNT(*) FROM documents d WHERE {where}", params).fetchone()[0]
+        )
+
     def bm25(self, text: str, limit: int, filters: dict[str, Any] | None = None) -> list[tuple[str, float]]:
         expression = fts_query(text)
         if not expression:
