@@ -80,7 +80,7 @@ class _Compiler:
         if self.bound > self.max_values:
             raise InvalidFilterValue(
                 "",
-                f"more than {self.max_values} fields and values in all (each field counts one, each value one)",
+                f"more than the limit of {self.max_values} fields and values in all (a field one, a value one)",
             )
         if count - 1 > MAX_LIST_VALUES:
             raise InvalidFilterValue(where, f"{count - 1} values in one list, more than {MAX_LIST_VALUES}")
