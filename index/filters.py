@@ -92,6 +92,8 @@ class _Compiler:
             raise InvalidFilterValue(path, "a filter is a JSON object of fields and $and / $or / $not")
         if depth > MAX_FILTER_DEPTH:
             raise InvalidFilterValue(path, f"nested deeper than {MAX_FILTER_DEPTH} levels")
+        if not node and depth > 1:  # an empty object matches everything; many of them still cost a parse each
+            self.count_clause(path)
         parts = [self.entry(key, value, _join(path, key), depth) for key, value in node.items()]
         return _all(parts)
 

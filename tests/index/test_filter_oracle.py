@@ -258,6 +258,8 @@ def test_depth_clauses_and_the_whole_filter_are_bounded() -> None:
         deep = {"$not": deep}
     with pytest.raises(InvalidFilterValue, match="deeper"):
         compile_filters(deep, set(FIELDS))
+    with pytest.raises(InvalidFilterValue, match="clauses"):
+        compile_filters({"$and": [{"$or": [{}] * 200}, {"$or": [{}] * 200}]}, set(FIELDS))
     many = {"$or": [{"a": i} for i in range(300)]}
     with pytest.raises(InvalidFilterValue, match="clauses") as caught:
         compile_filters(many, set(FIELDS))
