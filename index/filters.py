@@ -22,7 +22,7 @@ number nor an ISO date is refused (``InvalidFilterValue`` naming the field), nev
 
 Field names are checked with ``metadata_key_problem`` and against the fields the store has seen, so a typo
 is an error instead of an empty result. Bounded: nesting depth, clauses, values per list, and what the
-whole filter binds (``filter_size``).
+whole filter binds (``compile_filters``'s ``max_values``: a field one, a value one).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class _Compiler:
     max_values: int
     params: list[Any] = field(default_factory=list)
     clauses: int = 0
-    bound: int = 0  # what filter_size counts: a field one (its path), each value one
+    bound: int = 0  # what the filter binds, roughly: a field predicate one (its path), each value one
     unknown: tuple[str, str] | None = None  # the first field no document has, and where
 
     def count_clause(self, where: str) -> None:
@@ -244,17 +244,6 @@ def filter_fields(filters: Any) -> set[str]:
                 elif not key.startswith("$"):
                     names.add(key)
     return names
-
-
-def filter_size(filters: dict[str, Any]) -> int:
-    """What a filter binds, roughly: one per field predicate (its JSON path) plus one per value; the bound
-    CLOZE_MAX_FILTER_VALUES applies to (``compile_filters``'s ``max_values``)."""
-    compiler = _Compiler(None, 2**62)
-    try:
-        compiler.filter(filters, "", 1)
-    except InvalidFilterValue:
-        pass
-    return compiler.bound
 
 
 def check_value(field: str, value: Any) -> None:
