@@ -99,7 +99,16 @@ def check_document(doc: Document, where: str = "") -> None:
 
 
 class UnknownFilterField(IndexError_, ValueError):
-    """A filter names a metadata field that no document has (almost always a typo)."""
+    """A filter names a metadata field that no document has (almost always a typo). ``field`` is where it
+    was named, as ``filter.<path>`` (``filter.$or.1.year``)."""
+
+    def __init__(self, message: str, field: str = "filter"):
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidCursor(IndexError_, ValueError):
+    """A listing cursor this index did not hand out (cursors are opaque: pass back ``next_cursor`` as is)."""
 
 
 class ReadOnlyIndex(IndexError_):

@@ -8,6 +8,8 @@ publishing a version). This file holds the lifecycle and the locking that ties t
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import sqlite3
 import threading
@@ -30,13 +32,25 @@ from index.changelog import apply_changes, copy_changes
 from index.chunking import Chunker
 from index.locks import ReadWriteLock
 from index.ranking import dense_ranking, fusion_depth, reciprocal_rank_fusion
-from index.records import DamagedFile, Document, DocumentStoreError, ReadOnlyIndex, SearchHit
+from index.records import (
+    DamagedFile,
+    Document,
+    DocumentStoreError,
+    InvalidCursor,
+    ReadOnlyIndex,
+    SearchHit,
+)
 from index.results import assemble_hits
 from index.vectors import VectorIndex
 from index.version import OpenVersion, Repair, check_model, report_repair
 
 log = logging.getLogger(__name__)
 Mode = Literal["dense", "bm25", "hybrid"]
+# Deepest result a search reaches: offset + top_k. Each page ranks from the top (offset + top_k documents per
+# list, 3x that for hybrid fusion), so deep pages cost what one large top_k costs; past this, list documents
+# (``list_documents``) or narrow the filter.
+MAX_SEARCH_WINDOW = 1000
+MAX_LIST_LIMIT = 1000
 
 
 class SearchIndex:
@@ -296,29 +310,76 @@ class SearchIndex:
         top_k: int = 10,
         mode: Mode = "dense",
         filters: dict[str, Any] | None = None,
+        offset: int = 0,
     ) -> list[SearchHit]:
+        """Results ``offset`` .. ``offset + top_k`` of the ranking a search with ``top_k = offset + top_k``
+        returns (so pages are slices of one ranking). The filter is applied before ranking in every mode."""
         if mode not in ("dense", "bm25", "hybrid"):
             raise ValueError(f"unknown search mode {mode!r} (dense, bm25 or hybrid)")
         if mode != "bm25" and query_vector is None:
             raise ValueError(f"mode {mode!r} needs a query vector")
+        if offset < 0:
+            raise ValueError(f"offset {offset} is negative")
+        if offset + top_k > MAX_SEARCH_WINDOW:
+            raise ValueError(f"offset + top_k is {offset + top_k}, over the limit of {MAX_SEARCH_WINDOW}")
         if top_k <= 0:
             return []
+        window = offset + top_k
         with self._rw.read():
             live = self._live
             filters = filters or None
             if filters:
                 live.store.filter_sql(filters)  # raises UnknownFilterField early, whatever the mode
             if mode == "dense":
-                ranked = dense_ranking(live, query_vector, top_k, filters)
-                return assemble_hits(live, ranked[:top_k], query_vector, query_text)
+                ranked = dense_ranking(live, query_vector, window, filters)
+                return assemble_hits(live, ranked[offset:window], query_vector, query_text)
             if mode == "bm25":
-                scored = live.bm25(query_text, top_k, filters)
+                scored = live.bm25(query_text, window, filters)[offset:window]
                 return assemble_hits(live, [(d, s, None) for d, s in scored], None, query_text)
-            depth = fusion_depth(top_k)
+            depth = fusion_depth(window)
             dense = dense_ranking(live, query_vector, depth, filters)
             sparse = live.bm25(query_text, depth, filters)
             fused = reciprocal_rank_fusion([[(d, c) for d, _, c in dense], [(d, None) for d, _ in sparse]])
-            return assemble_hits(live, fused[:top_k], query_vector, query_text)
+            return assemble_hits(live, fused[offset:window], query_vector, query_text)
+
+    # ---- listing ------------------------------------------------------------------------------------
+
+    def list_documents(
+        self, limit: int = 100, cursor: str | None = None, filters: dict[str, Any] | None = None
+    ) -> tuple[list[Document], str | None]:
+        """One page of the documents matching ``filters``, in a stable order (by id), and the cursor of the
+        next page (None after the last). A document that exists the whole time a client pages is listed
+        exactly once, whatever is upserted, deleted or rebuilt meanwhile; ``InvalidCursor`` for a cursor
+        this index did not hand out, ``UnknownFilterField`` / ``InvalidFilterValue`` as for search."""
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise ValueError(f"limit {limit} is outside 1..{MAX_LIST_LIMIT}")
+        after = decode_cursor(cursor) if cursor else None
+        with self._rw.read():
+            page = self._live.store.list_documents(limit + 1, after, filters or None)
+        more = len(page) > limit
+        page = page[:limit]
+        return page, encode_cursor(page[-1].id) if more else None
+
+    def count_documents(self, filters: dict[str, Any] | None = None) -> int:
+        """How many documents match ``filters`` (all of them without one): the listing's total."""
+        with self._rw.read():
+            return self._live.store.count_documents(filters or None)
+
+
+def encode_cursor(doc_id: str) -> str:
+    """Opaque to clients (they pass it back as is); today the last listed id, base64url without padding."""
+    return base64.urlsafe_b64encode(doc_id.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        doc_id = raw.decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidCursor(f"cursor {cursor[:40]!r} was not handed out by this index") from exc
+    if not doc_id or encode_cursor(doc_id) != cursor:
+        raise InvalidCursor(f"cursor {cursor[:40]!r} was not handed out by this index")
+    return doc_id
 
 
 def _reporting(

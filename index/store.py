@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from index.chunking import Chunk
-from index.filters import compile_filters
+from index.filters import compile_filters, filter_fields
 from index.records import Document, DocumentStoreError, StorageError
 from index.text_analysis import fts_query
 
@@ -400,9 +400,28 @@ class DocumentStore:
     def filter_sql(self, filters: dict[str, Any]) -> tuple[str, list[Any]]:
         """The WHERE clause of ``filters`` (see ``index.filters``); a field unknown here is looked up again
         first, since another process may have added it."""
-        if any(field not in self._fields for field in filters):
+        if not filter_fields(filters) <= self._fields:
             self.refresh_fields()
         return compile_filters(filters, self._fields)
+
+    def list_documents(self, limit: int, after: str | None, filters: dict[str, Any] | None) -> list[Document]:
+        """Up to ``limit`` documents whose id sorts after ``after``, in id order (binary collation).
+
+        Ordered by id, not rid: an id never changes while its document exists, and a rebuild renumbers rids,
+        so keyset paging over ids neither repeats nor skips a document that exists the whole time, whatever
+        is upserted, deleted or rebuilt between pages (the UNIQUE index on id serves the order)."""
+        where, params = self.filter_sql(filters or {})
+        rows = self._conn().execute(
+            f"SELECT d.id, d.text, d.metadata FROM documents d WHERE d.id > ? AND {where} ORDER BY d.id LIMIT ?",
+            [after if after is not None else "", *params, limit],
+        )
+        return [Document(r[0], r[1], json.loads(r[2])) for r in rows]
+
+    def count_documents(self, filters: dict[str, Any] | None) -> int:
+        where, params = self.filter_sql(filters or {})
+        return int(
+            self._conn().execute(f"SELECT COUNT(*) FROM documents d WHERE {where}", params).fetchone()[0]
+        )
 
     def bm25(self, text: str, limit: int, filters: dict[str, Any] | None = None) -> list[tuple[str, float]]:
         expression = fts_query(text)

@@ -13,7 +13,26 @@ Text = str
 TextList = Annotated[list[Text], Field(fail_fast=True)]
 IdList = Annotated[list[int], Field(fail_fast=True)]
 SearchMode = Literal["dense", "bm25", "hybrid"]
-FilterValue = str | int | float | bool | list[str | int | float | bool]
+FILTER_DESCRIPTION = """Metadata filter, applied before ranking in every mode (so top_k counts matching documents only).
+MongoDB / Chroma shape; all entries of an object must hold.
+
+- `{"field": value}`: equality (a list-valued field matches when one element equals it); `{"field": [v1, v2]}`: any of.
+- `$eq`, `$ne`: `{"lang": {"$ne": "de"}}`. `$in`, `$nin`: `{"tag": {"$in": ["a", "b"]}}`.
+- `$gt`, `$gte`, `$lt`, `$lte`: numbers as numbers, ISO-8601 dates and date-times as instants (no offset means UTC;
+  a date is its midnight UTC): `{"year": {"$gte": 2000, "$lt": 2010}}`, `{"published": {"$gte": "2024-01-01T00:00:00Z"}}`.
+  A bound that is neither is a 422 naming the field, never a string comparison.
+- `$exists`: `{"doi": {"$exists": true}}`. `$not` on a field: `{"year": {"$not": {"$lt": 1900}}}`.
+- `$and`, `$or` (non-empty lists of filters), `$not` (a filter): `{"$or": [{"tag": "covid"}, {"year": {"$gt": 2019}}]}`.
+
+Equality is typed (1 matches 1 and 1.0, never true or "1"); `$ne`, `$nin` and `$not` also match documents without
+the field. Bounded: 8 levels of nesting, 256 clauses, 1024 values per list, and CLOZE_MAX_FILTER_VALUES fields and
+values in all; past a bound, 422 naming the field (`filter.<path>`)."""
+FILTER_EXAMPLES = [
+    {"year": {"$gte": 2000}},
+    {"$or": [{"tag": "covid"}, {"year": {"$gt": 2019, "$lte": 2023}}]},
+    {"published": {"$gte": "2024-01-01", "$lt": "2024-07-01T00:00:00+02:00"}, "lang": {"$nin": ["de", "fr"]}},
+    {"$not": {"doi": {"$exists": True}}, "tag": ["a", "b"]},
+]
 
 
 class Strict(BaseModel):
@@ -183,8 +202,14 @@ class Prediction(BaseModel):
 class SearchRequest(Strict):
     query: str = Field(min_length=1)
     top_k: int = Field(10, ge=1)
+    offset: int = Field(
+        0,
+        ge=0,
+        description="Skip this many results: a page is results offset..offset+top_k of the ranking a search with "
+        "top_k = offset + top_k returns; offset + top_k is at most 1000",
+    )
     mode: SearchMode = "hybrid"
-    filter: dict[str, FilterValue] | None = None
+    filter: dict[str, Any] | None = Field(None, description=FILTER_DESCRIPTION, examples=FILTER_EXAMPLES)
     include_text: bool = False
 
 

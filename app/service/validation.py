@@ -20,7 +20,7 @@ from fastapi.routing import APIRoute
 
 from app.service.errors import ApiError, BodyRejected
 from app.settings import Settings
-from index.filters import filter_size
+from index.filters import InvalidFilterValue, compile_filters
 from index.records import metadata_key_problem
 
 MAX_BODY_DEPTH = 32  # metadata has its own, lower limit (CLOZE_MAX_METADATA_DEPTH)
@@ -183,24 +183,12 @@ def check_metadata(metadata: dict[str, Any], where: str, settings: Settings) -> 
 
 
 def check_filter(filters: dict[str, Any] | None, settings: Settings) -> None:
-    """Bounded as a whole (a field counts one, and each of its values one: what the query binds) and with
-    names that can be filtered on exactly."""
+    """The filter's grammar, values and bounds (``index.filters``, the one compiler), before any model or index
+    work: bounded as a whole by CLOZE_MAX_FILTER_VALUES (a field counts one, each value one: what the query
+    binds), and every field name one that can be filtered on exactly. Unknown fields are the index's to say."""
     if not filters:
         return
-    size = filter_size(filters)
-    if size > settings.max_filter_values:
-        raise ApiError(
-            422,
-            f"filter: {size} fields and values in all, more than the limit of {settings.max_filter_values}",
-            "filter",
-        )
-    for name, wanted in filters.items():
-        if problem := metadata_key_problem(name):
-            raise ApiError(422, f"filter: {problem}", "filter")
-        where = f"filter.{name}"
-        values = wanted if isinstance(wanted, list) else [wanted]
-        for value in values:
-            if isinstance(value, int) and not isinstance(value, bool) and not INT64[0] <= value <= INT64[1]:
-                raise ApiError(422, f"{where}: {value} is outside 64-bit integers", where)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ApiError(422, f"{where}: {value} is not a finite number", where)
+    try:
+        compile_filters(filters, None, settings.max_filter_values)
+    except InvalidFilterValue as exc:
+        raise ApiError(422, str(exc), exc.field) from exc

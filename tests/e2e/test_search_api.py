@@ -76,6 +76,64 @@ def test_filters_apply_before_top_k_and_unknown_fields_are_named(client, loaded)
     assert unknown.status_code == 422 and unknown.json()["field"] == "filter.colour"
 
 
+def test_filter_operators_ranges_and_paging_over_http(client, loaded):
+    years = {d["metadata"]["year"] for d in loaded}
+    body = {"query": "the people and their government", "top_k": 100, "mode": "dense"}
+    ranged = {"$or": [{"year": {"$gte": 1801, "$lt": 1809}}, {"president": "Washington"}]}
+    results = client.post("/search", json={**body, "filter": ranged}).json()["results"]
+    expected = [
+        d
+        for d in loaded
+        if 1801 <= d["metadata"]["year"] < 1809 or d["metadata"]["president"] == "Washington"
+    ]
+    assert {r["id"] for r in results} == {d["id"] for d in expected}  # every match, before top-k
+    negated = {"year": {"$nin": sorted(years)[1:]}, "$not": {"kind": {"$ne": "inaugural"}}}
+    assert {
+        r["metadata"]["year"]
+        for r in client.post("/search", json={**body, "filter": negated}).json()["results"]
+    } == {min(years)}
+    for bad, field in [
+        ({"year": {"$gt": "seventeen"}}, "filter.year.$gt"),
+        ({"$or": [{"year": 1789}, {"year": {"$between": [1, 2]}}]}, "filter.$or.1.year.$between"),
+        ({"$and": [{"colour": "red"}]}, "filter.$and.0.colour"),
+    ]:
+        reply = client.post("/search", json={**body, "filter": bad})
+        assert reply.status_code == 422 and reply.json()["field"] == field, (bad, reply.text)
+    pages = [
+        client.post("/search", json={**body, "top_k": 5, "offset": offset}).json()["results"]
+        for offset in (0, 5)
+    ]
+    whole = client.post("/search", json={**body, "top_k": 10}).json()["results"]
+    assert [r["id"] for page in pages for r in page] == [r["id"] for r in whole]
+    assert [
+        r["id"]
+        for r in client.get(
+            "/search", params={"q": body["query"], "mode": "dense", "offset": 5, "top_k": 5}
+        ).json()["results"]
+    ] == [r["id"] for r in pages[1]]
+    too_deep = client.post("/search", json={**body, "top_k": 10, "offset": 995})
+    assert too_deep.status_code == 422 and too_deep.json()["field"] == "offset"
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["SearchRequest"]["properties"]
+    assert all(
+        op in schema["filter"]["description"]
+        for op in (
+            "$eq",
+            "$ne",
+            "$in",
+            "$nin",
+            "$gt",
+            "$gte",
+            "$lt",
+            "$lte",
+            "$exists",
+            "$and",
+            "$or",
+            "$not",
+        )
+    )
+    assert schema["filter"]["examples"] and "offset" in schema
+
+
 def test_bm25_survives_query_syntax(client, loaded):
     for query in ['"unbalanced', "AND OR NOT (", "*", "a:b", "NEAR(x y)"]:
         assert client.post("/search", json={"query": query, "mode": "bm25"}).status_code == 200, query

@@ -12,6 +12,7 @@ from app.service.schemas import SearchMode, SearchRequest, SearchResponse, Searc
 from app.service.validation import StrictJSONRoute, check_filter
 from index.filters import InvalidFilterValue
 from index.records import UnknownFilterField
+from index.search_index import MAX_SEARCH_WINDOW
 
 router = APIRouter(route_class=StrictJSONRoute)
 
@@ -28,9 +29,12 @@ async def search_get(
     top_k: Annotated[int, Query(ge=1)] = 10,
     mode: SearchMode = "hybrid",
     include_text: bool = False,
+    offset: Annotated[int, Query(ge=0, description="skip this many results")] = 0,
 ) -> SearchResponse:
     """For browsers and curl: ``/search?q=...&mode=bm25``."""
-    return await _search(request, SearchRequest(query=q, top_k=top_k, mode=mode, include_text=include_text))
+    return await _search(
+        request, SearchRequest(query=q, top_k=top_k, mode=mode, include_text=include_text, offset=offset)
+    )
 
 
 async def _search(request: Request, body: SearchRequest) -> SearchResponse:
@@ -43,6 +47,13 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
     check_filter(body.filter, settings)
     if body.top_k > settings.max_top_k:
         raise ApiError(422, f"top_k: {body.top_k} is over the limit of {settings.max_top_k}", "top_k")
+    if body.offset + body.top_k > MAX_SEARCH_WINDOW:
+        raise ApiError(
+            422,
+            f"offset: offset + top_k is {body.offset + body.top_k}, over the limit of {MAX_SEARCH_WINDOW} "
+            "(list documents with GET /documents to read further)",
+            "offset",
+        )
     index = engines.require_index()
     vector = None
     if body.mode != "bm25":
@@ -50,12 +61,16 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
         vector = vectors[0]
     try:
         hits = await engines.run_search(
-            index.search, vector, body.query, top_k=body.top_k, mode=body.mode, filters=body.filter
+            index.search,
+            vector,
+            body.query,
+            top_k=body.top_k,
+            offset=body.offset,
+            mode=body.mode,
+            filters=body.filter,
         )
     except UnknownFilterField as exc:
-        unknown = sorted(set(body.filter or {}) - await engines.work_pool.run(index.metadata_fields))
-        field = f"filter.{unknown[0]}" if unknown else "filter"
-        raise ApiError(422, f"{field}: no document has this metadata field", field) from exc
+        raise ApiError(422, f"{exc.field}: no document has this metadata field", exc.field) from exc
     except InvalidFilterValue as exc:
         raise ApiError(422, str(exc), exc.field) from exc
     results = [

@@ -1,0 +1,299 @@
+"""Filters against an oracle: random metadata and random filters, the SQL compiler and every search mode
+compared with a brute-force evaluation in plain Python (the grammar's rules, written out once more here).
+
+Each test prints how many examples it ran (``pytest -s`` shows it; the counts are also asserted).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from index.filters import InvalidFilterValue, compile_filters
+from index.records import Document
+from index.search_index import SearchIndex
+from index.text_analysis import words
+from tests.conftest import TINY_WORDS
+
+FIELDS = ["a", "b", "c", "d"]
+STRINGS = ["red", "green", "blue", "1", "2020"]
+DATES = [  # several spellings of the same instants, with and without offsets (no offset: UTC)
+    "2020-01-01",
+    "2019-12-31T23:00:00-01:00",
+    "2020-01-01T12:00:00Z",
+    "2020-01-01T14:00:00+02:00",
+    "2020-01-01 08:30",
+    "2020-06-15T00:00:00.250Z",
+    "2021-03-01",
+]
+QUERY_WORDS = ["cat", "dog", "paris", "river", "king", "queen", "guitar", "music", "book"]
+
+ints = st.integers(-3, 3)
+floats = st.integers(-12, 12).map(lambda i: i / 4)  # exact in binary: SQLite's JSON parser reads them back
+numbers = st.one_of(ints, floats)
+scalars = st.one_of(numbers, st.sampled_from(STRINGS), st.sampled_from(DATES), st.booleans())
+metadata_values = st.one_of(
+    scalars,
+    st.lists(scalars, max_size=3),
+    st.none(),
+    st.fixed_dictionaries({"k": ints}),  # an object value: its members are not elements
+)
+metadata = st.dictionaries(st.sampled_from(FIELDS), metadata_values, max_size=4)
+
+range_operands = st.one_of(numbers, st.sampled_from(DATES))
+value_lists = st.lists(scalars, max_size=3)
+operator_entries = st.one_of(
+    st.tuples(st.sampled_from(["$eq", "$ne"]), scalars),
+    st.tuples(st.sampled_from(["$in", "$nin"]), value_lists),
+    st.tuples(st.sampled_from(["$gt", "$gte", "$lt", "$lte"]), range_operands),
+    st.tuples(st.just("$exists"), st.booleans()),
+)
+operator_objects = st.lists(operator_entries, min_size=1, max_size=2, unique_by=lambda e: e[0]).map(dict)
+field_values = st.one_of(
+    scalars,
+    value_lists,
+    operator_objects,
+    operator_objects.map(lambda ops: {"$not": ops}),
+    scalars.map(lambda v: {"$not": v}),
+)
+field_filters = st.dictionaries(st.sampled_from(FIELDS), field_values, min_size=1, max_size=2)
+filters = st.recursive(
+    field_filters,
+    lambda inner: st.one_of(
+        st.lists(inner, min_size=1, max_size=3).map(lambda fs: {"$and": fs}),
+        st.lists(inner, min_size=1, max_size=3).map(lambda fs: {"$or": fs}),
+        inner.map(lambda f: {"$not": f}),
+        st.tuples(inner, field_filters).map(lambda pair: {**pair[1], "$and": [pair[0]]}),
+    ),
+    max_leaves=6,
+)
+
+
+# ---- the oracle -----------------------------------------------------------------------------------------
+
+
+def instant(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def elements(meta: dict[str, Any], name: str) -> list[Any]:
+    if name not in meta or isinstance(meta[name], dict):
+        return []
+    value = meta[name]
+    return value if isinstance(value, list) else [value]
+
+
+def equal(element: Any, wanted: Any) -> bool:
+    if isinstance(wanted, bool):
+        return element is wanted
+    if is_number(wanted):
+        return is_number(element) and element == wanted
+    return isinstance(element, str) and element == wanted
+
+
+def compare(op: str, left: Any, right: Any) -> bool:
+    return {"$gt": left > right, "$gte": left >= right, "$lt": left < right, "$lte": left <= right}[op]
+
+
+def operator_holds(meta: dict[str, Any], name: str, op: str, operand: Any) -> bool:
+    found = elements(meta, name)
+    if op == "$exists":
+        return (name in meta) is operand
+    if op == "$not":
+        return not field_holds(meta, name, operand)
+    if op in ("$eq", "$ne"):
+        hit = any(equal(e, operand) for e in found)
+        return hit if op == "$eq" else not hit
+    if op in ("$in", "$nin"):
+        hit = any(equal(e, v) for e in found for v in operand)
+        return hit if op == "$in" else not hit
+    if is_number(operand):
+        return any(is_number(e) and compare(op, e, operand) for e in found)
+    return any(e in DATES and compare(op, instant(e), instant(operand)) for e in found)
+
+
+def field_holds(meta: dict[str, Any], name: str, value: Any) -> bool:
+    if isinstance(value, dict):
+        return all(operator_holds(meta, name, op, operand) for op, operand in value.items())
+    if isinstance(value, list):
+        return operator_holds(meta, name, "$in", value)
+    return operator_holds(meta, name, "$eq", value)
+
+
+def holds(meta: dict[str, Any], node: dict[str, Any]) -> bool:
+    for key, value in node.items():
+        if key == "$and" and not all(holds(meta, f) for f in value):
+            return False
+        if key == "$or" and not any(holds(meta, f) for f in value):
+            return False
+        if key == "$not" and holds(meta, value):
+            return False
+        if not key.startswith("$") and not field_holds(meta, key, value):
+            return False
+    return True
+
+
+# ---- the SQL compiler against the oracle -------------------------------------------------------------
+
+SQL_EXAMPLES = 400
+ran = {"sql": 0, "modes": 0}
+
+
+@settings(max_examples=SQL_EXAMPLES, deadline=None)
+@given(rows=st.lists(metadata, min_size=1, max_size=12), node=filters)
+def test_sql_filter_matches_the_oracle(rows: list[dict[str, Any]], node: dict[str, Any]) -> None:
+    ran["sql"] += 1
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE documents(rid INTEGER PRIMARY KEY, metadata TEXT NOT NULL)")
+    conn.executemany("INSERT INTO documents(metadata) VALUES (?)", [(json.dumps(r),) for r in rows])
+    where, params = compile_filters(node, set(FIELDS))
+    got = {r[0] for r in conn.execute(f"SELECT rid FROM documents d WHERE {where}", params)}
+    expected = {rid for rid, meta in enumerate(rows, start=1) if holds(meta, node)}
+    assert got == expected, (node, rows)
+
+
+def test_sql_oracle_ran_its_examples() -> None:
+    print(f"\ntest_sql_filter_matches_the_oracle ran {ran['sql']} examples")
+    assert ran["sql"] == SQL_EXAMPLES or ran["sql"] == 0  # 0: run alone with -k, or deselected
+
+
+# ---- every search mode against the oracle ------------------------------------------------------------
+
+MODE_EXAMPLES = 60
+CORPUS = 24
+
+
+@pytest.fixture(scope="module")
+def oracle_index(tmp_path_factory: pytest.TempPathFactory, tiny_encoder):
+    index = SearchIndex.open(tmp_path_factory.mktemp("oracle") / "idx", tiny_encoder)
+    rng = random.Random(45)
+    texts = [" ".join(rng.choice(TINY_WORDS) for _ in range(8)) for _ in range(CORPUS)]
+    # One document names every field, so no generated filter is refused as naming an unknown field.
+    index.upsert([Document("all-fields", "lighthouse", {name: 0 for name in FIELDS})])
+    yield index, texts
+    index.close()
+
+
+@settings(
+    max_examples=MODE_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    rows=st.lists(metadata, min_size=CORPUS, max_size=CORPUS),
+    node=filters,
+    word=st.sampled_from(QUERY_WORDS),
+    seed=st.integers(0, 2**16),
+)
+def test_every_mode_returns_exactly_the_matching_documents(
+    oracle_index, tiny_encoder, rows: list[dict[str, Any]], node: dict[str, Any], word: str, seed: int
+) -> None:
+    """top_k above the corpus: dense and hybrid return every matching document, BM25 every matching one that
+    holds the query's word; a filter applied after ranking would lose some, one not applied would add some."""
+    ran["modes"] += 1
+    index, texts = oracle_index
+    index.upsert([Document(f"doc{i}", texts[i], meta) for i, meta in enumerate(rows)])
+    everything = {f"doc{i}": meta for i, meta in enumerate(rows)} | {"all-fields": {n: 0 for n in FIELDS}}
+    texts_of = {f"doc{i}": text for i, text in enumerate(texts)} | {"all-fields": "lighthouse"}
+    matching = {doc_id for doc_id, meta in everything.items() if holds(meta, node)}
+    with_word = {doc_id for doc_id in matching if word in words(texts_of[doc_id])}
+    query = np.random.default_rng(seed).standard_normal(tiny_encoder.dimension).astype(np.float32)
+    query /= np.linalg.norm(query)
+    top_k = CORPUS + 10
+    for mode, expected in (("dense", matching), ("bm25", with_word), ("hybrid", matching)):
+        hits = index.search(query, word, top_k=top_k, mode=mode, filters=node)
+        assert {h.id for h in hits} == expected, (mode, node)
+        assert len(hits) == len(expected), mode  # each document once
+
+
+def test_modes_oracle_ran_its_examples() -> None:
+    print(f"\ntest_every_mode_returns_exactly_the_matching_documents ran {ran['modes']} examples")
+    assert ran["modes"] in (MODE_EXAMPLES, 0)
+
+
+# ---- what the oracle does not generate: refusals --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node", "field"),
+    [
+        ({"a": {"$gt": "red"}}, "filter.a.$gt"),  # a string that is not a date: never a string comparison
+        ({"$or": [{"a": 1}, {"b": {"$lte": "2020-13-01"}}]}, "filter.$or.1.b.$lte"),  # no 13th month
+        ({"a": {"$gte": True}}, "filter.a.$gte"),  # a boolean is not a number
+        ({"a": {"$gt": [1, 2]}}, "filter.a.$gt"),
+        ({"a": {"$regex": "x"}}, "filter.a.$regex"),
+        ({"$nor": [{"a": 1}]}, "filter.$nor"),
+        ({"$or": []}, "filter.$or"),
+        ({"a": {"$in": 3}}, "filter.a.$in"),
+        ({"a": {"$exists": 1}}, "filter.a.$exists"),
+        ({"a": None}, "filter.a"),
+        ({"a": {"$eq": {"k": 1}}}, "filter.a.$eq"),
+        ({"a": {}}, "filter.a"),
+        ({"a": 2**64}, "filter.a"),
+        ({"$and": [{"a": {"$in": list(range(2000))}}]}, "filter.$and.0.a.$in"),  # values per list
+    ],
+)
+def test_invalid_filters_name_the_field(node: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidFilterValue) as caught:
+        compile_filters(node, set(FIELDS))
+    assert caught.value.field == field, str(caught.value)
+
+
+def test_depth_clauses_and_the_whole_filter_are_bounded() -> None:
+    deep: dict[str, Any] = {"a": 1}
+    for _ in range(9):
+        deep = {"$not": deep}
+    with pytest.raises(InvalidFilterValue, match="deeper"):
+        compile_filters(deep, set(FIELDS))
+    with pytest.raises(InvalidFilterValue, match="clauses"):
+        compile_filters({"$and": [{"$or": [{}] * 200}, {"$or": [{}] * 200}]}, set(FIELDS))
+    many = {"$or": [{"a": i} for i in range(300)]}
+    with pytest.raises(InvalidFilterValue, match="clauses") as caught:
+        compile_filters(many, set(FIELDS))
+    assert caught.value.field.startswith("filter.$or.")
+    with pytest.raises(InvalidFilterValue, match="in all") as caught:
+        compile_filters({"a": {"$in": list(range(600))}, "b": {"$nin": list(range(600))}}, set(FIELDS), 1024)
+    assert caught.value.field == "filter"
+
+
+def test_ranges_compare_instants_across_offsets_and_numbers_across_types() -> None:
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE documents(rid INTEGER PRIMARY KEY, metadata TEXT NOT NULL)")
+    rows = [
+        {"when": "2020-01-01T10:00:00+05:00"},  # 05:00Z
+        {"when": "2020-01-01T06:00:00"},  # no offset: UTC
+        {"when": ["1999-01-01", "2020-01-02"]},
+        {"when": "January 2020"},  # not a date: never in a range
+        {"when": 2020},  # a number against a date bound: not in the range
+        {"n": 2.5},
+        {"n": 3},
+        {"n": "4"},  # a string against a number bound: not in the range
+        {"n": True},
+    ]
+    conn.executemany("INSERT INTO documents(metadata) VALUES (?)", [(json.dumps(r),) for r in rows])
+
+    def rids(node: dict[str, Any]) -> list[int]:
+        where, params = compile_filters(node, {"when", "n"})
+        return [r[0] for r in conn.execute(f"SELECT rid FROM documents d WHERE {where} ORDER BY rid", params)]
+
+    assert rids({"when": {"$gte": "2020-01-01T05:30:00Z"}}) == [2, 3]
+    # Each operator on its own over a list: 1999 is before 05:30, 2020-01-02 after midnight (MongoDB's rule).
+    assert rids({"when": {"$lt": "2020-01-01T05:30:00Z", "$gte": "2020-01-01"}}) == [1, 3]
+    assert rids({"when": {"$gte": "2020-01-01T10:00:00+05:00", "$lte": "2020-01-01T05:00Z"}}) == [1, 3]
+    assert rids({"n": {"$gt": 2.5}}) == [7] and rids({"n": {"$gte": 2.5, "$lt": 3}}) == [6]
+    assert rids({"n": {"$ne": 3}}) == [1, 2, 3, 4, 5, 6, 8, 9]  # the negations match a missing field
+    assert rids({"n": {"$exists": True, "$nin": [3, "4"]}}) == [6, 9]
+    assert rids({"n": True}) == [9] and rids({"n": 1}) == []  # equality is typed
