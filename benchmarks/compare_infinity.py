@@ -58,8 +58,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.provenance import command, load_average  # noqa: E402
 from harness.data import SHARED_DATA  # noqa: E402
+from harness.provenance import command, load_average  # noqa: E402
 from harness.servers import free_port, serve_process, wait_until  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -240,6 +240,14 @@ class DocumentOut(BaseModel):
     metadata: dict[str, Any]
 
 
+class DocumentPage(BaseModel):
+    documents: list[DocumentOut]
+    next_cursor: str | None = Field(
+        description="Pass back as `cursor` for the next page; null after the last"
+    )
+    total: int = Field(description="Documents matching the filter, all pages together")
+
+
 class UpsertResponse(BaseModel):
     upserted: int
     searchable: bool = True

@@ -195,3 +195,28 @@ def test_graceful_shutdown_drains_in_flight_requests(server_env, tmp_path):
         # uvicorn drains, then re-raises the signal so supervisors see how the process ended
         assert process.wait(60) in (0, -signal.SIGTERM)
         assert "Waiting for connections to close" in log.read_text() or "Shutting down" in log.read_text()
+
+
+def test_listing_pages_through_the_documents_with_a_filter(client, loaded):
+    wanted = {"year": {"$gte": 1801}}
+    matching = sorted(d["id"] for d in loaded if d["metadata"]["year"] >= 1801)
+    seen, cursor, totals = [], None, set()
+    while True:
+        params = {"limit": 3, "filter": json.dumps(wanted), **({"cursor": cursor} if cursor else {})}
+        page = client.get("/documents", params=params).json()
+        seen += [d["id"] for d in page["documents"]]
+        totals.add(page["total"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == matching and totals == {len(matching)}  # in id order, each once
+    every = client.get("/documents", params={"limit": 1000}).json()
+    assert every["total"] >= len(loaded) and every["next_cursor"] is None
+    for params, field in [
+        ({"cursor": "not-a-cursor!"}, "cursor"),
+        ({"filter": "{not json"}, "filter"),
+        ({"filter": json.dumps({"colour": "red"})}, "filter.colour"),
+        ({"limit": 0}, "limit"),
+    ]:
+        reply = client.get("/documents", params=params)
+        assert reply.status_code == 422 and reply.json()["field"] == field, (params, reply.text)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Request
+from fastapi import APIRouter, Body, Path, Query, Request
 
-from app.service.errors import ApiError
-from app.service.schemas import DeleteResponse, DocumentIn, DocumentOut, UpsertResponse
-from app.service.validation import StrictJSONRoute, check_metadata
+from app.service.errors import ApiError, BodyRejected
+from app.service.schemas import DeleteResponse, DocumentIn, DocumentOut, DocumentPage, UpsertResponse
+from app.service.validation import StrictJSONRoute, check_filter, check_metadata, strict_loads
 from index.builder import attach_vectors, chunk_texts
-from index.records import Document, id_problem
+from index.filters import InvalidFilterValue
+from index.records import Document, InvalidCursor, UnknownFilterField, id_problem
+from index.search_index import MAX_LIST_LIMIT
 
 router = APIRouter(route_class=StrictJSONRoute)
 DocumentId = Annotated[str, Path(min_length=1, max_length=512)]
@@ -52,6 +54,42 @@ async def upsert_documents(
     _, vectors = await engines.embed(chunk_texts(chunked), normalize=True, bulk=True)
     count = await engines.write_pool.run(index.commit, attach_vectors(chunked, vectors))
     return UpsertResponse(upserted=count)
+
+
+@router.get("/documents", response_model=DocumentPage, tags=["documents"])
+async def list_documents(
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT, description="documents in this page")] = 100,
+    cursor: Annotated[
+        str | None, Query(max_length=1024, description="`next_cursor` of the last page")
+    ] = None,
+    filter: Annotated[
+        str | None, Query(max_length=65_536, description="a filter as JSON, the shape `/search` takes")
+    ] = None,
+) -> DocumentPage:
+    """The stored documents in a stable order (by id), a page at a time: paging while writes land neither
+    repeats nor skips a document that exists the whole time. ``total`` counts every match."""
+    settings, engines = request.app.state.settings, request.app.state.engines
+    filters = None
+    if filter is not None:
+        try:
+            filters = strict_loads(filter.encode(), settings.max_body_values)
+        except BodyRejected as exc:
+            raise ApiError(422, f"filter: {exc.detail}", "filter") from None
+        if not isinstance(filters, dict):
+            raise ApiError(422, "filter: a JSON object, as /search takes", "filter")
+        check_filter(filters, settings)
+    index = engines.require_index()
+    try:
+        page, next_cursor = await engines.work_pool.run(index.list_documents, limit, cursor, filters)
+        total = await engines.work_pool.run(index.count_documents, filters)
+    except InvalidCursor as exc:
+        raise ApiError(422, f"cursor: {exc}", "cursor") from exc
+    except (UnknownFilterField, InvalidFilterValue) as exc:
+        field = getattr(exc, "field", "filter")
+        raise ApiError(422, str(exc), field) from exc
+    documents = [DocumentOut(id=d.id, text=d.text, metadata=d.metadata) for d in page]
+    return DocumentPage(documents=documents, next_cursor=next_cursor, total=total)
 
 
 @router.get("/documents/{doc_id:path}", response_model=DocumentOut, tags=["documents"])
