@@ -1,8 +1,10 @@
-"""Ranking: dense candidates to best chunk per document, and reciprocal rank fusion for hybrid search."""
+"""Ranking: dense candidates to best chunk per document, and the fusion of the dense and BM25 lists for hybrid
+search (reciprocal rank fusion by default, or a convex combination of normalised scores)."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
@@ -16,6 +18,51 @@ FUSION_DEPTH, FUSION_PER_RESULT = 30, 3
 EXACT_FILTER_LIMIT = 20_000  # filtered sets up to this many chunks are scored exactly from SQLite
 
 Ranked = list[tuple[str, float, int | None]]  # (doc_id, score, best chunk id when known), best first
+Scored = list[tuple[str, float]]  # (doc_id, score), best first: what BM25 returns
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How hybrid search merges its dense and BM25 lists. ``rrf``: by ranks, 1 / (k + rank) summed, no
+    calibration needed. ``convex``: alpha x dense + (1 - alpha) x BM25, each min-max normalised over its own
+    candidate list (a document absent from a list scores 0 there); alpha weights dense."""
+
+    method: Literal["rrf", "convex"] = "rrf"
+    k: int = RRF_K
+    alpha: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.method not in ("rrf", "convex"):
+            raise ValueError(f"unknown fusion method {self.method!r} (rrf or convex)")
+        if self.k < 1:
+            raise ValueError(f"fusion k {self.k} is below 1")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"fusion alpha {self.alpha} is outside 0..1")
+
+    @classmethod
+    def parse(cls, text: str) -> Fusion:
+        """``rrf``, ``rrf:20``, ``convex``, ``convex:0.3``: the command line's spelling."""
+        method, _, value = text.partition(":")
+        if method == "rrf":
+            return cls("rrf", k=int(value) if value else RRF_K)
+        if method == "convex":
+            return cls("convex", alpha=float(value) if value else 0.5)
+        raise ValueError(f"unknown fusion {text!r} (rrf[:K] or convex[:ALPHA])")
+
+    def label(self) -> str:
+        return f"rrf{self.k}" if self.method == "rrf" else f"convex{self.alpha:g}"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a hit ranked where it did: each list's score and 1-based rank (None when the hit was not in that
+    list, or the mode ran no such list) and the score it was ranked by."""
+
+    dense_score: float | None
+    dense_rank: int | None
+    bm25_score: float | None
+    bm25_rank: int | None
+    fused_score: float
 
 
 def fusion_depth(top_k: int) -> int:
@@ -85,3 +132,42 @@ def reciprocal_rank_fusion(lists: list[list[tuple[str, int | None]]], k: int = R
                 chunk[doc_id] = chunk_id
     order = sorted(scores, key=lambda d: -scores[d])
     return [(doc_id, scores[doc_id], chunk[doc_id]) for doc_id in order]
+
+
+def convex_fusion(dense: Ranked, sparse: Scored, alpha: float) -> Ranked:
+    """alpha x normalised dense + (1 - alpha) x normalised BM25 over the union of both candidate lists.
+    Min-max per list: cosine and BM25 live on different scales, and BM25's depends on the query's length."""
+    dense_norm = _min_max({doc_id: score for doc_id, score, _ in dense})
+    sparse_norm = _min_max(dict(sparse))
+    chunk = {doc_id: chunk_id for doc_id, _, chunk_id in dense}
+    pool = list(dict.fromkeys([*dense_norm, *sparse_norm]))
+    scores = {d: alpha * dense_norm.get(d, 0.0) + (1.0 - alpha) * sparse_norm.get(d, 0.0) for d in pool}
+    order = sorted(pool, key=lambda d: -scores[d])  # stable: ties keep dense order, then BM25's
+    return [(doc_id, scores[doc_id], chunk.get(doc_id)) for doc_id in order]
+
+
+def _min_max(scores: dict[str, float]) -> dict[str, float]:
+    if not scores:
+        return {}
+    low, high = min(scores.values()), max(scores.values())
+    if high <= low:  # one candidate, or all tied: each is the list's best
+        return dict.fromkeys(scores, 1.0)
+    return {d: (s - low) / (high - low) for d, s in scores.items()}
+
+
+def fuse(dense: Ranked, sparse: Scored, fusion: Fusion) -> Ranked:
+    if fusion.method == "convex":
+        return convex_fusion(dense, sparse, fusion.alpha)
+    return reciprocal_rank_fusion([[(d, c) for d, _, c in dense], [(d, None) for d, _ in sparse]], fusion.k)
+
+
+def explain(ranked: Ranked, dense: Ranked | None, sparse: Scored | None) -> dict[str, Explanation]:
+    """Each ranked document's place in the lists it was ranked from (``ranked`` may be one page of them)."""
+    dense_at = {d: (s, r) for r, (d, s, _) in enumerate(dense or [], start=1)}
+    sparse_at = {d: (s, r) for r, (d, s) in enumerate(sparse or [], start=1)}
+    out = {}
+    for doc_id, score, _ in ranked:
+        d_score, d_rank = dense_at.get(doc_id, (None, None))
+        s_score, s_rank = sparse_at.get(doc_id, (None, None))
+        out[doc_id] = Explanation(d_score, d_rank, s_score, s_rank, float(score))
+    return out

@@ -64,6 +64,8 @@ class SearchHit:
     chunk: str
     chunk_index: int
     metadata: dict[str, Any]
+    highlights: list[tuple[int, int]] | None = None  # [start, end) in ``chunk`` of query terms, when asked
+    explanation: Any = None  # ``ranking.Explanation`` when asked: where the hit stood in each list
 
 
 class IndexError_(Exception):

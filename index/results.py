@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from index.ranking import Ranked
+from index.highlight import highlight_spans
+from index.ranking import Explanation, Ranked
 from index.records import SearchHit
 from index.store import ChunkRow
 from index.text_analysis import query_terms
@@ -12,7 +13,13 @@ from index.version import OpenVersion
 
 
 def assemble_hits(
-    version: OpenVersion, ranked: Ranked, query_vector: np.ndarray | None, query_text: str
+    version: OpenVersion,
+    ranked: Ranked,
+    query_vector: np.ndarray | None,
+    query_text: str,
+    *,
+    explanations: dict[str, Explanation] | None = None,
+    highlight: bool = False,
 ) -> list[SearchHit]:
     doc_ids = [doc_id for doc_id, _, _ in ranked]
     chunks = version.store.chunks_of(doc_ids)
@@ -24,7 +31,16 @@ def assemble_hits(
             continue  # deleted between ranking and reading
         row = pick_chunk(version, rows, chunk_id, query_vector, query_text)
         hits.append(
-            SearchHit(doc_id, float(score), document.text, row.chunk_text, row.chunk_index, document.metadata)
+            SearchHit(
+                doc_id,
+                float(score),
+                document.text,
+                row.chunk_text,
+                row.chunk_index,
+                document.metadata,
+                highlights=highlight_spans(row.chunk_text, query_text) if highlight else None,
+                explanation=explanations.get(doc_id) if explanations is not None else None,
+            )
         )
     return hits
 

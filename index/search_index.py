@@ -31,7 +31,7 @@ from index.builder import (
 from index.changelog import apply_changes, copy_changes
 from index.chunking import Chunker
 from index.locks import ReadWriteLock
-from index.ranking import dense_ranking, fusion_depth, reciprocal_rank_fusion
+from index.ranking import Fusion, Ranked, Scored, dense_ranking, explain, fuse, fusion_depth
 from index.records import (
     DamagedFile,
     Document,
@@ -311,9 +311,14 @@ class SearchIndex:
         mode: Mode = "dense",
         filters: dict[str, Any] | None = None,
         offset: int = 0,
+        fusion: Fusion | None = None,
+        explained: bool = False,
+        highlight: bool = False,
     ) -> list[SearchHit]:
         """Results ``offset`` .. ``offset + top_k`` of the ranking a search with ``top_k = offset + top_k``
-        returns (so pages are slices of one ranking). The filter is applied before ranking in every mode."""
+        returns (so pages are slices of one ranking). The filter is applied before ranking in every mode.
+        ``fusion`` merges hybrid's lists (RRF with k = 60 by default); ``explained`` sets each hit's
+        ``explanation`` and ``highlight`` its ``highlights`` (the chunk's spans that match query terms)."""
         if mode not in ("dense", "bm25", "hybrid"):
             raise ValueError(f"unknown search mode {mode!r} (dense, bm25 or hybrid)")
         if mode != "bm25" and query_vector is None:
@@ -325,22 +330,33 @@ class SearchIndex:
         if top_k <= 0:
             return []
         window = offset + top_k
+        dense: Ranked | None = None
+        sparse: Scored | None = None
         with self._rw.read():
             live = self._live
             filters = filters or None
             if filters:
                 live.store.filter_sql(filters)  # raises UnknownFilterField early, whatever the mode
             if mode == "dense":
-                ranked = dense_ranking(live, query_vector, window, filters)
-                return assemble_hits(live, ranked[offset:window], query_vector, query_text)
-            if mode == "bm25":
-                scored = live.bm25(query_text, window, filters)[offset:window]
-                return assemble_hits(live, [(d, s, None) for d, s in scored], None, query_text)
-            depth = fusion_depth(window)
-            dense = dense_ranking(live, query_vector, depth, filters)
-            sparse = live.bm25(query_text, depth, filters)
-            fused = reciprocal_rank_fusion([[(d, c) for d, _, c in dense], [(d, None) for d, _ in sparse]])
-            return assemble_hits(live, fused[offset:window], query_vector, query_text)
+                ranked = dense = dense_ranking(live, query_vector, window, filters)
+            elif mode == "bm25":
+                sparse = live.bm25(query_text, window, filters)
+                ranked = [(d, s, None) for d, s in sparse]
+                query_vector = None  # BM25 hits pick their chunk by shared terms
+            else:
+                depth = fusion_depth(window)
+                dense = dense_ranking(live, query_vector, depth, filters)
+                sparse = live.bm25(query_text, depth, filters)
+                ranked = fuse(dense, sparse, fusion or Fusion())
+            page = ranked[offset:window]
+            return assemble_hits(
+                live,
+                page,
+                query_vector,
+                query_text,
+                explanations=explain(page, dense, sparse) if explained else None,
+                highlight=highlight,
+            )
 
     # ---- listing ------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from index.ranking import Fusion
 from index.records import Document, InvalidCursor, UnknownFilterField
 from index.search_index import MAX_SEARCH_WINDOW, SearchIndex, decode_cursor, encode_cursor
 from tests.index.conftest import tiny_documents
@@ -125,3 +126,40 @@ def test_paging_while_writes_land_never_repeats_or_skips_a_lasting_document(inde
     assert writes["count"] >= 3 * len(lasting + transient) // 3, writes  # a round of writes per page
     assert len(listed) == len(set(listed))  # nothing repeated
     assert {d.id for d in lasting} <= set(listed)  # nothing lasting skipped
+
+
+def test_explain_highlight_and_fusion_in_every_mode(index: SearchIndex, tiny_encoder) -> None:
+    corpus = docs(40)
+    index.upsert(corpus)
+    index.wait_for_lexical()
+    text = corpus[3].text
+    query = tiny_encoder.embed([text], normalize=True)[0]
+    plain = index.search(query, text, top_k=5, mode="hybrid")
+    assert all(h.highlights is None and h.explanation is None for h in plain)  # only when asked
+    for mode in ("dense", "bm25", "hybrid"):
+        page = index.search(query, text, top_k=5, offset=2, mode=mode, explained=True, highlight=True)
+        assert [h.id for h in page] == [h.id for h in index.search(query, text, top_k=7, mode=mode)][2:]
+        for hit in page:
+            why = hit.explanation
+            assert why.fused_score == pytest.approx(hit.score)
+            if mode == "hybrid":  # in one list at least, null in a list it was not in
+                assert why.dense_rank or why.bm25_rank
+            else:  # a mode ran one list: the other is null
+                assert (why.dense_rank is None, why.bm25_rank is None) == (mode == "bm25", mode == "dense")
+            if mode == "dense":
+                assert why.dense_score == pytest.approx(hit.score)
+            if mode == "bm25":
+                assert why.bm25_score == pytest.approx(hit.score)
+            assert hit.highlights and all(hit.chunk[a:b].lower() in text.lower() for a, b in hit.highlights)
+        if mode != "hybrid":  # ranks below the page are absolute: the page starts at rank 3
+            ranks = [h.explanation.dense_rank if mode == "dense" else h.explanation.bm25_rank for h in page]
+            assert ranks == [3, 4, 5, 6, 7]
+
+    convex = index.search(
+        query, text, top_k=10, mode="hybrid", fusion=Fusion("convex", alpha=0.5), explained=True
+    )
+    for hit in convex:
+        why = hit.explanation
+        assert 0.0 <= hit.score <= 1.0 and why.fused_score == pytest.approx(hit.score)
+    dense_only = index.search(query, text, top_k=10, mode="hybrid", fusion=Fusion("convex", alpha=1.0))
+    assert [h.id for h in dense_only][:5] == [h.id for h in index.search(query, text, top_k=5, mode="dense")]

@@ -1,4 +1,5 @@
-"""Units below the index: reciprocal rank fusion, the FTS5 query builder, the filter-to-SQL compiler."""
+"""Units below the index: reciprocal rank fusion, convex fusion and explanations, the FTS5 query builder, the
+filter-to-SQL compiler."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sqlite3
 import pytest
 
 from index.filters import InvalidFilterValue, compile_filters
-from index.ranking import RRF_K, reciprocal_rank_fusion
+from index.ranking import RRF_K, Explanation, Fusion, convex_fusion, explain, fuse, reciprocal_rank_fusion
 from index.records import UnknownFilterField
 from index.text_analysis import MAX_QUERY_TERMS, fts_query, query_terms
 
@@ -28,6 +29,50 @@ def test_fusion_keeps_the_chunk_a_list_knows() -> None:
     fused = reciprocal_rank_fusion([[("x", None)], [("x", 7)]])
     assert fused == [("x", pytest.approx(2 / (RRF_K + 1)), 7)]
     assert reciprocal_rank_fusion([[], []]) == []
+
+
+def test_convex_fusion_weights_min_max_normalised_scores() -> None:
+    dense = [("a", 0.9, 11), ("b", 0.7, 12), ("c", 0.5, 13)]
+    sparse = [("c", 20.0), ("d", 10.0), ("a", 5.0)]
+    fused = convex_fusion(dense, sparse, 0.5)
+    scores = {doc: score for doc, score, _ in fused}
+    # dense normalised: a 1, b 0.5, c 0; BM25: c 1, d 1/3, a 0; absent from a list: 0 there
+    assert scores == pytest.approx({"a": 0.5, "b": 0.25, "c": 0.5, "d": 1 / 6})
+    assert [doc for doc, _, _ in fused] == ["a", "c", "b", "d"]  # a tie keeps dense order
+    assert dict((d, c) for d, _, c in fused) == {"a": 11, "b": 12, "c": 13, "d": None}
+    assert [d for d, _, _ in convex_fusion(dense, sparse, 1.0)][:3] == ["a", "b", "c"]  # dense alone
+    assert [d for d, _, _ in convex_fusion(dense, sparse, 0.0)][:3] == ["c", "d", "a"]  # BM25 alone
+    assert convex_fusion([("x", 0.3, 1)], [], 0.5) == [("x", 0.5, 1)]  # a one-item list normalises to 1
+    assert convex_fusion([], [], 0.5) == []
+
+
+def test_fuse_dispatches_and_fusion_bounds_are_checked() -> None:
+    dense, sparse = [("a", 0.9, 1), ("b", 0.8, 2)], [("b", 3.0), ("a", 1.0)]
+    assert fuse(dense, sparse, Fusion()) == reciprocal_rank_fusion(
+        [[("a", 1), ("b", 2)], [("b", None), ("a", None)]]
+    )
+    k20 = {d: s for d, s, _ in fuse(dense, sparse, Fusion("rrf", k=20))}
+    assert k20["a"] == pytest.approx(1 / 21 + 1 / 22)
+    assert fuse(dense, sparse, Fusion("convex", alpha=0.7))[0][0] == "a"
+    for bad in ({"k": 0}, {"alpha": -0.1}, {"alpha": 1.5}, {"method": "borda"}):
+        with pytest.raises(ValueError):
+            Fusion(**bad)  # type: ignore[arg-type]
+    assert Fusion.parse("rrf:20") == Fusion("rrf", k=20) and Fusion.parse("rrf") == Fusion()
+    assert Fusion.parse("convex:0.3") == Fusion("convex", alpha=0.3)
+    with pytest.raises(ValueError):
+        Fusion.parse("mean")
+
+
+def test_explain_gives_each_lists_score_and_rank_or_none() -> None:
+    dense = [("a", 0.9, 1), ("b", 0.8, 2)]
+    sparse = [("c", 7.0), ("a", 2.0)]
+    fused = reciprocal_rank_fusion([[(d, c) for d, _, c in dense], [(d, None) for d, _ in sparse]])
+    page = fused[1:]  # a page below the first: ranks stay the lists' own
+    out = explain(page, dense, sparse)
+    assert set(out) == {d for d, _, _ in page}
+    assert out["b"] == Explanation(0.8, 2, None, None, pytest.approx(1 / (RRF_K + 2)))
+    assert out["c"] == Explanation(None, None, 7.0, 1, pytest.approx(1 / (RRF_K + 1)))
+    assert explain([("a", 0.9, 1)], dense, None)["a"] == Explanation(0.9, 1, None, None, 0.9)
 
 
 def test_fts_query_quotes_every_term_so_operators_are_words() -> None:

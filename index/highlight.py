@@ -1,0 +1,46 @@
+"""Highlights: the character spans of a chunk that match the query's terms, as BM25 matches them.
+
+The same analysis as the in-memory BM25 (``text_analysis``'s words, its stop words, Snowball English stems):
+"running dogs" marks "run", "runs" and "dog"; a stop word is never marked. Offsets are Python string indices
+(Unicode code points), ``[start, end)``, sorted, never overlapping.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import Stemmer
+
+from index.text_analysis import MAX_QUERY_TERMS, STOPWORDS, WORD, query_terms
+
+_local = threading.local()  # a PyStemmer object is not thread-safe: one per thread
+
+
+def _stemmer() -> Stemmer.Stemmer:
+    stemmer = getattr(_local, "stemmer", None)
+    if stemmer is None:
+        stemmer = _local.stemmer = Stemmer.Stemmer("english")
+    return stemmer
+
+
+def highlight_spans(text: str, query: str) -> list[tuple[int, int]]:
+    """``[start, end)`` spans of ``text`` whose word shares a stem with a query term (at most the terms BM25
+    would get). Words are found in the original text, so offsets index it even where lower-casing changes a
+    string's length (``"İ".lower()`` is two code points); touching spans are merged."""
+    terms = list(dict.fromkeys(query_terms(query)))[:MAX_QUERY_TERMS]
+    if not terms:
+        return []
+    stemmer = _stemmer()
+    wanted = set(stemmer.stemWords(terms))
+    spans: list[tuple[int, int]] = []
+    for match in WORD.finditer(text):
+        # The words ``words()`` makes of this one (usually itself, lower-cased; "İx" lower-cases to "i̇x",
+        # which the index reads as "i" and "x"): any of them matching marks the whole original word.
+        pieces = [w for w in WORD.findall(match.group().lower()) if w not in STOPWORDS]
+        if pieces and any(stem in wanted for stem in stemmer.stemWords(pieces)):
+            start, end = match.span()
+            if spans and spans[-1][1] >= start:
+                spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
+            else:
+                spans.append((start, end))
+    return spans
