@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from index.builder import BuildOptions, build_if_needed
+from index.ranking import Fusion
 from index.search_index import SearchIndex
 
 
@@ -98,8 +99,26 @@ def evaluate_beir(
     index_dir: Path | None = None,
     split: str = "test",
     show_progress: bool = True,
+    fusion: Fusion | None = None,
 ) -> dict[str, Any]:
-    """Build (or reuse, when input and model are unchanged) the folder's index, run the judged queries, score."""
+    """One run: ``evaluate_beir_fusions`` with one fusion setting (hybrid's default when None)."""
+    fusions = [fusion] if fusion is not None else None
+    return evaluate_beir_fusions(data, encoder, mode, backend, index_dir, split, show_progress, fusions)[0]
+
+
+def evaluate_beir_fusions(
+    data: Path,
+    encoder: Any,
+    mode: str,
+    backend: str,
+    index_dir: Path | None = None,
+    split: str = "test",
+    show_progress: bool = True,
+    fusions: list[Fusion] | None = None,
+) -> list[dict[str, Any]]:
+    """Build (or reuse, when input and model are unchanged) the folder's index, run the judged queries, score:
+    one result per fusion setting (hybrid; one run with the default otherwise), over one index, one set of
+    query vectors and one in-memory BM25."""
     data = Path(data)
     index_dir = index_dir or default_index_dir(data, encoder, backend)
     build_if_needed(index_dir, corpus_file(data), encoder, BuildOptions(show_progress=show_progress))
@@ -110,26 +129,39 @@ def evaluate_beir(
     vectors = (
         encoder.embed([queries[q] for q in ids], normalize=True) if mode != "bm25" else [None] * len(ids)
     )
+    embed_seconds = time.perf_counter() - started
+    settings = (fusions or [Fusion()]) if mode == "hybrid" else [None]
+    results = []
     index = SearchIndex.open(index_dir, encoder, create=False)
     try:
         index.wait_for_lexical()
-        run = {}
-        for query_id, vector in zip(ids, vectors, strict=True):
-            hits = index.search(vector, queries[query_id], top_k=101, mode=mode)  # type: ignore[arg-type]
-            run[query_id] = [h.id for h in hits if h.id != query_id][:100]
         manifest = index.manifest
+        for fusion in settings:
+            started = time.perf_counter()
+            run = {}
+            for query_id, vector in zip(ids, vectors, strict=True):
+                hits = index.search(vector, queries[query_id], top_k=101, mode=mode, fusion=fusion)  # type: ignore[arg-type]
+                run[query_id] = [h.id for h in hits if h.id != query_id][:100]
+            seconds = embed_seconds + time.perf_counter() - started
+            results.append(
+                score_run(run, qrels)
+                | {
+                    "mode": mode,
+                    "fusion": None
+                    if fusion is None
+                    else {"method": fusion.method, "k": fusion.k, "alpha": fusion.alpha},
+                    "split": split,
+                    "backend": backend,
+                    "queries": len(run),
+                    "data": str(data),
+                    "index": str(index_dir),
+                    "factory": manifest["factory"],
+                    "documents": manifest["documents"],
+                    "chunks": manifest["chunks"],
+                    "model_id": manifest["model_id"],
+                    "queries_per_second": round(len(run) / seconds, 2),
+                }
+            )
     finally:
         index.close()
-    seconds = time.perf_counter() - started
-    return score_run(run, qrels) | {
-        "mode": mode,
-        "backend": backend,
-        "queries": len(run),
-        "data": str(data),
-        "index": str(index_dir),
-        "factory": manifest["factory"],
-        "documents": manifest["documents"],
-        "chunks": manifest["chunks"],
-        "model_id": manifest["model_id"],
-        "queries_per_second": round(len(run) / seconds, 2),
-    }
+    return results

@@ -84,7 +84,13 @@ def _add_beir(evaluate: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="", help="model folder (default: the bundled all-MiniLM-L6-v2)")
     p.add_argument("--backend", choices=BACKENDS, default="auto")
     p.add_argument("--mode", choices=["dense", "bm25", "hybrid"], default="dense")
-    p.add_argument("--split", default="test")
+    p.add_argument("--split", default="test", help="the qrels file: qrels/<split>.tsv (test, train, dev)")
+    p.add_argument(
+        "--fusion",
+        action="append",
+        metavar="rrf[:K]|convex[:ALPHA]",
+        help="hybrid's fusion (default rrf:60); repeat it to score several over one index and one query pass",
+    )
     p.add_argument("--index", type=Path, help="index directory to build or reuse (default: a cache folder)")
     p.add_argument(
         "--out", type=Path, help="JSON result file (default: eval-<split>-<mode>.json in the index folder)"
@@ -94,21 +100,32 @@ def _add_beir(evaluate: argparse._SubParsersAction) -> None:
 
 def _beir(args: argparse.Namespace) -> None:
     from encoder_runtime import load_encoder
-    from encoder_training.evaluation.beir import default_index_dir, evaluate_beir
+    from encoder_training.evaluation.beir import default_index_dir, evaluate_beir_fusions
+    from index.ranking import Fusion
 
+    try:
+        fusions = [Fusion.parse(text) for text in args.fusion or []]
+    except ValueError as exc:
+        raise SystemExit(f"cloze eval beir: --fusion: {exc}") from exc
+    if fusions and args.mode != "hybrid":
+        raise SystemExit("cloze eval beir: --fusion applies to --mode hybrid only")
     encoder = load_encoder(args.model or None, backend=args.backend)
     backend = encoder.backend.name
     index_dir = args.index or default_index_dir(args.data, encoder, backend)
-    result = evaluate_beir(
-        args.data, encoder, args.mode, backend, index_dir, args.split, show_progress=sys.stderr.isatty()
+    results = evaluate_beir_fusions(
+        args.data, encoder, args.mode, backend, index_dir, args.split, sys.stderr.isatty(), fusions or None
     )
-    out = args.out or Path(index_dir) / f"eval-{args.split}-{args.mode}.json"
+    print(f"{'mode':8} {'fusion':10} {'backend':10} {'nDCG@10':>8} {'R@100':>8} {'MRR@10':>8} {'queries':>8}")
+    for fusion, result in zip(fusions or [None], results, strict=True):
+        label = fusion.label() if fusion else ""
+        print(
+            f"{result['mode']:8} {label:10} {backend:10} {result['ndcg@10']:8.4f} {result['recall@100']:8.4f} "
+            f"{result['mrr@10']:8.4f} {result['queries']:8d}"
+        )
+    default_name = f"eval-{args.split}-{args.mode}{'-fusions' if fusions else ''}.json"
+    out = args.out or Path(index_dir) / default_name
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"{'mode':8} {'backend':10} {'nDCG@10':>8} {'R@100':>8} {'MRR@10':>8} {'queries':>8}")
-    print(
-        f"{result['mode']:8} {backend:10} {result['ndcg@10']:8.4f} {result['recall@100']:8.4f} "
-        f"{result['mrr@10']:8.4f} {result['queries']:8d}"
-    )
+    written = results[0] if len(results) == 1 and not fusions else results
+    out.write_text(json.dumps(written, indent=2))
     print(f"written: {out}")
-    print(json.dumps(result))
+    print(json.dumps(written))
