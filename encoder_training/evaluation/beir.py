@@ -147,9 +147,7 @@ def evaluate_beir_fusions(
                 score_run(run, qrels)
                 | {
                     "mode": mode,
-                    "fusion": None
-                    if fusion is None
-                    else {"method": fusion.method, "k": fusion.k, "alpha": fusion.alpha},
+                    "fusion": _fusion_record(fusion),
                     "split": split,
                     "backend": backend,
                     "queries": len(run),
@@ -165,3 +163,12 @@ def evaluate_beir_fusions(
     finally:
         index.close()
     return results
+
+
+def _fusion_record(fusion: Fusion | None) -> dict[str, Any] | None:
+    """The setting as a request names it: each method with its own parameter only."""
+    if fusion is None:
+        return None
+    if fusion.method == "convex":
+        return {"method": "convex", "alpha": fusion.alpha}
+    return {"method": "rrf", "k": fusion.k}
