@@ -199,6 +199,25 @@ class Prediction(BaseModel):
     sequence: str
 
 
+class FusionIn(Strict):
+    """How hybrid search merges its dense and BM25 lists."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"method": "rrf", "k": 60}, {"method": "convex", "alpha": 0.5}]},
+    )
+    method: Literal["rrf", "convex"] = Field(
+        "rrf",
+        description="`rrf`: reciprocal rank fusion, a hit scores the sum over lists of 1 / (k + rank). `convex`: "
+        "alpha x dense + (1 - alpha) x BM25, each score min-max normalised over its own candidate list (0 when "
+        "the hit is not in that list)",
+    )
+    k: int | None = Field(None, ge=1, description="RRF's constant (rrf only; default 60)", examples=[60])
+    alpha: float | None = Field(
+        None, ge=0.0, le=1.0, description="the dense list's weight (convex only; default 0.5)", examples=[0.5]
+    )
+
+
 class SearchRequest(Strict):
     query: str = Field(min_length=1)
     top_k: int = Field(10, ge=1)
@@ -211,6 +230,48 @@ class SearchRequest(Strict):
     mode: SearchMode = "hybrid"
     filter: dict[str, Any] | None = Field(None, description=FILTER_DESCRIPTION, examples=FILTER_EXAMPLES)
     include_text: bool = False
+    highlight: bool = Field(
+        False,
+        description="Return each hit's `highlights`: the spans of `chunk` holding a query term, as BM25 matches "
+        "terms (lower-cased words, English stems, stop words never)",
+        examples=[True],
+    )
+    fusion: FusionIn | None = Field(
+        None,
+        description="Hybrid mode only: how the dense and BM25 lists are merged (default RRF with k = 60)",
+        examples=[{"method": "rrf", "k": 60}, {"method": "convex", "alpha": 0.5}],
+    )
+    explain: bool = Field(
+        False,
+        description="Return each hit's `explain`: its dense and BM25 score and rank, and the score it was ranked by",
+        examples=[True],
+    )
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"query": "vitamin D and bone density", "mode": "hybrid", "top_k": 5},
+                {
+                    "query": "running dogs",
+                    "mode": "hybrid",
+                    "highlight": True,
+                    "explain": True,
+                    "fusion": {"method": "convex", "alpha": 0.5},
+                },
+            ]
+        },
+    )
+
+
+class SearchExplanation(BaseModel):
+    """Where a hit stood in each ranked list; null where it was not in that list (or the mode ran none)."""
+
+    dense_score: float | None = Field(description="cosine of the hit's best chunk to the query")
+    dense_rank: int | None = Field(description="1-based place in the dense list")
+    bm25_score: float | None = Field(description="BM25 score of the document")
+    bm25_rank: int | None = Field(description="1-based place in the BM25 list")
+    fused_score: float = Field(description="the score the hit was ranked by (its `score`)")
 
 
 class SearchResult(BaseModel):
@@ -220,6 +281,13 @@ class SearchResult(BaseModel):
     chunk: str
     chunk_index: int
     metadata: dict[str, Any]
+    highlights: list[tuple[int, int]] | None = Field(
+        None,
+        description="With `highlight`: [start, end) offsets in `chunk`, in Unicode code points, sorted, of the "
+        "words that match a query term",
+        examples=[[[0, 7], [8, 12]]],
+    )
+    explain: SearchExplanation | None = Field(None, description="With `explain`: how the hit was ranked")
 
 
 class SearchResponse(BaseModel):

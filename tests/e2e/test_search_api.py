@@ -134,6 +134,44 @@ def test_filter_operators_ranges_and_paging_over_http(client, loaded):
     assert schema["filter"]["examples"] and "offset" in schema
 
 
+def test_highlights_fusion_and_explain_over_http(client, loaded):
+    body = {"query": "the governments of free people", "top_k": 5, "mode": "hybrid"}
+    plain = client.post("/search", json=body).json()["results"]
+    assert all(r["highlights"] is None and r["explain"] is None for r in plain)  # only when asked
+    asked = client.post("/search", json={**body, "highlight": True, "explain": True}).json()["results"]
+    assert [r["id"] for r in asked] == [r["id"] for r in plain]  # the same ranking (RRF k 60 by default)
+    marked = [r["chunk"][a:b].lower() for r in asked for a, b in r["highlights"]]
+    assert marked and all(w.startswith(("govern", "free", "peopl")) for w in marked), marked
+    assert "the" not in marked and "of" not in marked  # stop words never
+    for r in asked:
+        why = r["explain"]
+        assert why["fused_score"] == pytest.approx(r["score"])
+        assert why["dense_rank"] or why["bm25_rank"]
+    convex = {**body, "fusion": {"method": "convex", "alpha": 0.5}, "explain": True}
+    for r in client.post("/search", json=convex).json()["results"]:
+        assert 0 <= r["score"] <= 1 and r["explain"]["fused_score"] == pytest.approx(r["score"])
+    rrf20 = client.post("/search", json={**body, "fusion": {"method": "rrf", "k": 20}}).json()["results"]
+    assert rrf20[0]["score"] > plain[0]["score"]  # 1 / (20 + rank) > 1 / (60 + rank)
+    dense = client.get("/search", params={"q": body["query"], "mode": "dense", "explain": True}).json()
+    assert all(r["explain"]["bm25_rank"] is None for r in dense["results"])
+    for fusion, field in [
+        ({"method": "rrf", "k": 0}, "fusion.k"),
+        ({"method": "convex", "alpha": 1.5}, "fusion.alpha"),
+        ({"method": "convex", "alpha": -0.1}, "fusion.alpha"),
+        ({"method": "borda"}, "fusion.method"),
+        ({"method": "rrf", "alpha": 0.5}, "fusion.alpha"),  # each parameter belongs to one method
+        ({"method": "convex", "k": 60}, "fusion.k"),
+    ]:
+        reply = client.post("/search", json={**body, "fusion": fusion})
+        assert reply.status_code == 422 and reply.json()["field"] == field, (fusion, reply.text)
+    wrong_mode = client.post("/search", json={**body, "mode": "dense", "fusion": {"method": "rrf"}})
+    assert wrong_mode.status_code == 422 and wrong_mode.json()["field"] == "fusion"
+    schema = client.get("/openapi.json").json()["components"]["schemas"]
+    request = schema["SearchRequest"]["properties"]
+    assert all(request[name].get("examples") for name in ("highlight", "fusion", "explain"))
+    assert "highlights" in schema["SearchResult"]["properties"] and "SearchExplanation" in schema
+
+
 def test_bm25_survives_query_syntax(client, loaded):
     for query in ['"unbalanced', "AND OR NOT (", "*", "a:b", "NEAR(x y)"]:
         assert client.post("/search", json={"query": query, "mode": "bm25"}).status_code == 200, query

@@ -1,16 +1,19 @@
-"""Search: dense, BM25 and hybrid (reciprocal rank fusion), with metadata filters."""
+"""Search: dense, BM25 and hybrid (reciprocal rank fusion or a convex combination), with metadata filters,
+highlights and per-hit explanations."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
 from app.service.errors import ApiError
-from app.service.schemas import SearchMode, SearchRequest, SearchResponse, SearchResult
+from app.service.schemas import SearchExplanation, SearchMode, SearchRequest, SearchResponse, SearchResult
 from app.service.validation import StrictJSONRoute, check_filter
 from index.filters import InvalidFilterValue
+from index.ranking import RRF_K, Fusion
 from index.records import UnknownFilterField
 from index.search_index import MAX_SEARCH_WINDOW
 
@@ -30,11 +33,36 @@ async def search_get(
     mode: SearchMode = "hybrid",
     include_text: bool = False,
     offset: Annotated[int, Query(ge=0, description="skip this many results")] = 0,
+    highlight: Annotated[bool, Query(description="return each hit's highlights")] = False,
+    explain: Annotated[bool, Query(description="return each hit's explain")] = False,
 ) -> SearchResponse:
     """For browsers and curl: ``/search?q=...&mode=bm25``."""
-    return await _search(
-        request, SearchRequest(query=q, top_k=top_k, mode=mode, include_text=include_text, offset=offset)
+    body = SearchRequest(
+        query=q,
+        top_k=top_k,
+        mode=mode,
+        include_text=include_text,
+        offset=offset,
+        highlight=highlight,
+        explain=explain,
     )
+    return await _search(request, body)
+
+
+def _fusion(body: SearchRequest) -> Fusion | None:
+    """The index's ``Fusion`` for the request's; each parameter belongs to one method."""
+    chosen = body.fusion
+    if chosen is None:
+        return None
+    if body.mode != "hybrid":
+        raise ApiError(422, f"fusion: applies to mode hybrid only, not {body.mode}", "fusion")
+    if chosen.method == "rrf" and chosen.alpha is not None:
+        raise ApiError(422, "fusion.alpha: applies to method convex only", "fusion.alpha")
+    if chosen.method == "convex" and chosen.k is not None:
+        raise ApiError(422, "fusion.k: applies to method rrf only", "fusion.k")
+    if chosen.method == "convex":
+        return Fusion("convex", alpha=0.5 if chosen.alpha is None else chosen.alpha)
+    return Fusion("rrf", k=RRF_K if chosen.k is None else chosen.k)
 
 
 async def _search(request: Request, body: SearchRequest) -> SearchResponse:
@@ -54,6 +82,7 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
             "(list documents with GET /documents to read further)",
             "offset",
         )
+    fusion = _fusion(body)
     index = engines.require_index()
     vector = None
     if body.mode != "bm25":
@@ -68,6 +97,9 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
             offset=body.offset,
             mode=body.mode,
             filters=body.filter,
+            fusion=fusion,
+            explained=body.explain,
+            highlight=body.highlight,
         )
     except UnknownFilterField as exc:
         raise ApiError(422, f"{exc.field}: no document has this metadata field", exc.field) from exc
@@ -81,6 +113,8 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
             chunk=hit.chunk,
             chunk_index=hit.chunk_index,
             metadata=hit.metadata,
+            highlights=hit.highlights,
+            explain=SearchExplanation(**asdict(hit.explanation)) if hit.explanation is not None else None,
         )
         for hit in hits
     ]
