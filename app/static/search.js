@@ -1,4 +1,4 @@
-// Search: POST /search with mode, top_k and metadata filters; chunks shown with the query's words marked.
+// Search: POST /search with mode, top_k and metadata filters; chunks shown with the server's highlights marked.
 "use strict";
 
 (() => {
@@ -10,7 +10,6 @@
   const list = document.getElementById("s-results");
   const filterBox = document.getElementById("s-filters");
   const filterFields = document.getElementById("s-filter-fields");
-  const STOP = new Set("and are but for from has have her his its not our that the their them they this was were what when which who will with you".split(" "));
   const seen = new Map(); // field -> Set of values met in results, offered as suggestions
 
   async function loadFields() {
@@ -66,7 +65,7 @@
       return;
     }
     setStatus(status, "Searching…");
-    const body = { query: q, mode: mode.value, top_k: Number(topk.value) };
+    const body = { query: q, mode: mode.value, top_k: Number(topk.value), highlight: true };
     const chosen = filters();
     if (chosen) body.filter = chosen;
     const started = performance.now();
@@ -80,7 +79,7 @@
       return;
     }
     const roundTrip = Math.round(performance.now() - started);
-    list.replaceChildren(...answer.results.map((result, i) => resultCard(result, i, q)));
+    list.replaceChildren(...answer.results.map((result, i) => resultCard(result, i)));
     remember(answer.results);
     const n = answer.results.length;
     const latency = el("span", { class: "latency", id: "s-latency" }, `${answer.took_ms.toFixed(1)} ms on the server, ${roundTrip} ms round trip`);
@@ -89,7 +88,7 @@
     status.setAttribute("role", "status");
   });
 
-  function resultCard(result, rank, q) {
+  function resultCard(result, rank) {
     const meta = result.metadata || {};
     const title = meta.title ? `${meta.title}` : result.id;
     const chips = Object.entries(meta)
@@ -110,24 +109,24 @@
         el("span", { class: "result-title" }, `${rank + 1}. ${title}`),
         el("span", { class: "score", title: "score" }, `score ${result.score.toFixed(4)}`),
       ),
-      el("p", { class: "chunk" }, highlight(result.chunk, q)),
+      el("p", { class: "chunk" }, highlight(result.chunk, result.highlights)),
       el("ul", { class: "meta", "aria-label": "Metadata" }, chips, el("li", {}, `${result.id} · chunk ${result.chunk_index}`)),
     );
   }
 
-  // The chunk as text nodes with <mark> around words the query shares (case-insensitive, prefix match).
-  function highlight(chunk, q) {
-    const words = [...new Set(q.toLowerCase().match(/[\p{L}\p{N}]{3,}/gu) || [])].filter((w) => !STOP.has(w));
-    if (!words.length) return [chunk];
-    const escaped = words.map((w) => w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
-    const pattern = new RegExp(`(?<![\\p{L}\\p{N}])(${escaped.join("|")})[\\p{L}\\p{N}]*`, "giu");
+  // The chunk as text nodes with <mark> around the server's highlights: the words BM25 matched (stems, no stop
+  // words). Spans are [start, end) in code points, so the chunk is sliced as code points, not UTF-16 units.
+  function highlight(chunk, spans) {
+    if (!spans || !spans.length) return [chunk];
+    const points = Array.from(chunk);
     const out = [];
     let last = 0;
-    for (const match of chunk.matchAll(pattern)) {
-      out.push(chunk.slice(last, match.index), el("mark", {}, match[0]));
-      last = match.index + match[0].length;
+    for (const [start, end] of spans) {
+      if (start < last || start >= end || end > points.length) continue;
+      out.push(points.slice(last, start).join(""), el("mark", {}, points.slice(start, end).join("")));
+      last = end;
     }
-    out.push(chunk.slice(last));
+    out.push(points.slice(last).join(""));
     return out;
   }
 

@@ -243,12 +243,16 @@ def test_search_shows_scored_highlighted_results_and_filters(browser, server, cl
     page.select_option("#s-mode", "bm25")
     page.press("#s-query", "Enter")
     page.locator("#s-latency").wait_for()
-    expected = client.post("/search", json={"query": query, "mode": "bm25", "top_k": 10}).json()
+    request = {"query": query, "mode": "bm25", "top_k": 10, "highlight": True}
+    expected = client.post("/search", json=request).json()
     assert expected["results"], "the demo slice should match this query"
     results = page.locator("#s-results > li.result")
     assert results.count() == len(expected["results"])
     assert results.first.get_attribute("data-id") == expected["results"][0]["id"]
-    assert results.first.locator("mark").count() > 0
+    first = expected["results"][0]
+    spans = [first["chunk"][a:b] for a, b in first["highlights"]]
+    assert spans and results.first.locator("mark").all_inner_texts() == spans  # the server's spans, marked
+    assert "and" not in {m.lower() for m in spans}  # stop words never
     assert "score" in results.first.locator(".score").inner_text()
     assert "ms on the server" in page.locator("#s-latency").inner_text()
 
