@@ -115,10 +115,14 @@ def evaluate_beir_fusions(
     split: str = "test",
     show_progress: bool = True,
     fusions: list[Fusion] | None = None,
+    top_k: int = 101,
 ) -> list[dict[str, Any]]:
     """Build (or reuse, when input and model are unchanged) the folder's index, run the judged queries, score:
     one result per fusion setting (hybrid; one run with the default otherwise), over one index, one set of
-    query vectors and one in-memory BM25."""
+    query vectors and one in-memory BM25. ``top_k``: hits asked a query (101 leaves room for the dropped
+    identical id); 10 scores the ranking a served top-10 search returns, since hybrid fuses a pool of
+    max(30, 3 x top_k) and a convex fusion's normalisation depends on it. Each setting after the first is
+    compared with the first, query by query (``paired_vs_first``)."""
     data = Path(data)
     index_dir = index_dir or default_index_dir(data, encoder, backend)
     build_if_needed(index_dir, corpus_file(data), encoder, BuildOptions(show_progress=show_progress))
@@ -131,7 +135,8 @@ def evaluate_beir_fusions(
     )
     embed_seconds = time.perf_counter() - started
     settings = (fusions or [Fusion()]) if mode == "hybrid" else [None]
-    results = []
+    results: list[dict[str, Any]] = []
+    per_query: dict[int, np.ndarray] = {}
     index = SearchIndex.open(index_dir, encoder, create=False)
     try:
         index.wait_for_lexical()
@@ -140,15 +145,17 @@ def evaluate_beir_fusions(
             started = time.perf_counter()
             run = {}
             for query_id, vector in zip(ids, vectors, strict=True):
-                hits = index.search(vector, queries[query_id], top_k=101, mode=mode, fusion=fusion)  # type: ignore[arg-type]
+                hits = index.search(vector, queries[query_id], top_k=top_k, mode=mode, fusion=fusion)  # type: ignore[arg-type]
                 run[query_id] = [h.id for h in hits if h.id != query_id][:100]
             seconds = embed_seconds + time.perf_counter() - started
+            per_query[id(fusion)] = ndcg_per_query(run, qrels)
             results.append(
                 score_run(run, qrels)
                 | {
                     "mode": mode,
                     "fusion": _fusion_record(fusion),
                     "split": split,
+                    "top_k": top_k,
                     "backend": backend,
                     "queries": len(run),
                     "data": str(data),
@@ -162,7 +169,29 @@ def evaluate_beir_fusions(
             )
     finally:
         index.close()
+    first = per_query[id(settings[0])]
+    for fusion, result in zip(settings[1:], results[1:], strict=True):
+        result["paired_vs_first"] = paired_difference(per_query[id(fusion)], first)
     return results
+
+
+def ndcg_per_query(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> np.ndarray:
+    return np.array([ndcg_at(run[q], qrels[q], 10) for q in qrels if q in run])
+
+
+def paired_difference(scores: np.ndarray, baseline: np.ndarray, rounds: int = 2000) -> dict[str, Any]:
+    """nDCG@10 minus the baseline's over the same queries: the mean, a 95% paired-bootstrap interval (fixed
+    seed) and how many queries went up or down; a gain whose interval holds 0 is a tie."""
+    diff = scores - baseline
+    rng = np.random.default_rng(0)
+    means = diff[rng.integers(0, len(diff), (rounds, len(diff)))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return {
+        "ndcg@10": round(float(diff.mean()), 4),
+        "ci95": [round(float(low), 4), round(float(high), 4)],
+        "better": int((diff > 0).sum()),
+        "worse": int((diff < 0).sum()),
+    }
 
 
 def _fusion_record(fusion: Fusion | None) -> dict[str, Any] | None:

@@ -91,6 +91,13 @@ def _add_beir(evaluate: argparse._SubParsersAction) -> None:
         metavar="rrf[:K]|convex[:ALPHA]",
         help="hybrid's fusion (default rrf:60); repeat it to score several over one index and one query pass",
     )
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=101,
+        help="hits asked a query (default 101: Recall@100 after dropping an identical id); 10 scores what a "
+        "served top-10 search ranks (hybrid's fusion pool is max(30, 3 x top_k))",
+    )
     p.add_argument("--index", type=Path, help="index directory to build or reuse (default: a cache folder)")
     p.add_argument(
         "--out", type=Path, help="JSON result file (default: eval-<split>-<mode>.json in the index folder)"
@@ -113,7 +120,15 @@ def _beir(args: argparse.Namespace) -> None:
     backend = encoder.backend.name
     index_dir = args.index or default_index_dir(args.data, encoder, backend)
     results = evaluate_beir_fusions(
-        args.data, encoder, args.mode, backend, index_dir, args.split, sys.stderr.isatty(), fusions or None
+        args.data,
+        encoder,
+        args.mode,
+        backend,
+        index_dir,
+        args.split,
+        sys.stderr.isatty(),
+        fusions or None,
+        args.top_k,
     )
     print(f"{'mode':8} {'fusion':10} {'backend':10} {'nDCG@10':>8} {'R@100':>8} {'MRR@10':>8} {'queries':>8}")
     for fusion, result in zip(fusions or [None], results, strict=True):
@@ -121,6 +136,12 @@ def _beir(args: argparse.Namespace) -> None:
         print(
             f"{result['mode']:8} {label:10} {backend:10} {result['ndcg@10']:8.4f} {result['recall@100']:8.4f} "
             f"{result['mrr@10']:8.4f} {result['queries']:8d}"
+        )
+    for fusion, result in zip(fusions[1:], results[1:], strict=False):
+        paired = result["paired_vs_first"]
+        print(
+            f"{fusion.label()} - {fusions[0].label()}: nDCG@10 {paired['ndcg@10']:+.4f}, 95% CI {paired['ci95']}, "
+            f"{paired['better']} queries up, {paired['worse']} down"
         )
     default_name = f"eval-{args.split}-{args.mode}{'-fusions' if fusions else ''}.json"
     out = args.out or Path(index_dir) / default_name

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from encoder_training.evaluation.beir import mrr_at, ndcg_at, recall_at, score_run
+from encoder_training.evaluation.beir import mrr_at, ndcg_at, paired_difference, recall_at, score_run
 from index.builder import BuildOptions, build_from_input
 from index.search_index import SearchIndex
 from index.store import DocumentStore
@@ -54,3 +54,16 @@ def test_metrics_match_hand_computed_values() -> None:
     assert recall_at(ranked, relevant, 2) == 0.5 and recall_at(ranked, relevant, 100) == 1.0
     scores = score_run({"q1": ranked, "q2": ["x"]}, {"q1": relevant, "q2": {"y": 1}})
     assert scores["mrr@10"] == pytest.approx(0.25) and scores["recall@100"] == pytest.approx(0.5)
+
+
+def test_paired_difference_counts_queries_and_brackets_the_mean() -> None:
+    baseline = np.array([0.5, 0.5, 0.5, 0.5])
+    paired = paired_difference(np.array([0.6, 0.7, 0.5, 0.4]), baseline)
+    assert paired["ndcg@10"] == pytest.approx(0.05) and (paired["better"], paired["worse"]) == (2, 1)
+    assert paired["ci95"][0] <= 0.05 <= paired["ci95"][1]
+    assert paired_difference(baseline, baseline) == {
+        "ndcg@10": 0.0,
+        "ci95": [0.0, 0.0],
+        "better": 0,
+        "worse": 0,
+    }
