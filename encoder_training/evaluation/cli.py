@@ -131,8 +131,7 @@ def _beir(args: argparse.Namespace) -> None:
         args.top_k,
     )
     print(f"{'mode':8} {'fusion':10} {'backend':10} {'nDCG@10':>8} {'R@100':>8} {'MRR@10':>8} {'queries':>8}")
-    for fusion, result in zip(fusions or [None], results, strict=True):
-        label = fusion.label() if fusion else ""
+    for label, result in zip([f.label() for f in fusions] or [""], results, strict=True):
         print(
             f"{result['mode']:8} {label:10} {backend:10} {result['ndcg@10']:8.4f} {result['recall@100']:8.4f} "
             f"{result['mrr@10']:8.4f} {result['queries']:8d}"
