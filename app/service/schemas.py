@@ -210,7 +210,8 @@ class FusionIn(Strict):
         "rrf",
         description="`rrf`: reciprocal rank fusion, a hit scores the sum over lists of 1 / (k + rank). `convex`: "
         "alpha x dense + (1 - alpha) x BM25, each score min-max normalised over its own candidate list (0 when "
-        "the hit is not in that list)",
+        "the hit is not in that list). Each list holds max(30, 3 x (offset + top_k)) candidates, so a top 10 may "
+        "shift with top_k, a convex one more than an RRF one",
     )
     k: int | None = Field(None, ge=1, description="RRF's constant (rrf only; default 60)", examples=[60])
     alpha: float | None = Field(
