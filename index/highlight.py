@@ -7,6 +7,7 @@ The same analysis as the in-memory BM25 (``text_analysis``'s words, its stop wor
 
 from __future__ import annotations
 
+import re
 import threading
 
 import Stemmer
@@ -32,12 +33,23 @@ def highlight_spans(text: str, query: str) -> list[tuple[int, int]]:
         return []
     stemmer = _stemmer()
     wanted = set(stemmer.stemWords(terms))
+    lowered = text.lower()
+    if len(lowered) == len(text):  # each character lower-cases to one: offsets carry over, words are words()
+        distinct = list(set(WORD.findall(lowered)) - STOPWORDS)
+        hit = [w for w, stem in zip(distinct, stemmer.stemWords(distinct), strict=True) if stem in wanted]
+        if not hit:
+            return []
+        pattern = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, hit)) + r")(?!\w)")
+        return [m.span() for m in pattern.finditer(lowered)]  # whole words, so never overlapping
+    # "İ" lower-cases to "i̇" (two code points, which words() reads as "i" + a new word): word by word, and any
+    # piece matching marks the whole original word.
+    matches = list(WORD.finditer(text))
+    pieces = [[w for w in WORD.findall(m.group().lower()) if w not in STOPWORDS] for m in matches]
+    distinct = list({w for group in pieces for w in group})
+    matched = {w for w, stem in zip(distinct, stemmer.stemWords(distinct), strict=True) if stem in wanted}
     spans: list[tuple[int, int]] = []
-    for match in WORD.finditer(text):
-        # The words ``words()`` makes of this one (usually itself, lower-cased; "İx" lower-cases to "i̇x",
-        # which the index reads as "i" and "x"): any of them matching marks the whole original word.
-        pieces = [w for w in WORD.findall(match.group().lower()) if w not in STOPWORDS]
-        if pieces and any(stem in wanted for stem in stemmer.stemWords(pieces)):
+    for match, group in zip(matches, pieces, strict=True):
+        if any(w in matched for w in group):
             start, end = match.span()
             if spans and spans[-1][1] >= start:
                 spans[-1] = (spans[-1][0], max(end, spans[-1][1]))

@@ -28,7 +28,9 @@ def test_offsets_index_the_original_text_through_unicode() -> None:
     assert marked(text, "café") == ["Café"]  # after an astral emoji: code-point offsets
     assert marked(text, "NAÏVE ünïcödé") == ["naïve", "Ünïcödé"]
     assert marked(text, "東京") == ["東京"]
-    # "İ" lower-cases to two code points; BM25 reads "i̇stanbul" as "i" + "stanbul": the original word is marked
+    plain = "😀 Café Ünïcödé"  # lower-casing keeps its length: the whole-text path
+    assert marked(plain, "CAFÉ ünïcödé") == ["Café", "Ünïcödé"]
+    # "İ" lower-cases to two code points (the word-by-word path); BM25 reads "i̇stanbul" as "i" + "stanbul": the original word is marked
     spans = highlight_spans(text, "stanbul")
     assert [text[a:b] for a, b in spans] == ["İstanbul"]
     assert all(text[a:b] for a, b in spans)
