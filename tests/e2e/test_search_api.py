@@ -31,6 +31,8 @@ def demo_documents(limit: int) -> list[dict]:
 @pytest.fixture(scope="module")
 def loaded(client) -> list[dict]:
     docs = demo_documents(60)  # Washington .. Jefferson inaugurals
+    for doc in docs:  # other modules share the server and store documents too: filters can pick these out
+        doc["metadata"]["suite"] = "search-api"
     reply = client.put("/documents", json=docs)
     assert reply.status_code == 200 and reply.json()["upserted"] == 60
     return docs
@@ -79,7 +81,8 @@ def test_filters_apply_before_top_k_and_unknown_fields_are_named(client, loaded)
 def test_filter_operators_ranges_and_paging_over_http(client, loaded):
     years = {d["metadata"]["year"] for d in loaded}
     body = {"query": "the people and their government", "top_k": 100, "mode": "dense"}
-    ranged = {"$or": [{"year": {"$gte": 1801, "$lt": 1809}}, {"president": "Washington"}]}
+    ours = {"suite": "search-api"}
+    ranged = {"$or": [{"year": {"$gte": 1801, "$lt": 1809}}, {"president": "Washington"}], **ours}
     results = client.post("/search", json={**body, "filter": ranged}).json()["results"]
     expected = [
         d
@@ -87,7 +90,7 @@ def test_filter_operators_ranges_and_paging_over_http(client, loaded):
         if 1801 <= d["metadata"]["year"] < 1809 or d["metadata"]["president"] == "Washington"
     ]
     assert {r["id"] for r in results} == {d["id"] for d in expected}  # every match, before top-k
-    negated = {"year": {"$nin": sorted(years)[1:]}, "$not": {"kind": {"$ne": "inaugural"}}}
+    negated = {"year": {"$nin": sorted(years)[1:]}, "$not": {"kind": {"$ne": "inaugural"}}, **ours}
     assert {
         r["metadata"]["year"]
         for r in client.post("/search", json={**body, "filter": negated}).json()["results"]
@@ -236,7 +239,7 @@ def test_graceful_shutdown_drains_in_flight_requests(server_env, tmp_path):
 
 
 def test_listing_pages_through_the_documents_with_a_filter(client, loaded):
-    wanted = {"year": {"$gte": 1801}}
+    wanted = {"year": {"$gte": 1801}, "suite": "search-api"}  # the server holds other modules' documents
     matching = sorted(d["id"] for d in loaded if d["metadata"]["year"] >= 1801)
     seen, cursor, totals = [], None, set()
     while True:
