@@ -41,6 +41,11 @@ MAX_FILTER_VALUES = 10_000  # in one whole filter: SQLite binds at most 32,766 p
 MAX_FILTER_DEPTH = 8  # $and / $or / $not (and a field's operator object) nested inside each other
 MAX_FILTER_CLAUSES = 256  # field predicates and boolean operators in one filter
 MAX_LIST_VALUES = 1024  # values in one list ($in, $nin, a shorthand list)
+# Post-filtering a broad filter (``ranking.post_filtered``, ``OpenVersion.bm25``) tests unfiltered candidates row
+# by row; listing a filter's matches (the side table) and scoring them costs about twice as much per match as
+# testing a candidate (100k chunks: ~9 us against ~4 us), so candidates are tested while there are at most
+# this many of them per estimated match, and the matches are listed otherwise.
+TESTED_PER_MATCH = 2.0
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 FIELD_OPERATORS = {"$eq", "$ne", "$in", "$nin", "$exists", "$not", *COMPARISONS}
 LOGICAL_OPERATORS = {"$and", "$or", "$not"}
@@ -65,6 +70,7 @@ class InvalidFilterValue(ValueError):
 class _Compiler:
     known_fields: Set[str] | None
     max_values: int
+    values_table: bool = False  # predicates over the store's ``doc_values`` (indexed) instead of json_each
     params: list[Any] = field(default_factory=list)
     clauses: int = 0
     bound: int = 0  # what the filter binds, roughly: a field predicate one (its path), each value one
@@ -159,26 +165,31 @@ class _Compiler:
             values = [operand]
         self.count_values(where, 1 + len(values))
         if op in COMPARISONS:
-            element, element_params = comparison(COMPARISONS[op], operand, where)
+            element, element_params = comparison(COMPARISONS[op], operand, where, self.values_table)
         else:
             for value in values:
                 check_value(where, value)
             if not values:
                 return "0" if op == "$in" else "1"
             element, element_params = equality(values)
-        self.params += [json_path, *element_params]
-        exists = (
-            f"EXISTS (SELECT 1 FROM json_each(d.metadata, ?) e WHERE typeof(e.key) <> 'text' AND ({element}))"
-        )
+        if self.values_table:  # the same elements, one row each, read through the side table's indexes
+            self.params += [name, *element_params]
+            exists = f"d.rid IN (SELECT e.doc_rid FROM doc_values e WHERE e.field = ? AND ({element}))"
+        else:
+            self.params += [json_path, *element_params]
+            exists = f"EXISTS (SELECT 1 FROM json_each(d.metadata, ?) e WHERE typeof(e.key) <> 'text' AND ({element}))"
         return f"NOT {exists}" if op in ("$ne", "$nin") else exists
 
 
-def comparison(sign: str, operand: Any, where: str) -> tuple[str, list[Any]]:
-    """A range over numbers, or over ISO instants (both sides through julianday(), UTC when no offset)."""
+def comparison(sign: str, operand: Any, where: str, values_table: bool = False) -> tuple[str, list[Any]]:
+    """A range over numbers, or over ISO instants (both sides through julianday(), UTC when no offset; the side
+    table holds each date-shaped string's julianday() already, in ``num``)."""
     if isinstance(operand, int | float) and not isinstance(operand, bool):
         check_value(where, operand)
         return f"e.type IN ('integer', 'real') AND e.value {sign} ?", [operand]
     if isinstance(operand, str) and iso_instant(operand):
+        if values_table:
+            return f"e.type = 'text' AND e.num {sign} julianday(?)", [operand]
         return (
             f"e.type = 'text' AND e.value GLOB '{DATE_SHAPE}' AND julianday(e.value) {sign} julianday(?)",
             [operand],
@@ -217,11 +228,16 @@ def iso_instant(text: str) -> bool:
 
 
 def compile_filters(
-    filters: dict[str, Any], known_fields: Set[str] | None, max_values: int = MAX_FILTER_VALUES
+    filters: dict[str, Any],
+    known_fields: Set[str] | None,
+    max_values: int = MAX_FILTER_VALUES,
+    values_table: bool = False,
 ) -> tuple[str, list[Any]]:
     """The WHERE clause and its parameters. ``known_fields`` None checks shape and bounds only (the service's
-    early check); a set refuses a field no document has (``UnknownFilterField``, naming its path)."""
-    compiler = _Compiler(known_fields, min(max_values, MAX_FILTER_VALUES))
+    early check); a set refuses a field no document has (``UnknownFilterField``, naming its path).
+    ``values_table``: the store keeps ``doc_values`` (``DocumentStore``): field predicates read it by index
+    instead of parsing every document's JSON (``$exists`` still asks the JSON: an object or ``[]`` has no rows)."""
+    compiler = _Compiler(known_fields, min(max_values, MAX_FILTER_VALUES), values_table)
     where = compiler.filter(filters, "", 1)
     if compiler.unknown is not None:
         name, path = compiler.unknown

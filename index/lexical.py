@@ -159,10 +159,17 @@ class LexicalIndex:
             self._alive_count -= 1
             self._alive_length -= self._lengths[slot]
 
+    @property
+    def documents(self) -> int:
+        """Documents held (deleted ones not counted)."""
+        return self._alive_count
+
     # ---- search --------------------------------------------------------------------------------------
 
-    def search(self, text: str, limit: int) -> list[tuple[str, float]]:
-        """Top ``limit`` (doc_id, BM25 score), best first; only documents with a query term score."""
+    def search(self, text: str, limit: int, only: list[str] | None = None) -> list[tuple[str, float]]:
+        """Top ``limit`` (doc_id, BM25 score), best first; only documents with a query term score, and when
+        ``only`` is given, only those documents (a selective filter's matches: the same scores, since the
+        collection statistics stay those of every document, as FTS5's are)."""
         terms = list(dict.fromkeys(query_terms(text)))[:MAX_QUERY_TERMS]  # the terms FTS5 would get
         stems = list(dict.fromkeys(self._stem_query(terms)))
         with self._lock:
@@ -185,6 +192,11 @@ class LexicalIndex:
                 idf = np.log(1.0 + (self._alive_count - df + 0.5) / (df + 0.5))
                 norm = K1 * (1 - B) + norm_scale * lengths[slots]
                 scores[slots] += idf * tf * (K1 + 1) / (tf + norm)
+            if only is not None:
+                allowed = np.zeros(len(scores), bool)
+                slot_of = self._slot_of
+                allowed[[slot_of[d] for d in only if d in slot_of]] = True
+                scores[~allowed] = 0
             matched = np.flatnonzero(scores)
             if len(matched) > limit:
                 matched = matched[np.argpartition(-scores[matched], limit - 1)[:limit]]

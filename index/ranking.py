@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from index.filters import TESTED_PER_MATCH
 from index.version import OpenVersion
 
 RRF_K = 60  # the constant of Cormack et al. (2009); robust across collections
@@ -76,6 +77,9 @@ def dense_ranking(
     query = np.asarray(query, dtype=np.float32).reshape(-1)
     allowed = None
     if filters:
+        ranked = post_filtered(version, query, top_k, filters)
+        if ranked is not None:
+            return ranked
         allowed = version.store.filtered_chunk_ids(filters)
         if len(allowed) <= EXACT_FILTER_LIMIT:
             ids, matrix = version.store.vectors(allowed, version.vectors.dimension)
@@ -88,6 +92,39 @@ def dense_ranking(
         if len(ranked) >= top_k or wanted >= total:
             return ranked
         wanted *= 4
+
+
+def post_filtered(
+    version: OpenVersion, query: np.ndarray, top_k: int, filters: dict[str, Any]
+) -> Ranked | None:
+    """A broad filter without listing every match: the unfiltered candidates, those of matching documents kept
+    (each candidate's row tested). When ``need`` of them match, they are the ``need`` best matching ones the
+    pre-filtered FAISS search would return, so the ranking is the same. The pool is sized by the filter's
+    estimated match rate, deepened once if it fell short; None (list the matches instead) when testing the
+    pool would cost more than listing the matches (``TESTED_PER_MATCH``): a selective filter."""
+    rerank = int(version.vectors.params.get("rerank", 0)) if version.vectors.lossy else 0
+    need = (top_k * 3 + 10) * max(rerank, 1)
+    rate, total = version.store.match_rate(filters), version.vectors.ntotal
+    deepest = TESTED_PER_MATCH * rate * total  # past this, listing the matches is cheaper
+    first = pool = int(1.5 * need / rate) + 1 if rate else 0
+    if not rate or pool > deepest:
+        return None
+    while True:
+        scores, ids = version.vectors.search(query, pool)
+        keep = np.isin(ids, version.store.matching_chunks(ids, filters))
+        matched = int(keep.sum())
+        if matched >= need or len(ids) >= total:
+            break
+        deeper = int(1.5 * need * len(ids) / max(matched, 1))
+        if not matched or deeper > deepest or pool > first:
+            return None
+        pool = deeper
+    ids, scores = ids[keep][:need], scores[keep][:need]
+    if rerank:
+        ids, matrix = version.store.vectors(ids, version.vectors.dimension)
+        scores = matrix @ query
+    ranked = best_chunk_per_document(version, ids, scores, top_k)
+    return ranked if len(ranked) >= top_k or len(ids) >= total else None
 
 
 def _candidates(

@@ -11,6 +11,7 @@ from typing import Any
 
 from index import layout
 from index.builder import build_vectors
+from index.filters import TESTED_PER_MATCH
 from index.lexical import LexicalIndex
 from index.records import DamagedFile, IndexModelMismatch, StorageError
 from index.store import DocumentStore
@@ -82,10 +83,39 @@ class OpenVersion:
             )
 
     def bm25(self, text: str, limit: int, filters: dict[str, Any] | None) -> list[tuple[str, float]]:
-        """In memory when built and unfiltered; FTS5 otherwise (same ranking function, same constants)."""
+        """In memory when built (a filter: its best candidates tested, or its matches listed and ranked alone);
+        FTS5 until then (same ranking function, same constants)."""
         if self.lexical.ready and not filters:
             return self.lexical.search(text, limit)
+        if self.lexical.ready and limit > 0:
+            found = self._post_filtered_bm25(text, limit, filters or {})
+            if found is not None:
+                return found
+            return self.lexical.search(text, limit, self.store.filtered_document_ids(filters or {}))
         return self.store.bm25(text, limit, filters)
+
+    def _post_filtered_bm25(
+        self, text: str, limit: int, filters: dict[str, Any]
+    ) -> list[tuple[str, float]] | None:
+        """A broad filter (``store.match_rate``): the in-memory ranking's best, those of matching documents
+        kept; the same as ranking the matches when ``limit`` of them are kept, or when the pool held every
+        document with a query term. None for a selective filter: its matches are listed instead (the side
+        table's indexes), as ``ranking.post_filtered`` decides for dense search."""
+        rate = self.store.match_rate(filters)
+        deepest = TESTED_PER_MATCH * rate * self.lexical.documents
+        first = pool = int(1.5 * limit / rate) + 1 if rate else 0
+        if not rate or pool > deepest:
+            return None
+        while True:
+            found = self.lexical.search(text, pool)
+            keep = self.store.matching_documents([doc_id for doc_id, _ in found], filters)
+            kept = [hit for hit in found if hit[0] in keep]
+            if len(kept) >= limit or len(found) < pool:
+                return kept[:limit]
+            deeper = int(1.5 * limit * len(found) / max(len(kept), 1))
+            if not kept or deeper > deepest or pool > first:
+                return None
+            pool = deeper
 
     def snapshot(self) -> None:
         """Save FAISS as of ``applied_seq``, then prune the changelog behind it (and behind any rebuild's pin).

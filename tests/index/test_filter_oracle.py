@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from index.filters import InvalidFilterValue, compile_filters
 from index.records import Document
 from index.search_index import SearchIndex
+from index.store import FILL_VALUES
 from index.text_analysis import words
 from tests.conftest import TINY_WORDS
 
@@ -155,14 +156,20 @@ ran = {"sql": 0, "modes": 0}
 @settings(max_examples=SQL_EXAMPLES, deadline=None)
 @given(rows=st.lists(metadata, min_size=1, max_size=12), node=filters)
 def test_sql_filter_matches_the_oracle(rows: list[dict[str, Any]], node: dict[str, Any]) -> None:
+    """Both compilations: over each document's JSON, and over the store's ``doc_values`` side table."""
     ran["sql"] += 1
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE TABLE documents(rid INTEGER PRIMARY KEY, metadata TEXT NOT NULL)")
     conn.executemany("INSERT INTO documents(metadata) VALUES (?)", [(json.dumps(r),) for r in rows])
-    where, params = compile_filters(node, set(FIELDS))
-    got = {r[0] for r in conn.execute(f"SELECT rid FROM documents d WHERE {where}", params)}
+    conn.execute(
+        "CREATE TABLE doc_values(doc_rid INTEGER NOT NULL, field TEXT NOT NULL, type TEXT NOT NULL, value, num REAL)"
+    )
+    conn.execute(FILL_VALUES + "1")
     expected = {rid for rid, meta in enumerate(rows, start=1) if holds(meta, node)}
-    assert got == expected, (node, rows)
+    for values_table in (False, True):
+        where, params = compile_filters(node, set(FIELDS), values_table=values_table)
+        got = {r[0] for r in conn.execute(f"SELECT rid FROM documents d WHERE {where}", params)}
+        assert got == expected, (values_table, node, rows)
 
 
 def test_sql_oracle_ran_its_examples() -> None:
