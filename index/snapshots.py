@@ -273,9 +273,12 @@ def take_snapshot(
         try:
             with frozen(live, lock) as state:
                 log.info("snapshot %s: sequence %d, %s", name, state.sequence, state.counts)
+                pause_for_tests(
+                    "backup"
+                )  # the instant is fixed, the writer's lock free, the store not copied
                 _backup_store(state.connection, staging, name)
             _write_archive(partial, state, staging, compression)
-            pause_for_tests("backup")  # the archive is complete under its temp name, not yet listed
+            pause_for_tests("backup-written")  # complete under its temp name, not yet listed
             os.replace(partial, folder / name)
             fsync_dir(folder)
         except OSError as exc:
@@ -350,7 +353,7 @@ def _write_archive(partial: Path, state: Frozen, staged_store: Path, compression
             for name, data in payloads.items():
                 _add_bytes(archive, name, data)
             with staged_store.open("rb") as store:
-                archive.addfile(_member(layout.STORE, files[layout.STORE]["bytes"]), store)
+                archive.addfile(_member(layout.STORE, staged_store.stat().st_size), store)
         handle.flush()
         os.fsync(handle.fileno())
 

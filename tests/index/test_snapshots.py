@@ -137,7 +137,9 @@ def damaged_archives(good: Path, tmp_path: Path) -> dict[str, tuple[Path, str]]:
     truncated.write_bytes(raw[: len(raw) // 2])
     flipped = tmp_path / "flipped.tar"
     data = bytearray(raw)
-    data[len(data) - 4096] ^= 0x01  # inside the store, the last member
+    with tarfile.open(good) as opened:  # inside the store's bytes, not the archive's zero padding
+        store = opened.getmember(layout.STORE)
+        data[store.offset_data + store.size // 2] ^= 0x01
     flipped.write_bytes(bytes(data))
     not_tar = tmp_path / "notes.tar"
     not_tar.write_bytes(b"hello, not an archive" * 100)
