@@ -228,7 +228,8 @@ Read where they are used, not by the service's settings: `CLOZE_CACHE_DIR` (defa
 snapshots, default 10000), and the crash tests' pause hooks `CLOZE_INDEX_PAUSE_AT`, `CLOZE_INDEX_PAUSE_FILE`,
 `CLOZE_INDEX_PAUSE_SECONDS` and `CLOZE_INDEX_PAUSE_ARMED_BY` (`index/faultpoints.py`; never set them in
 production). `HOST` and `PORT` set `cloze serve`'s address (as `--host` and `--port` do), and
-`HF_HUB_OFFLINE=1` keeps a hub id in `CLOZE_MODEL` from reaching the network.
+`HF_HUB_OFFLINE=1` keeps a hub id in `CLOZE_MODEL` from reaching the network. `CLOZE_API_KEY` is the key
+`cloze index snapshot|restore --url` send (as `--api-key` does).
 """
 
 
