@@ -8,6 +8,7 @@ import io
 import json
 import tarfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -68,22 +69,33 @@ def test_writes_during_the_copy_land_in_the_live_index_not_in_the_snapshot(
 ) -> None:
     live.upsert(docs(30, 4, "old-"))
     real_backup = snapshots._backup_store
-    written = threading.Event()
+    monkeypatch.setattr(snapshots, "BACKUP_PAGES", 1)  # hundreds of steps for writes to land between
+    stop, written = threading.Event(), []
+
+    def keep_writing() -> None:
+        while not stop.is_set():
+            serial = len(written)
+            live.upsert([Document(f"during-{serial}", f"king queen river {serial}")])
+            written.append(serial)
 
     def backup_while_writing(source, target, name):
         # Another thread, as the service's write pool would: the writer's lock must be free here.
-        writer = threading.Thread(target=lambda: (live.upsert(docs(5, 5, "during-")), written.set()))
+        writer = threading.Thread(target=keep_writing)
         writer.start()
-        writer.join(timeout=30)
-        assert written.is_set(), "a write waited for the snapshot's copy"
-        real_backup(source, target, name)
+        while not written:
+            time.sleep(0.01)
+        try:
+            real_backup(source, target, name)
+        finally:
+            stop.set()
+            writer.join(timeout=30)
 
     monkeypatch.setattr(snapshots, "_backup_store", backup_while_writing)
     entry = live.snapshot(tmp_path / "snaps")
-    assert entry["documents"] == 30
-    assert live.get("during-0") is not None
+    assert entry["documents"] == 30 and len(written) >= 2
+    assert all(live.get(f"during-{n}") is not None for n in written)
     live.restore(tmp_path / "snaps" / entry["name"])
-    assert live.get("during-0") is None and len(all_ids(live)) == 30
+    assert all_ids(live) == {f"old-{i}" for i in range(30)}
 
 
 def test_gzip_archives_and_faiss_trailing_the_store_restore(
