@@ -187,7 +187,7 @@ def exclusive(folder: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             raise SnapshotInProgress(
-                f"a snapshot of this collection is already being written in {folder}"
+                f"a snapshot or restore of this collection is already running (snapshot folder {folder})"
             ) from exc
         try:
             for leftover in folder.glob(f".*{PARTIAL}"):  # a killed snapshot's temp files

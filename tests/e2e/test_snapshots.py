@@ -178,7 +178,7 @@ def test_bad_archives_and_bounds_are_refused_with_a_reason_and_the_live_data_is_
         first = snapshot_in_background(url, answers)
         chain.wait_paused("backup-written")
         second = httpx.post(url + SNAPSHOTS, headers=AUTH, timeout=30)
-        assert second.status_code == 409 and "already being written" in second.json()["error"]
+        assert second.status_code == 409 and "already running" in second.json()["error"]
         assert (
             httpx.get(url + SNAPSHOTS, headers=AUTH).json()["snapshots"] == []
         )  # the temp name is not listed
