@@ -175,6 +175,9 @@ def main() -> None:
     parser.add_argument("--factories", default="IVF1024,Flat", help="the factory the index is built with")
     parser.add_argument("--seconds", type=float, default=30, help="searches alone before the snapshot")
     parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument(
+        "--settle", type=float, default=60, help="seconds after ready (the in-memory BM25 builds meanwhile)"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "snapshot.json")
     args = parser.parse_args()
 
@@ -192,6 +195,7 @@ def main() -> None:
         "CLOZE_LOG_LEVEL": "info",
     }
     with serve_process(env, args.index_dir / "server.log", timeout=900) as (url, _):
+        time.sleep(args.settle)
         measured = measure_snapshot(url, queries, args)
         archive = snaps / measured["snapshot"]["name"]
         uploaded = restore_upload(url, archive)
