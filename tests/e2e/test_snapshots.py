@@ -209,6 +209,14 @@ def test_bad_archives_and_bounds_are_refused_with_a_reason_and_the_live_data_is_
             )
         too_big = upload(url, b"\0" * 4_000_001)
         assert too_big.status_code == 413 and "CLOZE_MAX_SNAPSHOT_UPLOAD_BYTES" in too_big.json()["error"]
+        chunked = httpx.post(  # no Content-Length: the route counts the streamed bytes itself
+            url + "/collections/default/restore",
+            content=iter([b"\0" * 1_000_000] * 5),
+            headers=AUTH | {"Content-Type": "application/octet-stream"},
+            timeout=60,
+        )
+        assert chunked.status_code == 413 and "CLOZE_MAX_SNAPSHOT_UPLOAD_BYTES" in chunked.json()["error"]
+        assert not [p for p in (tmp_path / "snaps").iterdir() if p.name.startswith(".upload")]
         assert chain.current() == current and chain.versions() == versions
         chain.check("after refused restores")
 
