@@ -4,6 +4,7 @@ models of different dimensions answering in-process over ASGI (each vector's len
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -253,3 +254,37 @@ def test_without_a_model_list_any_model_string_reaches_the_one_model(tiny_bert: 
         assert [m["id"] for m in (await client.get("/models")).json()["models"]] == ["default"]
 
     serve(settings, scenario)
+
+
+def test_a_model_that_appears_late_is_loaded_by_a_retry(
+    tiny_bert: Path, wide_bert: Path, tmp_path: Path
+) -> None:
+    """A model folder on a volume still mounting: the first try fails, a retry loads it, the routes follow."""
+    late = tmp_path / "late"
+    settings = Settings(
+        models=f"default={tiny_bert},late={late}",
+        fill_mask_model=str(tiny_bert),
+        backend="torch",
+        model_load_attempts=2,
+        index=tmp_path / "index",
+    )
+    app = create_app(settings)
+
+    async def main() -> tuple[int, int, int]:
+        engines = app.state.engines
+        loading = asyncio.create_task(load_engines(engines, settings, app.state.metrics))
+        transport = httpx.ASGITransport(app=EmbeddingLane(app))
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+                while engines.index is None:  # the first round of loads is over
+                    await asyncio.sleep(0.05)
+                before = (await client.post("/models/late/embed", json={"inputs": "a"})).status_code
+                shutil.copytree(wide_bert, late)
+                await asyncio.wait_for(loading, 60)  # one retry, about 2 s later
+                after = await client.post("/models/late/embed", json={"inputs": "a"})
+                return before, after.status_code, len(after.json()[0])
+        finally:
+            loading.cancel()
+            await close_engines(app.state.engines)
+
+    assert asyncio.run(main()) == (503, 200, 48)
