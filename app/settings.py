@@ -203,6 +203,27 @@ class Settings(BaseSettings):
     )
     max_jobs_kept: int = Field(100, ge=1, description="Finished jobs remembered for `GET /jobs/{id}`")
 
+    # Snapshots (backup and restore)
+    snapshots_dir: Path | None = Field(
+        None,
+        description="Where snapshot archives of the index are written; unset: `<index>.snapshots` beside the "
+        "index folder (outside it, so garbage collection, rebuilds and deleting the index never touch its "
+        "backups). In Docker, point it at a volume",
+    )
+    snapshot_keep: int = Field(
+        3, ge=1, description="Snapshots kept per collection; after each new one the oldest beyond this go"
+    )
+    snapshot_compression: Literal["none", "gzip"] = Field(
+        "none",
+        description="`gzip` (level 1): smaller archives, slower snapshots (float vectors compress little)",
+    )
+    max_snapshot_upload_bytes: int = Field(
+        8 * 2**30,
+        ge=1024,
+        description="Largest archive a restore by upload accepts (413 above); streamed to disk, never held "
+        "in memory",
+    )
+
     # Logging
     log_level: str = Field(
         "info", description="Level of the JSON logs (one line per event, with its request id)"
@@ -316,7 +337,8 @@ Read where they are used, not by the service's settings: `CLOZE_CACHE_DIR` (defa
 snapshots, default 10000), and the crash tests' pause hooks `CLOZE_INDEX_PAUSE_AT`, `CLOZE_INDEX_PAUSE_FILE`,
 `CLOZE_INDEX_PAUSE_SECONDS` and `CLOZE_INDEX_PAUSE_ARMED_BY` (`index/faultpoints.py`; never set them in
 production). `HOST` and `PORT` set `cloze serve`'s address (as `--host` and `--port` do), and
-`HF_HUB_OFFLINE=1` keeps a hub id in `CLOZE_MODEL` from reaching the network.
+`HF_HUB_OFFLINE=1` keeps a hub id in `CLOZE_MODEL` from reaching the network. `CLOZE_API_KEY` is the key
+`cloze index snapshot|restore --url` send (as `--api-key` does).
 """
 
 

@@ -498,6 +498,64 @@ def model_memory(page: Page) -> None:
     )
 
 
+def snapshots(page: Page) -> None:
+    name, default = "snapshot.json", "python benchmarks/snapshot.py --passages 100000"
+    data = load(name)
+    if data is None:
+        page.section("Snapshots of a live collection", missing(name, default))
+        return
+    snap, alone, during = data["snapshot"], data["search_alone"], data["search_during_snapshot"]
+    writes, upload = data["writes_during_snapshot"], data["restore_upload"]
+    sizes = data["index_version_bytes"]
+    mb = 2**20
+    page.summary.append(
+        [
+            f"How long does a snapshot of {data['chunks']:,} chunks take, and what does it do to searches?",
+            f"{snap['seconds']} s, {num(snap['bytes'] / mb)} MB; search p99 {num(alone['p99_ms'])} ms alone, "
+            f"{num(during['p99_ms'])} ms during it",
+            ran(data["command"], name),
+        ]
+    )
+    rows = [
+        [
+            "index version on disk (store + FAISS)",
+            f"{num(sizes['store.sqlite'] / mb)} + {num(sizes['vectors.faiss'] / mb)} MB",
+        ],
+        ["snapshot (`POST /collections/default/snapshots`, answered)", f"{snap['seconds']} s"],
+        ["archive (uncompressed tar)", f"{num(snap['bytes'] / mb)} MB"],
+        [
+            f"dense `/search`, {data['search_clients']} clients, alone ({alone['requests']} requests)",
+            f"p50 {num(alone['p50_ms'])} ms, p99 {num(alone['p99_ms'])} ms",
+        ],
+        [
+            f"the same during the snapshot ({during['requests']} requests, {during['non_200']} not 200)",
+            f"p50 {num(during['p50_ms'])} ms, p99 {num(during['p99_ms'])} ms, max {num(during['max_ms'])} ms",
+        ],
+        [
+            f"upserts of 5 documents during the snapshot ({writes['requests']})",
+            f"p50 {num(writes['p50_ms'])} ms, max {num(writes['max_ms'])} ms",
+        ],
+        [
+            "restore offline into an empty folder (`cloze index restore --index`, a process)",
+            f"{data['restore_offline_seconds']} s",
+        ],
+        [
+            "restore by upload into the live service (`POST /collections/default/restore`)",
+            f"{upload['seconds']} s",
+        ],
+    ]
+    loads = data["load_average_before_and_after"]
+    page.section(
+        "Snapshots of a live collection",
+        f"{data['passages']:,} passages ({data['chunks']:,} chunks, {data['factory']}, bundled MiniLM {data['backend']}) "
+        "served by `cloze serve`; the searches alone and those during the snapshot were measured in the same run, "
+        "one after the other, as was the write stream (one client, 5 documents every 0.5 s). Load average "
+        f"{loads[0][0]} before, {loads[1][0]} after, on {data['cpu_count']} cores shared with other work.",
+        table(["measure", "figure"], rows),
+        f"Command: {ran(data['command'], name)}",
+    )
+
+
 def pretrain_speed(page: Page) -> None:
     name, default = "pretrain_throughput.json", "python benchmarks/pretrain_throughput.py --run-minutes 30"
     data = load(name)
@@ -903,6 +961,7 @@ def render() -> Page:
         index_scale,
         filtered_search,
         model_memory,
+        snapshots,
         pretrain_speed,
         electra_vs_mlm,
         adapt,

@@ -1,11 +1,12 @@
-"""Sub-commands of this stage, registered into the groups of ``app.cli``: ``cloze index build|add|delete``.
-Heavy imports stay inside the handlers."""
+"""Sub-commands of this stage, registered into the groups of ``app.cli``: ``cloze index build|add|delete``,
+``cloze index snapshot|restore``. Heavy imports stay inside the handlers."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,45 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     delete.add_argument("ids", nargs="+")
     _model_args(delete)
     delete.set_defaults(handler=_delete)
+    _register_snapshots(index)
+
+
+def _register_snapshots(index: argparse._SubParsersAction) -> None:
+    snapshot = index.add_parser(
+        "snapshot",
+        help="write a snapshot archive: of an index folder no service is writing (--index), or of a live "
+        "service's collection (--url), while it serves",
+    )
+    _target_args(snapshot)
+    snapshot.add_argument("--snapshots-dir", type=Path, help="--index: where archives go (<index>.snapshots)")
+    snapshot.add_argument("--compression", choices=["none", "gzip"], default="none", help="--index only")
+    snapshot.add_argument("--keep", type=int, help="--index: keep the newest N snapshots (default: all)")
+    snapshot.add_argument("--download", type=Path, help="--url: also save the archive to this file")
+    snapshot.set_defaults(handler=_snapshot)
+
+    restore = index.add_parser(
+        "restore",
+        help="verify a snapshot archive and publish it as a new version of the index (offline with --index, "
+        "or uploaded to a live service with --url)",
+    )
+    restore.add_argument("archive", type=Path)
+    _target_args(restore, collection_required=True)
+    restore.set_defaults(handler=_restore)
+
+
+def _target_args(parser: argparse.ArgumentParser, collection_required: bool = False) -> None:
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--index", type=Path, help="an index folder (no service may be writing it)")
+    where.add_argument("--url", help="a running service, e.g. http://127.0.0.1:8000")
+    parser.add_argument(
+        "--collection",
+        required=collection_required,
+        default=None if collection_required else "default",
+        help="collection name (`default`: the service's index; with --index, the folder is the collection)",
+    )
+    parser.add_argument(
+        "--api-key", default=os.environ.get("CLOZE_API_KEY"), help="--url: a write key (or CLOZE_API_KEY)"
+    )
 
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
@@ -148,3 +188,82 @@ def _delete(args: argparse.Namespace) -> None:
     finally:
         index.close()
     print(json.dumps({"deleted": deleted, "missing": [d for d in args.ids if d not in deleted]}))
+
+
+def _snapshot(args: argparse.Namespace) -> None:
+    if args.url:
+        entry = _call_service(args, "POST", f"/collections/{args.collection}/snapshots")
+        if args.download:
+            _download(args, f"/collections/{args.collection}/snapshots/{entry['name']}", args.download)
+        print(json.dumps(entry))
+        return
+    from index.records import IndexLocked
+    from index.snapshots import SnapshotError, default_folder, snapshot_offline
+
+    _offline_collection(args)
+    folder = args.snapshots_dir or default_folder(args.index)
+    try:
+        entry = snapshot_offline(args.index, folder, args.compression, args.keep)
+    except (IndexLocked, SnapshotError) as exc:
+        raise SystemExit(f"cloze index snapshot: {exc}") from exc
+    print(json.dumps(entry | {"path": str(Path(folder) / entry["name"])}))
+
+
+def _restore(args: argparse.Namespace) -> None:
+    if not args.archive.is_file():
+        raise SystemExit(f"cloze index restore: no archive at {args.archive}")
+    if args.url:
+        with args.archive.open("rb") as body:
+            print(json.dumps(_call_service(args, "POST", f"/collections/{args.collection}/restore", body)))
+        return
+    from index.layout import BuildInProgress
+    from index.records import IndexLocked
+    from index.snapshots import SnapshotError, restore_offline
+
+    _offline_collection(args)
+    try:
+        result = restore_offline(args.index, args.archive)
+    except (IndexLocked, BuildInProgress, SnapshotError) as exc:
+        raise SystemExit(f"cloze index restore: refused, nothing changed: {exc}") from exc
+    print(json.dumps(result))
+
+
+def _offline_collection(args: argparse.Namespace) -> None:
+    if args.collection != "default":
+        raise SystemExit(
+            f"cloze index: --index is one collection's folder; --collection {args.collection!r} applies to "
+            "--url only (use `default` or leave it out)"
+        )
+
+
+def _call_service(args: argparse.Namespace, method: str, path: str, body: Any = None) -> dict[str, Any]:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    if body is not None:
+        headers["Content-Type"] = "application/octet-stream"
+    try:
+        answer = httpx.request(
+            method, args.url.rstrip("/") + path, content=body, headers=headers, timeout=None
+        )
+    except httpx.HTTPError as exc:
+        raise SystemExit(f"cloze index: cannot reach {args.url}: {exc}") from exc
+    if answer.status_code >= 400:
+        try:
+            reason = answer.json().get("error", answer.text)
+        except ValueError:
+            reason = answer.text
+        raise SystemExit(f"cloze index: {method} {path} answered {answer.status_code}: {reason}")
+    return answer.json()
+
+
+def _download(args: argparse.Namespace, path: str, out: Path) -> None:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    with httpx.stream("GET", args.url.rstrip("/") + path, headers=headers, timeout=None) as answer:
+        if answer.status_code != 200:
+            raise SystemExit(f"cloze index: GET {path} answered {answer.status_code}")
+        with out.open("wb") as handle:
+            for block in answer.iter_bytes():
+                handle.write(block)

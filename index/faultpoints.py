@@ -10,7 +10,10 @@ Without the variables each call is one dictionary lookup.
 Stages: ``ingest`` (after a build batch), ``rebuild`` (a service rebuild made its draft, about to fill it),
 ``publish`` (version complete, ``CURRENT`` not yet switched), ``swap`` (``CURRENT`` switched, the service
 still on the old version), ``upsert`` (a write committed to SQLite, not yet in FAISS), ``snapshot-start``
-(a FAISS snapshot about to be written), ``snapshot`` (its FAISS file renamed into place, its JSON not yet).
+(a FAISS snapshot about to be written), ``snapshot`` (its FAISS file renamed into place, its JSON not yet),
+``backup`` (a backup's read transaction open, the writer's lock released, the store not yet copied:
+``index.snapshots``), ``backup-written`` (its archive complete under a temp name, not yet renamed),
+``restore`` (a restored version complete on disk, not yet published).
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ from index.records import (
     SearchHit,
 )
 from index.results import assemble_hits
+from index.snapshots import ExpectedModel, check_restored, prepare_version, take_snapshot, verify_archive
 from index.vectors import VectorIndex
 from index.version import OpenVersion, Repair, check_model, report_repair
 
@@ -286,6 +287,40 @@ class SearchIndex:
                     old.pins.remove(snapshot_seq)
         old.close(save=False)
         return manifest
+
+    def snapshot(self, folder: Path, compression: str = "none", keep: int | None = None) -> dict[str, Any]:
+        """A backup archive of the live version in ``folder`` (``index.snapshots``): every write acknowledged
+        before the call, none after it; searches and writes go on while it is written."""
+        return take_snapshot(lambda: self._live, self._mutate, folder, compression, keep)
+
+    def restore(self, archive: Path) -> dict[str, Any]:
+        """Replace the collection with the snapshot in ``archive``: verified whole before anything is written
+        (``BadArchive`` names the problem; the live version is untouched), extracted into a new version, then
+        published and swapped in under the writer lock, as a rebuild is. Writes acknowledged between the
+        snapshot and this restore are not in it: that is what a restore (a rollback) means."""
+        self.require_writable()
+        expected = ExpectedModel(self.encoder.info.fingerprint, int(self.encoder.dimension))
+        info = verify_archive(archive, expected)
+        with layout.build_lock(self.root):
+            number = layout.next_version(self.root)
+            fresh: OpenVersion | None = None
+            try:
+                prepare_version(self.root, number, archive, info)
+                fresh = OpenVersion(self.root, number, False, self._on_repair)
+                check_restored(fresh, info)
+                layout.pause_for_tests("restore")  # complete on disk, not published
+                with self._mutate:
+                    old = self._live
+                    self._publish_and_swap(fresh)
+            except BaseException:
+                if self._live is not fresh:
+                    if fresh is not None:
+                        fresh.close(save=False)
+                    layout.remove_version(self.root, number)
+                raise
+        old.close(save=False)
+        log.info("restored snapshot (sequence %s) as version %s", info.get("sequence"), number)
+        return {"version": number, **{k: info.get(k) for k in ("sequence", "documents", "chunks")}}
 
     def _publish_and_swap(self, fresh: OpenVersion) -> None:
         """Caller holds _mutate. An error after ``CURRENT`` switched still swaps: the pointer decides."""

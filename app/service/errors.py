@@ -9,7 +9,25 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from index.layout import BuildInProgress
 from index.records import InvalidDocument, ReadOnlyIndex, StorageError
+from index.snapshots import (
+    BadArchive,
+    InvalidSnapshotName,
+    SnapshotError,
+    SnapshotInProgress,
+    SnapshotNoSpace,
+    SnapshotNotFound,
+)
+
+# Snapshot refusals: (status, field). Each message says what is wrong; nothing was written.
+SNAPSHOT_ERRORS: dict[type[SnapshotError], tuple[int, str | None]] = {
+    SnapshotInProgress: (409, None),
+    SnapshotNoSpace: (507, None),
+    SnapshotNotFound: (404, "snapshot"),
+    InvalidSnapshotName: (422, "snapshot"),
+    BadArchive: (422, "archive"),
+}
 
 log = logging.getLogger("cloze.service")
 
@@ -48,8 +66,11 @@ def known_error(exc: Exception) -> tuple[int, dict, dict[str, str] | None] | Non
     handlers and the embedding lane (which answers ahead of them) both map errors here."""
     if isinstance(exc, ApiError):
         return exc.status, {"error": exc.message, "field": exc.field}, exc.headers
-    if isinstance(exc, ReadOnlyIndex):
+    if isinstance(exc, ReadOnlyIndex | BuildInProgress):
         return 409, {"error": str(exc), "field": None}, None
+    if isinstance(exc, SnapshotError):
+        status, field = SNAPSHOT_ERRORS.get(type(exc), (422, None))
+        return status, {"error": str(exc), "field": field}, None
     if isinstance(exc, InvalidDocument):
         return 422, {"error": str(exc), "field": exc.field}, None
     if isinstance(exc, StorageError):
@@ -64,7 +85,7 @@ def install_error_handlers(app: FastAPI) -> None:
         status, body, headers = known_error(exc) or (500, {"error": "internal error", "field": None}, None)
         return JSONResponse(body, status, headers=headers)
 
-    for kind in (ApiError, ReadOnlyIndex, InvalidDocument, StorageError):
+    for kind in (ApiError, ReadOnlyIndex, InvalidDocument, StorageError, SnapshotError, BuildInProgress):
         app.add_exception_handler(kind, known)
 
     @app.exception_handler(RequestValidationError)

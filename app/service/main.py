@@ -24,7 +24,7 @@ from app.service.jobs import JobRegistry
 from app.service.lane import EmbeddingLane
 from app.service.metrics import Metrics
 from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
-from app.service.routes import documents, inference, jobs, meta, playground, search
+from app.service.routes import documents, inference, jobs, meta, playground, search, snapshots
 from app.settings import Settings, get_settings
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
@@ -61,11 +61,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engines.bound(settings.max_pending)
     app.state.engines.read_only = settings.index_read_only
     install_error_handlers(app)
-    for module in (inference, search, documents, jobs, meta, playground):
+    for module in (inference, search, documents, jobs, meta, playground, snapshots):
         app.include_router(module.router)
     _add_pages(app)
     # Outermost first: every request logged and counted; browser guard and keys before a body is read.
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimit, max_bytes=settings.max_body_bytes, upload_bytes=settings.max_snapshot_upload_bytes
+    )
     app.add_middleware(AccessGate, keys=app.state.keys, open_operations=settings.open_operations)
     app.add_middleware(BrowserGuard, settings=settings)
     app.add_middleware(RequestLog, recorder=app.state.recorder)

@@ -345,6 +345,37 @@ class JobStatus(BaseModel):
     manifest: dict[str, Any] | None = None
 
 
+class SnapshotInfo(BaseModel):
+    """One archive: its name (for download, delete and restore) and what it holds."""
+
+    name: str
+    bytes: int
+    created: str | None = None
+    sequence: int | None = Field(None, description="the changelog sequence the snapshot holds writes up to")
+    documents: int | None = None
+    chunks: int | None = None
+    vectors: int | None = None
+    version: int | None = Field(None, description="the index version it was taken from")
+    model_fingerprint: str | None = None
+    problem: str | None = Field(None, description="set when the archive's own description does not read")
+
+
+class SnapshotList(BaseModel):
+    collection: str
+    snapshots: list[SnapshotInfo] = Field(description="newest first")
+
+
+class SnapshotDeleted(BaseModel):
+    deleted: str
+
+
+class RestoreResult(BaseModel):
+    version: int = Field(description="the new version that now serves the collection")
+    sequence: int | None = None
+    documents: int | None = None
+    chunks: int | None = None
+
+
 class ErrorBody(BaseModel):
     error: str
     field: str | None = None
