@@ -12,12 +12,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Backend = Literal["auto", "torch", "onnx", "onnx-int8"]
 Device = Literal["auto", "cpu", "cuda"]
+DEFAULT_MODEL = "default"  # the name of the model CLOZE_MODEL (or nothing) configures: the index's model
+BUNDLED = "<bundled>"  # in a model list: the bundled embedding model, or the shipped fill-mask model
+MAX_NAME_LENGTH = 64
+# ASCII letters, digits and . _ - only: no path separators, no control or look-alike (non-ASCII) characters.
+MODEL_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 
 class Settings(BaseSettings):
@@ -36,6 +41,26 @@ class Settings(BaseSettings):
         "",
         description="Fill-mask model: any BERT-style masked-LM folder; empty = the shipped default (the "
         "bundled MiniLM plus this project's MLM delta)",
+    )
+    models: str = Field(
+        "",
+        description="More embedding models, each by name: `name=source` pairs, comma-separated "
+        "(`default=<bundled>,legal=/models/legal`), or the path of a `.toml` file with a `[models]` table of "
+        '`name = "source"`; a source is a folder, a hub id or `<bundled>`. `default` is the index\'s model '
+        "(`CLOZE_MODEL` unless listed here; not both). Names: ASCII letters, digits, `.`, `_`, `-`, at most 64. "
+        "Set, `/v1/embeddings` needs a `model` it serves (404 otherwise); unset, it serves `default` whatever "
+        '`model` says (README, "Named models")',
+    )
+    fill_mask_models: str = Field(
+        "",
+        description="More fill-mask models, as `CLOZE_MODELS` names embedding models (`<bundled>`: the shipped "
+        "default); `default` is `CLOZE_FILL_MASK_MODEL` unless listed here",
+    )
+    max_models: int = Field(
+        4,
+        ge=1,
+        description="Most models loaded, embedding and fill-mask together, the defaults included (each "
+        'holds its weights, runtime and batcher in memory: docs/benchmarks.md, "Memory per model")',
     )
     index: Path = Field(
         Path("data/index"), description="Index folder; created empty when missing, and upserts fill it"
@@ -211,6 +236,90 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _models_are_valid_and_bounded(self) -> Settings:
+        """Refuse a bad model list at startup, naming the setting, rather than on the first request."""
+        count = len(self.embedding_model_sources()) + len(self.fill_mask_model_sources())
+        if count > self.max_models:
+            raise ValueError(
+                f"CLOZE_MODELS and CLOZE_FILL_MASK_MODELS: {count} models in all (the defaults included), "
+                f"over CLOZE_MAX_MODELS={self.max_models}"
+            )
+        return self
+
+    @property
+    def named_models(self) -> bool:
+        """Whether the operator named the embedding models: then a request must name one it serves."""
+        return bool(self.models.strip())
+
+    def embedding_model_sources(self) -> dict[str, str]:
+        """Name -> source (a folder or hub id; "" = the bundled model), ``default`` first."""
+        listed = parse_model_list(self.models, "CLOZE_MODELS")
+        return with_default(listed, self.model, "CLOZE_MODEL", "CLOZE_MODELS")
+
+    def fill_mask_model_sources(self) -> dict[str, str]:
+        """Name -> source ("" = the shipped fill-mask model), ``default`` first."""
+        listed = parse_model_list(self.fill_mask_models, "CLOZE_FILL_MASK_MODELS")
+        return with_default(listed, self.fill_mask_model, "CLOZE_FILL_MASK_MODEL", "CLOZE_FILL_MASK_MODELS")
+
+
+def model_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a model (it travels in URL paths, logs and metric labels), or None."""
+    if not name:
+        return "empty"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"{len(name)} characters, over {MAX_NAME_LENGTH}"
+    if not MODEL_NAME.fullmatch(name) or ".." in name:
+        return "use ASCII letters, digits, '.', '_' and '-' (starting and ending with a letter or digit, no '..')"
+    return None
+
+
+def parse_model_list(value: str, setting: str) -> dict[str, str]:
+    """``name=source,...`` (or a ``.toml`` file's ``[models]`` table) -> {name: source}; "" = the bundled one."""
+    value = value.strip()
+    if not value:
+        return {}
+    pairs = _toml_models(Path(value), setting) if value.endswith(".toml") else _pairs(value, setting)
+    models: dict[str, str] = {}
+    for name, source in pairs:
+        if problem := model_name_problem(name):
+            raise ValueError(f"{setting}: model name {name!r}: {problem}")
+        if name.casefold() in (known.casefold() for known in models):  # Legal and legal: one name twice
+            raise ValueError(f"{setting}: model name {name!r} given twice")
+        models[name] = "" if source.strip() in ("", BUNDLED) else source.strip()
+    return models
+
+
+def _pairs(value: str, setting: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        name, equals, source = item.partition("=")
+        if not equals:
+            raise ValueError(f"{setting}: {item!r} is not name=source (e.g. legal=/models/legal)")
+        pairs.append((name.strip(), source))
+    return pairs
+
+
+def _toml_models(path: Path, setting: str) -> list[tuple[str, str]]:
+    import tomllib  # Python 3.11+ (the images run 3.11 and 3.12); only this form of the setting needs it
+
+    try:
+        table = tomllib.loads(path.read_text()).get("models")
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{setting}: cannot read {path}: {exc}") from exc
+    if not isinstance(table, dict) or not all(isinstance(source, str) for source in table.values()):
+        raise ValueError(f'{setting}: {path} needs a [models] table of name = "source" lines')
+    return list(table.items())
+
+
+def with_default(listed: dict[str, str], fallback: str, single: str, many: str) -> dict[str, str]:
+    """The list with ``default`` first: as listed, else the single-model setting's (one place, never two)."""
+    if DEFAULT_MODEL in listed:
+        if fallback:
+            raise ValueError(f"{single} and {many} both set the default model: set it in one of them")
+        return {DEFAULT_MODEL: listed[DEFAULT_MODEL], **listed}
+    return {DEFAULT_MODEL: fallback, **listed}
 
 
 @lru_cache(maxsize=1)

@@ -442,6 +442,62 @@ def filtered_search(page: Page) -> None:
     page.section("Filtered search at scale", *parts)
 
 
+def model_memory(page: Page) -> None:
+    name, default = "model_memory.json", "python benchmarks/model_memory.py"
+    data = load(name)
+    if data is None:
+        page.section("Memory per model", missing(name, default))
+        return
+    command = data.get("command", default)
+    rows = data["rows"]
+    auto = [row for row in rows if row["backend"] == "auto"] or rows
+    most = max(auto, key=lambda row: row["models"])
+    per_model = most["warm_over_one_model_mib"] / max(1, most["models"] - 1)
+    page.summary.append(
+        [
+            f"memory per named model (MiniLM, {most['served_backend']})",
+            f"{num(auto[0]['rss_warm_mib'])} MiB with one model, about +{num(per_model)} MiB per extra model",
+            ran(command, name),
+        ]
+    )
+    table_rows = [
+        [
+            f"{row['backend']} ({row['served_backend']})",
+            row["models"],
+            num(row["rss_ready_mib"]),
+            num(row["rss_warm_mib"]),
+            num(row["peak_mib"]),
+            f"+{num(row['warm_over_one_model_mib'])}",
+            num(row["ready_s"]),
+        ]
+        for row in rows
+    ]
+    page.section(
+        "Memory per model",
+        f"Resident memory of `cloze serve` serving 1, 2 and 3 named embedding models (`CLOZE_MODELS`): {data['model']}, "
+        f"the fill-mask model {data['fill_mask_model']}, an empty index. RSS is read from /proc when `/readyz` "
+        f"says ready, then after a warm-up ({data['warm_up']}); the peak is VmHWM. Each model has its own "
+        "weights, runtime, arena and batcher: memory grows by about one model's share for each model listed, "
+        "whatever number of routes use it, so size a replica's memory limit (`CLOZE_API_MEMORY`) by the "
+        f"models it serves. The machine was shared (load average {data['load_average_before'][0]} before, "
+        f"{data['load_average_after'][0]} after, on 2 cores): the start times are slow, the memory is not "
+        "affected.",
+        table(
+            [
+                "backend",
+                "models",
+                "RSS at ready MiB",
+                "RSS warm MiB",
+                "peak MiB",
+                "warm over 1 model",
+                "ready after s",
+            ],
+            table_rows,
+        ),
+        f"Command: {ran(command, name)}",
+    )
+
+
 def snapshots(page: Page) -> None:
     name, default = "snapshot.json", "python benchmarks/snapshot.py --passages 100000"
     data = load(name)
@@ -904,6 +960,7 @@ def render() -> Page:
         retrieval_quality,
         index_scale,
         filtered_search,
+        model_memory,
         snapshots,
         pretrain_speed,
         electra_vs_mlm,

@@ -10,8 +10,9 @@ TINY_WORDS = (
 ).split()
 
 
-def make_tiny_bert(out: Path, max_position_embeddings: int = 64) -> Path:
-    """A 2-layer BERT with an MLM head and random weights: fast, deterministic, worthless for quality."""
+def make_tiny_bert(out: Path, max_position_embeddings: int = 64, hidden_size: int = 32) -> Path:
+    """A 2-layer BERT with an MLM head and random weights: fast, deterministic, worthless for quality. Another
+    ``hidden_size`` makes a model whose vectors say which of two served models answered."""
     import torch
     from transformers import BertConfig, BertForMaskedLM, BertTokenizer
 
@@ -24,7 +25,7 @@ def make_tiny_bert(out: Path, max_position_embeddings: int = 64) -> Path:
     torch.manual_seed(0)
     config = BertConfig(
         vocab_size=len(vocab),
-        hidden_size=32,
+        hidden_size=hidden_size,
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,

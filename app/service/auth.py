@@ -17,6 +17,7 @@ from fastapi.security import HTTPBearer
 from starlette.types import Scope
 
 from app.service.errors import ApiError
+from app.service.model_registry import split_model_route
 
 Access = Literal["public", "operations", "read", "write"]
 KeyScope = Literal["read", "write"]
@@ -45,6 +46,7 @@ READING_METHODS = frozenset({"GET", "HEAD"})
 
 
 def required_access(method: str, path: str) -> Access:
+    _, path = split_model_route(path)  # /models/{name}/embed reads as /embed does
     if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
         return "public"
     if path in OPERATIONS_PATHS:

@@ -16,7 +16,8 @@ from starlette.concurrency import run_in_threadpool
 from app.service.admission import BoundedPool
 from app.service.errors import ApiError
 from app.service.metrics import Metrics
-from app.settings import Settings
+from app.service.model_registry import INDEX_MODEL, ModelRegistry, ModelSlot
+from app.settings import DEFAULT_MODEL, Settings
 from encoder_runtime import (
     EncoderRuntime,
     FillMaskRuntime,
@@ -34,16 +35,36 @@ RELOAD_EVERY_S = 2.0
 DEFAULT_PENDING = 256
 
 
+class DefaultModelAttribute:
+    """Engines' single-model attributes from before named models (``encoder``, ``embed_batcher``, ``fill_mask``,
+    ...): the ``default`` slot's, so the code and tests that read or set them reach the default model."""
+
+    def __init__(self, registry: str, attribute: str):
+        self.registry, self.attribute = registry, attribute
+
+    def __get__(self, engines: Engines | None, owner: type | None = None) -> Any:
+        if engines is None:  # the dataclass asks the class for the field's default
+            return None
+        return getattr(getattr(engines, self.registry).default, self.attribute)
+
+    def __set__(self, engines: Engines, value: Any) -> None:
+        setattr(getattr(engines, self.registry).default, self.attribute, value)
+
+
 @dataclass
 class Engines:
-    encoder: EncoderRuntime | None = None
-    embed_batcher: MicroBatcher | None = None
-    fill_mask: FillMaskRuntime | None = None
-    fill_mask_batcher: MicroBatcher | None = None
-    fill_mask_error: str | None = None
+    # Every named model's slot (runtime + batcher each), ``default`` first; declared before the attributes
+    # below, which the generated __init__ sets through them.
+    models: ModelRegistry = field(default_factory=lambda: ModelRegistry("embedding"))
+    fill_masks: ModelRegistry = field(default_factory=lambda: ModelRegistry("fill-mask"))
+    encoder: EncoderRuntime | None = DefaultModelAttribute("models", "runtime")  # type: ignore[assignment]
+    embed_batcher: MicroBatcher | None = DefaultModelAttribute("models", "batcher")  # type: ignore[assignment]
+    load_error: str | None = DefaultModelAttribute("models", "error")  # type: ignore[assignment]
+    fill_mask: FillMaskRuntime | None = DefaultModelAttribute("fill_masks", "runtime")  # type: ignore[assignment]
+    fill_mask_batcher: MicroBatcher | None = DefaultModelAttribute("fill_masks", "batcher")  # type: ignore[assignment]
+    fill_mask_error: str | None = DefaultModelAttribute("fill_masks", "error")  # type: ignore[assignment]
     index: Any = None  # index.SearchIndex
     index_error: str | None = None
-    load_error: str | None = None
     load_attempts: int = 0
     load_failed: bool = False  # every attempt failed: this process will never become ready
     read_only: bool = False  # CLOZE_INDEX_READ_ONLY: known before the index opens
@@ -70,21 +91,25 @@ class Engines:
     def ready(self) -> bool:
         return self.encoder is not None and self.index is not None and not self.index_failing
 
-    def require_encoder(self) -> tuple[EncoderRuntime, MicroBatcher]:
-        if self.encoder is None or self.embed_batcher is None:
+    def require_encoder(self, model: str | None = None) -> tuple[EncoderRuntime, MicroBatcher]:
+        """The embedding model ``model`` names (None: ``default``): 404/422 for a name it serves not, 503
+        while it loads. The default model's 503 is as before named models: Retry-After until every attempt failed."""
+        slot = self.models.find(model)
+        if slot is self.models.default and (self.encoder is None or self.embed_batcher is None):
             retry = None if self.load_failed else {"Retry-After": "2"}
             raise ApiError(503, self.load_error or "model is loading", headers=retry)
-        return self.encoder, self.embed_batcher
+        return self.models.loaded(slot)
 
     async def embed(
-        self, texts: list[str], normalize: bool | None = True, bulk: bool = False
+        self, texts: list[str], normalize: bool | None = True, bulk: bool = False, model: str | None = None
     ) -> tuple[list[Encoded], np.ndarray]:
         """The one way the service embeds (every route, the lane, upserts): the texts' tokens and finished
         float32 vectors (``normalize``: True / False, or None for the model's own choice), through the
-        embedding batcher and its admission queue: 429 with Retry-After when it is full, 503 while the model
-        loads. ``bulk`` (upsert chunks) yields to queries (``CLOZE_BULK_SHARE``) and is sent in slices of at
-        most a quarter of the queue, so an upsert with more chunks than the queue holds is still admitted."""
-        encoder, batcher = self.require_encoder()
+        batcher of the embedding model ``model`` names (None: ``default``) and its admission queue: 429 with
+        Retry-After when it is full, 503 while the model loads. ``bulk`` (upsert chunks) yields to queries
+        (``CLOZE_BULK_SHARE``) and is sent in slices of at most a quarter of the queue, so an upsert with more
+        chunks than the queue holds is still admitted."""
+        encoder, batcher = self.require_encoder(model)
         if not bulk:
             items, vectors = await submit(batcher, texts)
             return items, encoder.finish(vectors, normalize=normalize)
@@ -95,11 +120,13 @@ class Engines:
             vectors += some_vectors
         return items, encoder.finish(vectors, normalize=normalize)
 
-    def require_fill_mask(self) -> tuple[FillMaskRuntime, MicroBatcher]:
-        if self.fill_mask is None or self.fill_mask_batcher is None:
-            reason = self.fill_mask_error or "fill-mask model is loading"
-            raise ApiError(503, reason, headers={"Retry-After": "2"} if not self.fill_mask_error else None)
-        return self.fill_mask, self.fill_mask_batcher
+    def require_fill_mask(self, model: str | None = None) -> tuple[FillMaskRuntime, MicroBatcher]:
+        return self.fill_masks.loaded(self.fill_masks.find(model))
+
+    @property
+    def index_encoder(self) -> EncoderRuntime | None:
+        """The runtime of the model the index's vectors come from (``INDEX_MODEL``)."""
+        return self.models.slots[INDEX_MODEL].runtime
 
     def require_index(self) -> Any:
         if self.index is None:
@@ -144,10 +171,19 @@ def _batcher(
     return batcher
 
 
+def model_registries(settings: Settings) -> tuple[ModelRegistry, ModelRegistry]:
+    """The embedding and fill-mask models the settings name, none loaded yet."""
+    return (
+        ModelRegistry.from_sources("embedding", settings.embedding_model_sources()),
+        ModelRegistry.from_sources("fill-mask", settings.fill_mask_model_sources()),
+    )
+
+
 async def load_engines(engines: Engines, settings: Settings, metrics: Metrics) -> None:
     """Load what is missing, retrying a failed load with backoff (a model folder on a volume that is
-    still mounting, a transient disk error); after ``model_load_attempts`` failures of the embedding
-    model the process reports itself failed on /healthz, so an orchestrator replaces it."""
+    still mounting, a transient disk error); after ``model_load_attempts`` failures of the default embedding
+    model the process reports itself failed on /healthz, so an orchestrator replaces it. Another model that
+    fails makes only its own routes answer 503."""
     delay = 1.0
     while True:
         engines.load_attempts += 1
@@ -161,55 +197,95 @@ async def load_engines(engines: Engines, settings: Settings, metrics: Metrics) -
         await asyncio.sleep(delay)
         delay = min(delay * 2, 30.0)
     await _open_index(engines, settings, metrics)  # last: ready means every model has been tried
-    await retry_fill_mask(engines, settings, metrics)
+    await retry_other_models(engines, settings, metrics)
 
 
-async def _load_models(engines: Engines, settings: Settings, metrics: Metrics) -> None:
-    common = {
+def _load_runtime(task: str, source: str, settings: Settings) -> EncoderRuntime | FillMaskRuntime:
+    common: dict[str, Any] = {
         "backend": settings.backend,
         "device": settings.device,
         "threads": settings.threads,
         "onnx_cache": settings.onnx_cache,
     }
+    if task == "fill-mask":
+        return load_fill_mask(source or None, **common)
+    return load_encoder(
+        source or None,
+        max_batch_tokens=settings.max_batch_tokens,
+        max_batch_size=settings.max_batch_size,
+        **common,
+    )
+
+
+def batcher_label(task: str, name: str) -> str:
+    """The ``batcher`` label of /metrics: ``embed`` and ``fill-mask`` for the defaults (as before named
+    models), ``embed:legal`` for another."""
+    base = "fill-mask" if task == "fill-mask" else "embed"
+    return base if name == DEFAULT_MODEL else f"{base}:{name}"
+
+
+async def _load_slot(
+    registry: ModelRegistry, slot: ModelSlot, settings: Settings, metrics: Metrics
+) -> Exception | None:
+    """Load one model and give it its own batcher; the failure, if it failed."""
+    try:
+        runtime = await run_in_threadpool(_load_runtime, registry.task, slot.source, settings)
+    except Exception as exc:
+        return exc
+    queue = settings.fill_mask_max_queue if registry.task == "fill-mask" else settings.max_queue
+    slot.batcher = _batcher(runtime, settings, metrics, batcher_label(registry.task, slot.name), queue)
+    slot.runtime, slot.error = runtime, None
+    log.info("%s model %r loaded from %s", registry.task, slot.name, runtime.info.path)
+    return None
+
+
+async def _load_models(engines: Engines, settings: Settings, metrics: Metrics) -> None:
     if engines.encoder is None:
-        try:
-            encoder = await run_in_threadpool(
-                load_encoder,
-                settings.model or None,
-                max_batch_tokens=settings.max_batch_tokens,
-                max_batch_size=settings.max_batch_size,
-                **common,
-            )
-            engines.embed_batcher = _batcher(encoder, settings, metrics, "embed", settings.max_queue)
-            engines.encoder, engines.load_error = encoder, None
-        except Exception as exc:
+        failure = await _load_slot(engines.models, engines.models.default, settings, metrics)
+        if failure is not None:
             engines.load_error = (
                 f"embedding model failed to load (attempt {engines.load_attempts} of "
-                f"{settings.model_load_attempts}): {exc}"
+                f"{settings.model_load_attempts}): {failure}"
             )
-            log.exception("embedding model failed to load")
+            log.error("embedding model failed to load", exc_info=failure)
             return
-    if engines.fill_mask is None and engines.load_attempts <= settings.model_load_attempts:
-        try:
-            fill = await run_in_threadpool(load_fill_mask, settings.fill_mask_model or None, **common)
-            engines.fill_mask_batcher = _batcher(
-                fill, settings, metrics, "fill-mask", settings.fill_mask_max_queue
-            )
-            engines.fill_mask, engines.fill_mask_error = fill, None
-        except Exception as exc:  # the service still embeds and searches without a fill-mask model
-            engines.fill_mask_error = f"fill-mask unavailable: {exc}"
-            log.warning(engines.fill_mask_error)
+    if engines.load_attempts > settings.model_load_attempts:
+        return
+    for registry in (engines.models, engines.fill_masks):
+        for slot in registry.slots.values():
+            if slot.runtime is None and slot is not engines.models.default:
+                await _load_other(registry, slot, settings, metrics)
 
 
-async def retry_fill_mask(engines: Engines, settings: Settings, metrics: Metrics) -> None:
-    """A fill-mask model that failed to load is tried again (with the embedding model up) a few times."""
+async def _load_other(registry: ModelRegistry, slot: ModelSlot, settings: Settings, metrics: Metrics) -> None:
+    """A model besides the default embedding one: the service serves everything else without it."""
+    failure = await _load_slot(registry, slot, settings, metrics)
+    if failure is not None:
+        if registry.task == "fill-mask" and slot.name == DEFAULT_MODEL:
+            slot.error = f"fill-mask unavailable: {failure}"
+        else:
+            slot.error = f"{registry.task} model {slot.name!r} unavailable: {failure}"
+        log.warning(slot.error)
+
+
+def _missing_models(engines: Engines) -> list[ModelSlot]:
+    return [
+        slot
+        for registry in (engines.models, engines.fill_masks)
+        for slot in registry.slots.values()
+        if slot.runtime is None
+    ]
+
+
+async def retry_other_models(engines: Engines, settings: Settings, metrics: Metrics) -> None:
+    """Models that failed to load (with the default embedding model up) are tried again a few times."""
     delay = 2.0
     for _ in range(settings.model_load_attempts - 1):
-        if engines.fill_mask is not None or engines.load_failed:
+        if not _missing_models(engines) or engines.load_failed:
             return
         await asyncio.sleep(delay)
         delay = min(delay * 2, 30.0)
-        if engines.encoder is not None and engines.fill_mask is None:
+        if engines.encoder is not None:
             await _load_models(engines, settings, metrics)
 
 
@@ -221,7 +297,7 @@ async def _open_index(engines: Engines, settings: Settings, metrics: Metrics) ->
         engines.index = await run_in_threadpool(
             SearchIndex.open,
             settings.index,
-            engines.encoder,
+            engines.index_encoder,
             create=True,
             read_only=settings.index_read_only,
             on_repair=metrics.count_repair,
@@ -282,9 +358,10 @@ async def probe_index(engines: Engines, settings: Settings) -> None:
 
 
 async def close_engines(engines: Engines) -> None:
-    for batcher in (engines.embed_batcher, engines.fill_mask_batcher):
-        if batcher is not None:
-            await batcher.stop()
+    for registry in (engines.models, engines.fill_masks):
+        for slot in registry.slots.values():
+            if slot.batcher is not None:
+                await slot.batcher.stop()
     for pool in (engines.search_pool, engines.write_pool, engines.work_pool):
         pool.shutdown()  # in-flight searches and writes end before the index closes
     if engines.index is not None:

@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.service.errors import ApiError, BodyRejected, validation_error
 from app.service.middleware import AccessGate, BrowserGuard, RequestRecorder, read_body, send_error
+from app.service.model_registry import split_model_route
 from app.service.routes.inference import LANES
 from app.service.validation import parse_body
 
@@ -36,7 +37,8 @@ class EmbeddingLane:
         self.gate = AccessGate(app, app.state.keys, app.state.settings.open_operations)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        lane = LANES.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        named, route = split_model_route(scope["path"]) if scope["type"] == "http" else (None, "")
+        lane = LANES.get(route) if scope["type"] == "http" and scope["method"] == "POST" else None
         if lane is None:
             return await self.app(scope, receive, send)
         started = time.perf_counter()
@@ -59,7 +61,7 @@ class EmbeddingLane:
             except ValidationError as exc:
                 message, field = validation_error(exc.errors(include_url=False))
                 raise ApiError(422, message, field) from None
-            response = await answer(request, self.state)
+            response = await answer(request, self.state, named)
             status = response.status_code
             response.raw_headers.extend(extra)
             await response(scope, receive, send)

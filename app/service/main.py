@@ -12,7 +12,13 @@ from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from app.service.auth import KeyRing, bearer
-from app.service.engines import Engines, close_engines, follow_published_index, load_engines
+from app.service.engines import (
+    Engines,
+    close_engines,
+    follow_published_index,
+    load_engines,
+    model_registries,
+)
 from app.service.errors import install_error_handlers
 from app.service.jobs import JobRegistry
 from app.service.lane import EmbeddingLane
@@ -49,7 +55,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings, app.state.metrics = settings, metrics
     app.state.recorder = RequestRecorder(metrics)
     app.state.keys = KeyRing(settings.api_keys, settings.read_api_keys)
-    app.state.engines, app.state.jobs = Engines(), JobRegistry(keep=settings.max_jobs_kept)
+    embedding_models, fill_mask_models = model_registries(settings)
+    app.state.engines = Engines(models=embedding_models, fill_masks=fill_mask_models)
+    app.state.jobs = JobRegistry(keep=settings.max_jobs_kept)
     app.state.engines.bound(settings.max_pending)
     app.state.engines.read_only = settings.index_read_only
     install_error_handlers(app)

@@ -43,7 +43,11 @@ class OpenAIEmbeddingRequest(BaseModel):
     """OpenAI's shape; unknown fields (``user``...) are accepted and ignored, as OpenAI clients send them."""
 
     input: Text | TextList
-    model: str | None = None
+    model: str | None = Field(
+        None,
+        description="With CLOZE_MODELS: a served model's name or alias (GET /models), absent = `default`; an "
+        "unknown one is a 404 listing the served models. Without it: ignored, the one model answers",
+    )
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
     user: str | None = None

@@ -27,6 +27,8 @@ HELP = {
     ),
     "interpolate": "weight of the adapted model against the starting one (1.0: no interpolation)",
     "mine_negatives": "mine hard negatives (true/false)",
+    "max_steps_per_stage": "also end each training stage after this many steps: a short run that does the same "
+    "work on any machine",
 }
 
 
@@ -57,8 +59,8 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
             kwargs.update(nargs="+", default=list(default))
         elif isinstance(default, bool):
             kwargs.update(type=_bool, default=default)
-        elif field.name in ("max_documents", "mine_max_score"):
-            kwargs.update(type=int if field.name == "max_documents" else float, default=None)
+        elif field.name in ("max_documents", "max_steps_per_stage", "mine_max_score"):
+            kwargs.update(type=float if field.name == "mine_max_score" else int, default=None)
         else:
             kwargs.update(type=type(default), default=default)
         if field.name in ("corpus", "out"):

@@ -217,7 +217,7 @@ def run_contrastive(
         output_dir=str(stage_dir / "checkpoints"),
         per_device_train_batch_size=config.contrastive_batch_size,
         learning_rate=config.contrastive_learning_rate,
-        max_steps=1_000_000,  # the clock stops it
+        max_steps=config.max_steps_per_stage or 1_000_000,  # else the clock stops it
         batch_sampler=BatchSamplers.NO_DUPLICATES,
         save_strategy="steps",
         save_steps=25,

@@ -161,7 +161,7 @@ def run_mlm(
     time_box = ResumableTimeBox(minutes, state, "mlm")
     args = TrainingArguments(
         output_dir=str(stage_dir / "checkpoints"),
-        max_steps=1_000_000,  # the clock stops it
+        max_steps=config.max_steps_per_stage or 1_000_000,  # else the clock stops it
         per_device_train_batch_size=config.mlm_batch_size,
         learning_rate=config.mlm_learning_rate,
         warmup_steps=config.mlm_warmup_steps,

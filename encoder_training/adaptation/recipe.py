@@ -19,6 +19,9 @@ class AdaptConfig:
     max_time_minutes: float = 60.0  # the whole run: mining, MLM and contrastive stages together
     stages: list[str] = field(default_factory=lambda: ["mlm", "contrastive"])
     max_documents: int | None = None  # read at most this many documents (None: all)
+    max_steps_per_stage: int | None = (
+        None  # also stop each stage after this many steps (None: the clock alone)
+    )
     seed: int = 42
 
     # stage 1: continued masked-language-model pre-training on the corpus

@@ -264,7 +264,7 @@ def test_adapt_with_distillation_embeds_the_training_texts_once_and_keeps_closer
         out = tmp_path / f"adapted-{weight}"
         argv = [
             "adapt", "--model", str(tiny_bert), "--corpus", str(corpus_path), "--out", str(out),
-            "--stages", "contrastive", "--max-time-minutes", "0.25", "--contrastive-batch-size", "4",
+            "--stages", "contrastive", "--max-time-minutes", "5", "--max-steps-per-stage", "20", "--contrastive-batch-size", "4",
             "--max-seq-length", "48", "--interpolate", "1.0", "--contrastive-learning-rate", "1e-3",
             "--distill-weight", weight, "--seed", "1",
         ]  # fmt: skip
@@ -462,7 +462,7 @@ def test_guarded_mlm_stage_drifts_less_than_plain_mlm(
         out = tmp_path / f"adapted-{weight}"
         argv = [
             "adapt", "--model", str(tiny_bert), "--corpus", str(corpus_path), "--out", str(out),
-            "--stages", "mlm", "--max-time-minutes", "0.15", "--mlm-block-size", "32", "--mlm-batch-size", "4",
+            "--stages", "mlm", "--max-time-minutes", "5", "--max-steps-per-stage", "20", "--mlm-block-size", "32", "--mlm-batch-size", "4",
             "--mlm-learning-rate", "1e-3", "--mlm-distill-weight", weight, "--interpolate", "1.0",
             "--seed", "1", "--keep-work",
         ]  # fmt: skip

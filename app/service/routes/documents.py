@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Path, Query, Request
 
 from app.service.errors import ApiError, BodyRejected
+from app.service.model_registry import INDEX_MODEL
 from app.service.schemas import DeleteResponse, DocumentIn, DocumentOut, DocumentPage, UpsertResponse
 from app.service.validation import StrictJSONRoute, check_filter, check_metadata, strict_loads
 from index.builder import attach_vectors, chunk_texts
@@ -45,13 +46,13 @@ async def upsert_documents(
             )
         check_metadata(doc.metadata, f"{where}.metadata", settings)
     index = engines.writable_index()
-    engines.require_encoder()
+    engines.require_encoder(INDEX_MODEL)
     # Chunk, embed through the batcher beside the queries (bulk: they go first), then commit: one write at
     # a time holds the index's writer lock, never while it embeds.
     chunked = await engines.write_pool.run(
         index.prepare, [Document(d.id, d.text, d.metadata) for d in documents]
     )
-    _, vectors = await engines.embed(chunk_texts(chunked), normalize=True, bulk=True)
+    _, vectors = await engines.embed(chunk_texts(chunked), normalize=True, bulk=True, model=INDEX_MODEL)
     count = await engines.write_pool.run(index.commit, attach_vectors(chunked, vectors))
     return UpsertResponse(upserted=count)
 

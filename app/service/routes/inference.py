@@ -80,10 +80,16 @@ def keep_dimensions(matrix: np.ndarray, dimensions: int | None, normalize: bool)
     return l2_normalize(matrix) if normalize else np.ascontiguousarray(matrix)
 
 
-async def openai_answer(body: OpenAIEmbeddingRequest, state: State) -> Response:
-    encoder, _ = state.engines.require_encoder()
+async def openai_answer(
+    body: OpenAIEmbeddingRequest, state: State, _path_model: str | None = None
+) -> Response:
+    # The body names the model (this route has no /models/{name}/ form). Without CLOZE_MODELS it is ignored as
+    # it always was (clients must send one, and any reached the one model); with it, it picks a served model
+    # by name or alias, and absent or null means ``default``.
+    model = body.model if state.settings.named_models else None
+    encoder, _ = state.engines.require_encoder(model)
     texts = text_list(body.input, "input", state.settings)
-    items, finished = await state.engines.embed(texts, normalize=None)
+    items, finished = await state.engines.embed(texts, normalize=None, model=model)
     matrix = keep_dimensions(finished, body.dimensions, normalize=True)
     tokens = sum(len(item) for item in items)
     if body.encoding_format == "base64":
@@ -105,12 +111,12 @@ async def openai_answer(body: OpenAIEmbeddingRequest, state: State) -> Response:
     )
 
 
-async def embed_answer(body: EmbedRequest, state: State) -> Response:
-    encoder, _ = state.engines.require_encoder()
+async def embed_answer(body: EmbedRequest, state: State, model: str | None = None) -> Response:
+    encoder, _ = state.engines.require_encoder(model)
     texts = text_list(body.inputs, "inputs", state.settings)
     refuse_unsupported(body.prompt_name, body.truncation_direction)
     cut = body.dimensions is not None  # normalised after the cut, if at all
-    items, matrix = await state.engines.embed(texts, normalize=body.normalize and not cut)
+    items, matrix = await state.engines.embed(texts, normalize=body.normalize and not cut, model=model)
     if not body.truncate:
         refuse_too_long(items, encoder, "inputs")
     if cut:
@@ -135,7 +141,15 @@ async def embed(body: EmbedRequest, request: Request) -> Response:
     return await embed_answer(body, request.app.state)
 
 
-LANES: dict[str, tuple[type[BaseModel], Callable[[Any, State], Awaitable[Response]]]] = {
+@router.post("/models/{model}/embed", response_model=list[list[float]], tags=["named models"])
+async def embed_with(model: str, body: EmbedRequest, request: Request) -> Response:
+    """``/embed`` of the embedding model named ``model`` (``InferenceClient(model=f"{base}/models/{model}/embed")``)."""
+    return await embed_answer(body, request.app.state, model)
+
+
+# A lane's answer takes the model a ``/models/{name}/...`` path names (None for the plain route).
+LaneAnswer = Callable[[Any, State, str | None], Awaitable[Response]]
+LANES: dict[str, tuple[type[BaseModel], LaneAnswer]] = {
     "/embed": (EmbedRequest, embed_answer),
     "/v1/embeddings": (OpenAIEmbeddingRequest, openai_answer),
 }
@@ -145,9 +159,18 @@ LANES: dict[str, tuple[type[BaseModel], Callable[[Any, State], Awaitable[Respons
 async def similarity(body: SimilarityRequest, request: Request) -> Response:
     """TEI's ``/similarity`` (``InferenceClient.sentence_similarity``): the cosine similarity of
     ``source_sentence`` to each of ``sentences``, in their order."""
-    engines = request.app.state.engines
-    encoder, _ = engines.require_encoder()
-    settings = request.app.state.settings
+    return await similarity_answer(body, request.app.state)
+
+
+@router.post("/models/{model}/similarity", response_model=list[float], tags=["named models"])
+async def similarity_with(model: str, body: SimilarityRequest, request: Request) -> Response:
+    """``/similarity`` of the embedding model named ``model``."""
+    return await similarity_answer(body, request.app.state, model)
+
+
+async def similarity_answer(body: SimilarityRequest, state: State, model: str | None = None) -> Response:
+    engines, settings = state.engines, state.settings
+    encoder, _ = engines.require_encoder(model)
     parameters = body.parameters
     if parameters is not None:
         refuse_unsupported(parameters.prompt_name, parameters.truncation_direction, "parameters.")
@@ -156,7 +179,7 @@ async def similarity(body: SimilarityRequest, request: Request) -> Response:
     if len(sentences) + 1 > settings.max_inputs:
         field = "inputs.sentences"
         raise ApiError(422, f"{field}: with the source, more than the limit of {settings.max_inputs}", field)
-    items, matrix = await engines.embed([source, *sentences], normalize=True)
+    items, matrix = await engines.embed([source, *sentences], normalize=True, model=model)
     if not (parameters and parameters.truncate):
         for position, item in enumerate(items):
             if item.truncated:
@@ -173,9 +196,19 @@ async def similarity(body: SimilarityRequest, request: Request) -> Response:
 async def tokenize(body: TokenizeRequest, request: Request) -> Response:
     """TEI's ``/tokenize``: per input, the embedding model's tokens (not truncated) with character offsets;
     special tokens have no offsets. Always a list of lists."""
-    encoder, _ = request.app.state.engines.require_encoder()
+    return await tokenize_answer(body, request.app.state)
+
+
+@router.post("/models/{model}/tokenize", response_model=list[list[SimpleToken]], tags=["named models"])
+async def tokenize_with(model: str, body: TokenizeRequest, request: Request) -> Response:
+    """``/tokenize`` with the embedding model named ``model``."""
+    return await tokenize_answer(body, request.app.state, model)
+
+
+async def tokenize_answer(body: TokenizeRequest, state: State, model: str | None = None) -> Response:
+    encoder, _ = state.engines.require_encoder(model)
     refuse_unsupported(body.prompt_name, "right")
-    settings = request.app.state.settings
+    settings = state.settings
     texts = text_list(body.inputs, "inputs", settings)
     total = sum(len(text) for text in texts)
     if total > settings.max_tokenize_chars:
@@ -184,17 +217,25 @@ async def tokenize(body: TokenizeRequest, request: Request) -> Response:
             f"inputs: {total} characters in all, over the limit of {settings.max_tokenize_chars}",
             "inputs",
         )
-    tokens = await request.app.state.engines.work_pool.run(
-        encoder.tokenizer.tokens, texts, body.add_special_tokens
-    )
+    tokens = await state.engines.work_pool.run(encoder.tokenizer.tokens, texts, body.add_special_tokens)
     return json_response(tokens)
 
 
 @router.post("/decode", response_model=list[str], tags=["tokens"])
 async def decode(body: DecodeRequest, request: Request) -> Response:
     """TEI's ``/decode``: token ids back to text, one string per list of ids (always a list)."""
-    encoder, _ = request.app.state.engines.require_encoder()
-    settings = request.app.state.settings
+    return await decode_answer(body, request.app.state)
+
+
+@router.post("/models/{model}/decode", response_model=list[str], tags=["named models"])
+async def decode_with(model: str, body: DecodeRequest, request: Request) -> Response:
+    """``/decode`` with the embedding model named ``model``."""
+    return await decode_answer(body, request.app.state, model)
+
+
+async def decode_answer(body: DecodeRequest, state: State, model: str | None = None) -> Response:
+    encoder, _ = state.engines.require_encoder(model)
+    settings = state.settings
     batch = body.ids if body.ids and isinstance(body.ids[0], list) else [body.ids]
     if not batch or not all(batch):
         raise ApiError(422, "ids: empty: send at least one token id", "ids")
@@ -207,9 +248,7 @@ async def decode(body: DecodeRequest, request: Request) -> Response:
             raise ApiError(422, f"{where}: {len(ids)} ids, over the limit of {settings.max_chars}", where)
         if any(not 0 <= token < vocabulary for token in ids):
             raise ApiError(422, f"{where}: token ids must lie in [0, {vocabulary})", where)
-    texts = await request.app.state.engines.work_pool.run(
-        encoder.tokenizer.decode, batch, body.skip_special_tokens
-    )
+    texts = await state.engines.work_pool.run(encoder.tokenizer.decode, batch, body.skip_special_tokens)
     return json_response(texts)
 
 
@@ -222,10 +261,20 @@ async def fill_mask(body: FillMaskRequest, request: Request) -> Response:
     "targets"}}``), answered as the transformers pipeline nests it: one input with one mask, a flat list of
     predictions; several masks or several inputs, a list of lists. ``"nested": true`` (this service's
     extension) always answers [input][mask][prediction]."""
-    runtime, batcher = request.app.state.engines.require_fill_mask()
-    texts = text_list(body.inputs, "inputs", request.app.state.settings)
+    return await fill_mask_answer(body, request.app.state)
+
+
+@router.post("/models/{model}/fill-mask", response_model=FillMaskAnswer, tags=["named models"])
+async def fill_mask_with(model: str, body: FillMaskRequest, request: Request) -> Response:
+    """``/fill-mask`` with the fill-mask model named ``model`` (``CLOZE_FILL_MASK_MODELS``)."""
+    return await fill_mask_answer(body, request.app.state, model)
+
+
+async def fill_mask_answer(body: FillMaskRequest, state: State, model: str | None = None) -> Response:
+    runtime, batcher = state.engines.require_fill_mask(model)
+    settings = state.settings
+    texts = text_list(body.inputs, "inputs", settings)
     top_k, targets = body.parameters.top_k, body.parameters.targets
-    settings = request.app.state.settings
     masks = 0
     for position, text in enumerate(texts):
         field = "inputs" if isinstance(body.inputs, str) else f"inputs[{position}]"
@@ -257,7 +306,7 @@ async def fill_mask(body: FillMaskRequest, request: Request) -> Response:
     # Admitted by masks, the cost the head and the answer grow with (CLOZE_FILL_MASK_MAX_QUEUE).
     queries = [FillMaskQuery(text, target_ids) for text in texts]
     items, scores = await submit(batcher, queries, cost=masks)
-    results = await request.app.state.engines.work_pool.run(
+    results = await state.engines.work_pool.run(
         lambda: [runtime.decode(t, i, s, top_k) for t, i, s in zip(texts, items, scores, strict=True)]
     )
     for position, result in enumerate(results):

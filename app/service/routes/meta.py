@@ -2,47 +2,92 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.service.model_registry import INDEX_MODEL, ModelSlot
 
 router = APIRouter(tags=["operations"])
 
 
 @router.get("/models")
 async def models(request: Request) -> dict:
+    """The models served: ``models`` and ``fill_mask_models`` list each by name (with its aliases, status and,
+    once loaded, fingerprint, dimension, pooling, backend and device); ``embedding`` and ``fill_mask`` are the
+    ``default`` ones, as before named models."""
     engines = request.app.state.engines
     encoder, _ = engines.require_encoder()
     answer = {
-        "embedding": {
-            "model_id": encoder.info.model_id,
-            "path": str(encoder.info.path),
-            "fingerprint": encoder.info.fingerprint,
-            "dimension": encoder.dimension,
-            "max_tokens": encoder.max_tokens,
-            "pooling": encoder.info.pooling,
-            "normalize": encoder.info.normalize,
-            "backend": encoder.backend.name,
-            "provider": encoder.backend.provider,
-        },
+        "embedding": _embedding_model(encoder),
         "fill_mask": None,
         "fill_mask_error": engines.fill_mask_error,
         # The manifest counts rows: in a worker thread, never on the event loop.
         "index": await engines.work_pool.run(lambda: engines.index.manifest)
         if engines.index is not None
         else None,
+        "index_model": INDEX_MODEL,
+        "models": [_listing(slot, _embedding_model) for slot in engines.models.slots.values()],
+        "fill_mask_models": [_listing(slot, _fill_mask_model) for slot in engines.fill_masks.slots.values()],
     }
     if engines.fill_mask is not None:
-        fill = engines.fill_mask
-        answer["fill_mask"] = {
-            "model_id": fill.info.model_id,
-            "path": str(fill.info.path),
-            "mask_token": fill.mask_token,
-            "max_tokens": fill.max_tokens,
-            "backend": fill.backend.name,
-            "provider": fill.backend.provider,
-        }
+        answer["fill_mask"] = _fill_mask_model(engines.fill_mask)
     return answer
+
+
+@router.get("/v1/models")
+async def openai_models(request: Request) -> dict:
+    """OpenAI's model list (``client.models.list()``): the embedding models that are loaded, by name."""
+    slots = request.app.state.engines.models.slots.values()
+    return {
+        "object": "list",
+        "data": [
+            {"id": slot.name, "object": "model", "created": 0, "owned_by": "cloze-search"}
+            for slot in slots
+            if slot.runtime is not None
+        ],
+    }
+
+
+def _listing(slot: ModelSlot, describe: Callable[[Any], dict]) -> dict:
+    entry = {"id": slot.name, "aliases": slot.aliases, "status": slot.status, "error": slot.error}
+    return {**entry, **describe(slot.runtime)} if slot.runtime is not None else entry
+
+
+def _device(provider: str) -> str:
+    """``cuda`` or ``cpu``, from what the backend says runs (``cuda fp16``, ``CUDAExecutionProvider``...)."""
+    return "cuda" if "cuda" in provider.lower() else "cpu"
+
+
+def _embedding_model(encoder: Any) -> dict:
+    return {
+        "model_id": encoder.info.model_id,
+        "path": str(encoder.info.path),
+        "fingerprint": encoder.info.fingerprint,
+        "dimension": encoder.dimension,
+        "max_tokens": encoder.max_tokens,
+        "pooling": encoder.info.pooling,
+        "normalize": encoder.info.normalize,
+        "backend": encoder.backend.name,
+        "provider": encoder.backend.provider,
+        "device": _device(encoder.backend.provider),
+    }
+
+
+def _fill_mask_model(fill: Any) -> dict:
+    return {
+        "model_id": fill.info.model_id,
+        "path": str(fill.info.path),
+        "fingerprint": fill.info.fingerprint,
+        "mask_token": fill.mask_token,
+        "max_tokens": fill.max_tokens,
+        "backend": fill.backend.name,
+        "provider": fill.backend.provider,
+        "device": _device(fill.backend.provider),
+    }
 
 
 @router.get("/healthz")

@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from app.service.errors import ApiError
+from app.service.model_registry import INDEX_MODEL
 from app.service.schemas import SearchExplanation, SearchMode, SearchRequest, SearchResponse, SearchResult
 from app.service.validation import StrictJSONRoute, check_filter
 from index.filters import InvalidFilterValue
@@ -86,7 +87,7 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
     index = engines.require_index()
     vector = None
     if body.mode != "bm25":
-        _, vectors = await engines.embed([body.query])
+        _, vectors = await engines.embed([body.query], model=INDEX_MODEL)
         vector = vectors[0]
     try:
         hits = await engines.run_search(
