@@ -185,7 +185,8 @@ def test_bad_archives_and_bounds_are_refused_with_a_reason_and_the_live_data_is_
         chain.resume()
         first.join(timeout=60)
         good = download(url, answers[0].json()["name"], tmp_path / "good.tar")
-        assert chain.put(chain.new_docs(20)) == 200  # after the snapshot: a restore would lose these
+        later = chain.new_docs(20)
+        assert chain.put(later) == 200  # after the snapshot: a restore would lose these
         current, versions = chain.current(), chain.versions()
 
         raw = good.read_bytes()
@@ -236,6 +237,16 @@ def test_bad_archives_and_bounds_are_refused_with_a_reason_and_the_live_data_is_
         listed = chain.cli("index", "snapshot", "--url", url, "--api-key", AUTH["Authorization"].split()[1])
         code, _ = finish(listed)
         assert code == 0 and len(httpx.get(url + SNAPSHOTS, headers=AUTH).json()["snapshots"]) == 2
+        key = AUTH["Authorization"].split()[1]
+        rollback = chain.cli(
+            "index", "restore", str(good), "--collection", "default", "--url", url, "--api-key", key
+        )
+        code, stderr = finish(rollback)
+        assert code == 0 and chain.current() == current + 1, stderr
+        assert httpx.get(f"{url}/documents/{later[0]['id']}", headers=AUTH).status_code == 404  # rolled back
+        for doc in later:
+            del chain.acked[doc["id"]]
+        chain.check("after a restore by upload from the CLI")
 
         chain.kill()
         chain.start("tiny-disk", {"CLOZE_SNAPSHOTS_DIR": str(tiny_disk)})
