@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # whole-model exports, Ray, subprocess kills or real data: make test, not test-fast
 def test_the_gpu_benchmark_reports_no_cuda_and_the_device_it_chose(tmp_path):
     out = tmp_path / "gpu.json"
     done = subprocess.run(

@@ -110,12 +110,14 @@ def onnx_pair(tmp_path_factory):
     )
 
 
+@pytest.mark.slow  # whole-model exports, Ray, subprocess kills or real data: make test, not test-fast
 def test_onnx_fp32_agrees_with_torch(bundled_torch, onnx_pair, shared_data):
     texts = sts_sentences(shared_data, 200)
     cosine = (bundled_torch.embed(texts) * onnx_pair[0].embed(texts)).sum(axis=1)
     assert cosine.min() > 0.9999
 
 
+@pytest.mark.slow  # whole-model exports, Ray, subprocess kills or real data: make test, not test-fast
 def test_onnx_int8_keeps_quality_on_real_text(bundled_torch, onnx_pair, shared_data):
     texts = sts_sentences(shared_data, 400)
     cosine = (bundled_torch.embed(texts) * onnx_pair[1].embed(texts)).sum(axis=1)

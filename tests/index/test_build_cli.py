@@ -125,6 +125,7 @@ def test_build_add_delete_skip(tmp_path: Path, tiny_bert: Path, tiny_encoder, ca
     index.close()
 
 
+@pytest.mark.slow  # whole-model exports, Ray, subprocess kills or real data: make test, not test-fast
 def test_sigkill_mid_publish_keeps_previous_version_and_resume_finishes(
     tmp_path: Path, tiny_bert: Path, tiny_encoder, capsys
 ) -> None:
@@ -151,6 +152,7 @@ def test_sigkill_mid_publish_keeps_previous_version_and_resume_finishes(
     index.close()
 
 
+@pytest.mark.slow  # whole-model exports, Ray, subprocess kills or real data: make test, not test-fast
 def test_sigkill_mid_ingest_then_resume(tmp_path: Path, tiny_bert: Path, tiny_encoder) -> None:
     out = tmp_path / "idx"
     corpus = write_jsonl(tmp_path / "big.jsonl", tiny_documents(1300, seed=3, words=6))

@@ -10,6 +10,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from encoder_training.evaluation.beir import evaluate_beir, load_qrels, load_queries
 
 QUERIES = 20
@@ -38,6 +40,7 @@ def scifact_slice(shared: Path, out: Path) -> Path:
     return out
 
 
+@pytest.mark.slow  # whole-model exports, Ray, subprocess kills or real data: make test, not test-fast
 def test_dense_bm25_hybrid_on_a_scifact_slice(tmp_path: Path, shared_data: Path, bundled_torch) -> None:
     data = scifact_slice(shared_data, tmp_path / "scifact-slice")
     results = {

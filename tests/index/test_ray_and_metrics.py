@@ -22,6 +22,7 @@ def stored_vectors(root: Path) -> dict[int, np.ndarray]:
         store.close()
 
 
+@pytest.mark.slow  # whole-model exports, Ray, subprocess kills or real data: make test, not test-fast
 def test_ray_engine_matches_local(tmp_path: Path, tiny_encoder) -> None:
     import ray
 
