@@ -62,32 +62,29 @@ def _device(provider: str) -> str:
     return "cuda" if "cuda" in provider.lower() else "cpu"
 
 
-def _embedding_model(encoder: Any) -> dict:
+def _runtime(runtime: Any) -> dict:
+    """What every loaded model reports: where it came from and what runs it."""
     return {
-        "model_id": encoder.info.model_id,
-        "path": str(encoder.info.path),
-        "fingerprint": encoder.info.fingerprint,
+        "model_id": runtime.info.model_id,
+        "path": str(runtime.info.path),
+        "fingerprint": runtime.info.fingerprint,
+        "max_tokens": runtime.max_tokens,
+        "backend": runtime.backend.name,
+        "provider": runtime.backend.provider,
+        "device": _device(runtime.backend.provider),
+    }
+
+
+def _embedding_model(encoder: Any) -> dict:
+    return _runtime(encoder) | {
         "dimension": encoder.dimension,
-        "max_tokens": encoder.max_tokens,
         "pooling": encoder.info.pooling,
         "normalize": encoder.info.normalize,
-        "backend": encoder.backend.name,
-        "provider": encoder.backend.provider,
-        "device": _device(encoder.backend.provider),
     }
 
 
 def _fill_mask_model(fill: Any) -> dict:
-    return {
-        "model_id": fill.info.model_id,
-        "path": str(fill.info.path),
-        "fingerprint": fill.info.fingerprint,
-        "mask_token": fill.mask_token,
-        "max_tokens": fill.max_tokens,
-        "backend": fill.backend.name,
-        "provider": fill.backend.provider,
-        "device": _device(fill.backend.provider),
-    }
+    return _runtime(fill) | {"mask_token": fill.mask_token}
 
 
 @router.get("/healthz")
