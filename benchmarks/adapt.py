@@ -10,13 +10,20 @@ Variants (the ablation), all from the bundled all-MiniLM-L6-v2 under one budget 
 - ``contrastive-only``: no MLM stage; the same mined pairs and the same contrastive time as ``both``;
 - ``no-negatives``: ``both`` with in-batch negatives only (its MLM stage reused, no mining);
 - ``no-distill`` (not run unless named): ``both`` without the distillation guard (``--distill-weight 0``),
-  its mining and MLM stages reused.
+  its mining and MLM stages reused;
+- ``unguarded`` (not run unless named): ``both``'s trained encoder saved at the configured blend without the
+  result check (``--guard-pairs 0``), every stage reused: what the check kept the user from;
+- ``teacher`` (needs ``--teacher DIR``): ``both`` plus a cross-encoder teacher (``--teacher``, MarginMSE),
+  its mining reused.
+
+``both``'s ``guard`` entry is its result check (held-out scores of the start, the blends, the decision).
 
 Training never reads queries or qrels. ``--split train`` scores SciFact's train queries (used to choose
 defaults); ``--split test`` gives the reported figures.
 
     python benchmarks/adapt.py --minutes 60 --split test
     python benchmarks/adapt.py --minutes 30 --split test --variants both --msmarco
+    python benchmarks/adapt.py --minutes 20 --variants both unguarded teacher --teacher DIR --modes dense --no-sts
 
 Writes ``benchmarks/results/adapt_<split>.json`` and prints the table.
 """
@@ -42,7 +49,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 SCIFACT = DATA / "beir-scifact"
 MSMARCO = DATA / "beir-msmarco-subset"
 ABLATION = ("both", "mlm-only", "contrastive-only", "no-negatives")
-VARIANTS = (*ABLATION, "no-distill")
+VARIANTS = (*ABLATION, "no-distill", "unguarded", "teacher")
 
 
 def cloze(*args: str, log: Path) -> dict:
@@ -97,8 +104,10 @@ def seeded_work(source: Path, target: Path, keep: tuple[str, ...]) -> None:
     state = json.loads((source / "state.json").read_text())
     target.mkdir(parents=True)
     for stage in keep:
-        if stage == "mine":
-            shutil.copy2(source / "mined.jsonl", target / "mined.jsonl")
+        if stage in ("mine", "teacher"):  # cached files: mined pairs, the starting encoder's embeddings
+            name = "mined.jsonl" if stage == "mine" else "teacher.pt"
+            if (source / name).is_file():
+                shutil.copy2(source / name, target / name)
         else:
             shutil.copytree(source / stage, target / stage, ignore=shutil.ignore_patterns("checkpoints"))
     seeded = {
@@ -121,6 +130,9 @@ def main() -> None:
     parser.add_argument("--msmarco", action="store_true", help="also adapt on the MS MARCO subset")
     parser.add_argument("--msmarco-minutes", type=float, help="budget there (default: --minutes)")
     parser.add_argument("--no-int8", action="store_true", help="skip the int8 (onnx-int8) check")
+    parser.add_argument("--teacher", help="a CrossEncoder folder for the teacher variant")
+    parser.add_argument("--modes", nargs="+", default=["dense", "hybrid"], choices=["dense", "hybrid"])
+    parser.add_argument("--no-sts", action="store_true", help="skip STS-B (time)")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "adapt-benchmark")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -137,9 +149,9 @@ def main() -> None:
     }
 
     def scores(model: str) -> dict:
-        values = {mode: beir(model, SCIFACT, mode, args.split, "torch", log) for mode in ("dense", "hybrid")}
+        values = {mode: beir(model, SCIFACT, mode, args.split, "torch", log) for mode in args.modes}
         loads.append(load_average()[0])
-        return values | {"sts_b_test": sts(model, log)}
+        return values if args.no_sts else values | {"sts_b_test": sts(model, log)}
 
     result["scifact"]["bundled"] = scores("")
     both = args.work / "scifact-both"
@@ -162,10 +174,19 @@ def main() -> None:
         elif variant == "no-distill":
             seeded_work(both_work, work, ("mine", "mlm"))
             record = adapt(corpus, out, args.minutes, ["--distill-weight", "0"], log)
+        elif variant == "unguarded":
+            seeded_work(both_work, work, ("mine", "teacher", "mlm", "contrastive"))
+            record = adapt(corpus, out, args.minutes, ["--guard-pairs", "0"], log)
+        elif variant == "teacher":
+            if not args.teacher:
+                raise SystemExit("the teacher variant needs --teacher DIR")
+            seeded_work(both_work, work, ("mine", "teacher"))
+            record = adapt(corpus, out, args.minutes, ["--teacher", args.teacher], log)
         else:
             seeded_work(both_work, work, ("mlm",))
             record = adapt(corpus, out, args.minutes, ["--mine-negatives", "false"], log)
         entry = {"stage_minutes": stage_times(record), "stages": record["stages"], **scores(str(out))}
+        entry["guard"] = record.get("guard")
         result["scifact"][variant] = entry
         (args.work / "partial.json").write_text(json.dumps(result, indent=2))
 
@@ -197,10 +218,15 @@ def main() -> None:
 
 def print_table(result: dict) -> None:
     print(f"SciFact ({result['split']} queries), budget {result['minutes']} min")
-    print(f"{'variant':18} {'dense':>7} {'hybrid':>7} {'STS-B':>7}  stage minutes")
+    print(f"{'variant':18} {'dense':>7} {'hybrid':>7} {'STS-B':>7}  check  stage minutes")
     for name, entry in result["scifact"].items():
         minutes = " ".join(f"{k} {v}" for k, v in entry.get("stage_minutes", {}).items())
-        print(f"{name:18} {entry['dense']:7.4f} {entry['hybrid']:7.4f} {entry['sts_b_test']:7.4f}  {minutes}")
+        values = " ".join(
+            f"{entry[k]:7.4f}" if k in entry else f"{'-':>7}" for k in ("dense", "hybrid", "sts_b_test")
+        )
+        check = entry.get("guard") or {}
+        kept = f"{check['decision']}@{check['alpha']}" if check.get("decision") else "-"
+        print(f"{name:18} {values}  {kept:6} {minutes}")
     if "int8" in result["scifact"].get("both", {}):
         print("int8 (both):", result["scifact"]["both"]["int8"])
     if "msmarco" in result:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -29,6 +30,15 @@ HELP = {
     "mine_negatives": "mine hard negatives (true/false)",
     "max_steps_per_stage": "also end each training stage after this many steps: a short run that does the same "
     "work on any machine",
+    "guard_pairs": (
+        "pairs held out from training (at most a fifth) on which the result must beat the starting encoder, "
+        "else a better blend or the starting weights are kept (0: no check)"
+    ),
+    "guard_alphas": "the other blend weights the check tries when the --interpolate blend does not beat the start",
+    "teacher": "a cross-encoder (sentence-transformers CrossEncoder folder) whose score margins on the mined "
+    "rows train the encoder with MarginMSE (GPL), and whose grades join the check",
+    "teacher_mode": "beside: MarginMSE beside MNRL's in-batch negatives; instead: MarginMSE alone",
+    "teacher_fraction": "share of the budget the teacher may spend scoring training rows",
 }
 
 
@@ -47,7 +57,9 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
         description=(
             "Continued MLM pre-training on the corpus, then contrastive fine-tuning on pairs the corpus "
             "makes (inverse cloze, title/body, crops) with hard negatives mined by the starting encoder, "
-            "then interpolation toward the starting weights. Defaults: see encoder_training/adaptation/recipe.py."
+            "then interpolation toward the starting weights; the result is kept only if it beats the starting "
+            "encoder on pairs held out from training (else a better blend or the starting weights). "
+            "Defaults: see encoder_training/adaptation/recipe.py."
         ),
     )
     defaults = AdaptConfig()
@@ -57,6 +69,8 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
         kwargs: dict = {"dest": field.name, "help": HELP.get(field.name, "")}
         if isinstance(default, list):
             kwargs.update(nargs="+", default=list(default))
+            if default and isinstance(default[0], float):
+                kwargs["type"] = float
         elif isinstance(default, bool):
             kwargs.update(type=_bool, default=default)
         elif field.name in ("max_documents", "max_steps_per_stage", "mine_max_score"):
@@ -75,6 +89,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 
 
 def _adapt(args: argparse.Namespace) -> None:
+    from encoder_training.adaptation.guard import sentence
     from encoder_training.adaptation.run import RECORD, adapt
 
     values = {f.name: getattr(args, f.name) for f in fields(AdaptConfig)}
@@ -82,4 +97,6 @@ def _adapt(args: argparse.Namespace) -> None:
         raise FileNotFoundError(f"corpus not found: {values['corpus']}")
     out = adapt(AdaptConfig(**values), keep_work=args.keep_work)
     record = json.loads((out / RECORD).read_text())
-    print(json.dumps({"out": str(out), "stages": record["stages"], "seconds_spent": record["seconds_spent"]}))
+    print(sentence(record["guard"]), file=sys.stderr, flush=True)  # plainly, whatever the log level
+    summary = {k: record[k] for k in ("stages", "guard", "seconds_spent")}
+    print(json.dumps({"out": str(out), **summary}))

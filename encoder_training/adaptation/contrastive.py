@@ -20,8 +20,8 @@ import torch
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from sentence_transformers.base.losses.merged_forward import embed_columns
 from sentence_transformers.base.sampler import BatchSamplers
-from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-from sentence_transformers.util import cos_sim
+from sentence_transformers.sentence_transformer.losses import MarginMSELoss, MultipleNegativesRankingLoss
+from sentence_transformers.util import cos_sim, pairwise_cos_sim
 from torch import nn
 
 from encoder_training.adaptation.lexical_teacher import LexicalTeacher
@@ -193,10 +193,12 @@ def run_contrastive(
     state: RunState,
     teacher=None,
     lexical: LexicalTeacher | None = None,
+    margins=None,
 ) -> dict:
     """Train ``model`` in place for ``minutes`` with MNRL (in-batch plus mined negatives), distilled toward
     ``teacher`` (``teacher_embeddings``) when given, and toward the hybrid teacher's ranking when ``lexical``
-    is given too."""
+    is given too. ``margins`` (rows with a cross-encoder's margins, ``cross_teacher.score_rows``) add a
+    MarginMSE dataset beside the corpus's, or replace it when ``config.teacher_mode`` is "instead"."""
     from datasets import Dataset
 
     stage_dir = work / "contrastive"
@@ -209,6 +211,11 @@ def run_contrastive(
     else:
         loss = {"corpus": MultipleNegativesRankingLoss(model)}
     datasets = {"corpus": train}
+    if margins is not None:
+        datasets["teacher"] = margins
+        loss["teacher"] = MarginMSELoss(model, similarity_fct=pairwise_cos_sim)  # the teacher's scale
+        if config.teacher_mode == "instead":
+            del datasets["corpus"], loss["corpus"]
     if general:
         datasets["general"] = Dataset.from_list(general)
         loss["general"] = MultipleNegativesRankingLoss(model)
@@ -230,8 +237,8 @@ def run_contrastive(
     trainer = BudgetTrainer(
         model=model,
         args=args,
-        train_dataset=datasets if len(datasets) > 1 else train,
-        loss=loss if len(datasets) > 1 else loss["corpus"],
+        train_dataset=datasets if len(datasets) > 1 else next(iter(datasets.values())),
+        loss=loss if len(datasets) > 1 else next(iter(loss.values())),
         callbacks=[time_box],
         time_box=time_box,
         warmup=config.warmup_steps,
@@ -241,6 +248,7 @@ def run_contrastive(
     record = {
         "rows": {name: len(d) for name, d in datasets.items()},
         "columns": text_columns(train),
+        "losses": {name: type(value).__name__ for name, value in loss.items()},
         "steps": result.global_step,
         "seconds": round(seconds, 1),
         "first_loss": losses[0] if losses else None,

@@ -76,3 +76,16 @@ class AdaptConfig:
     # weight of the adapted model (1.0: none); 0.25 was the best of 0.25, 0.5 and 1.0 on SciFact train and
     # MS MARCO (docs/design-decisions.md)
     interpolate: float = 0.25
+
+    # the result check (adaptation.guard): pairs held out from training (at most a fifth of the pairs; 0: off),
+    # on which the blend above must beat the starting encoder, else the other blend weights are tried, else
+    # the starting weights are kept
+    guard_pairs: int = 256
+    guard_alphas: list[float] = field(default_factory=lambda: [0.1, 0.5, 1.0])
+
+    # a cross-encoder teacher (GPL; Wang et al. 2022): its score margins on (anchor, positive, mined negative)
+    # rows train the student with MarginMSE, "beside" MNRL or "instead" of it; its grades join the check.
+    # Off by default (docs/design-decisions.md)
+    teacher: str = ""  # a sentence-transformers CrossEncoder folder ("" = none)
+    teacher_mode: str = "beside"
+    teacher_fraction: float = 0.25  # share of the budget the teacher may spend scoring training rows
