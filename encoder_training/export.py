@@ -136,8 +136,10 @@ def build_card(out: Path, source: Path, model_id: str, onnx_files: dict, scores:
     record_path = out / TRAINING_RECORD
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
     training = {
-        k: record[k] for k in ("base_model", "data", "steps", "wall_time_s", "sts_dev") if k in record
-    }
+        k: record[k]
+        for k in ("base_model", "data", "steps", "wall_time_s", "sts_dev", "guard")
+        if k in record
+    }  # guard: `cloze adapt`'s result check (held-out scores of the start and the blends, what it kept)
     if record:
         training["recipe"] = {k: v for k, v in record["recipe"].items() if k not in ("out", "data_dir")}
     return {
@@ -158,6 +160,17 @@ def build_card(out: Path, source: Path, model_id: str, onnx_files: dict, scores:
 def _dimension(out: Path) -> int | None:
     config = json.loads((out / "config.json").read_text())
     return config.get("hidden_size") or config.get("dim")
+
+
+def guard_line(check: dict) -> str:
+    """One line of the card for ``cloze adapt``'s result check."""
+    if not check.get("decision"):
+        return f"not run ({check.get('reason')})"
+    return (
+        f"on {check['held_out_pairs']} held-out pairs ({check['metric']}) the start scored "
+        f"{check['start']['decision']}, the adapted blend {check['adapted']['decision']}; kept: "
+        f"{check['decision']} (blend weight {check['alpha']})"
+    )
 
 
 def render_readme(card: dict) -> str:
@@ -192,6 +205,8 @@ def render_readme(card: dict) -> str:
             f"- steps {training.get('steps')}, wall time {training.get('wall_time_s')} s",
             f"- STS-B dev during training: {training.get('sts_dev')}",
         ]
+        if isinstance(training.get("guard"), dict):
+            lines.append(f"- adaptation check: {guard_line(training['guard'])}")
     else:
         lines.append(str(training))
     lines += ["", "Full details: `card.json`, `training.json`.", ""]

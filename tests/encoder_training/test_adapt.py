@@ -9,12 +9,13 @@ import json
 import logging
 import random
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from app.cli import main
 from encoder_training.adaptation import corpus
@@ -268,7 +269,7 @@ def test_adapt_with_distillation_embeds_the_training_texts_once_and_keeps_closer
             "adapt", "--model", str(tiny_bert), "--corpus", str(corpus_path), "--out", str(out),
             "--stages", "contrastive", "--max-time-minutes", "5", "--max-steps-per-stage", "20", "--contrastive-batch-size", "4",
             "--max-seq-length", "48", "--interpolate", "1.0", "--contrastive-learning-rate", "1e-3",
-            "--distill-weight", weight, "--seed", "1",
+            "--distill-weight", weight, "--seed", "1", "--guard-pairs", "0",  # the training's drift, unchecked
         ]  # fmt: skip
         main(argv)
         stages = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["stages"]
@@ -387,7 +388,7 @@ def test_adapt_with_the_lexical_teacher(
     argv = [
         "adapt", "--model", str(tiny_bert), "--corpus", str(corpus_path), "--out", str(out),
         "--stages", "contrastive", "--max-time-minutes", "0.25", "--contrastive-batch-size", "4",
-        "--max-seq-length", "48", "--distill-weight", "0", "--lexical-teacher-weight", "0.3",
+        "--max-seq-length", "48", "--guard-pairs", "0", "--distill-weight", "0", "--lexical-teacher-weight", "0.3",
     ]  # fmt: skip
     main(argv)
     stages = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["stages"]
@@ -466,7 +467,7 @@ def test_guarded_mlm_stage_drifts_less_than_plain_mlm(
             "adapt", "--model", str(tiny_bert), "--corpus", str(corpus_path), "--out", str(out),
             "--stages", "mlm", "--max-time-minutes", "5", "--max-steps-per-stage", "20", "--mlm-block-size", "32", "--mlm-batch-size", "4",
             "--mlm-learning-rate", "1e-3", "--mlm-distill-weight", weight, "--interpolate", "1.0",
-            "--seed", "1", "--keep-work",
+            "--seed", "1", "--keep-work", "--guard-pairs", "0",  # the training's drift, unchecked
         ]  # fmt: skip
         main(argv)
         records[weight] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["stages"]["mlm"]
@@ -542,3 +543,160 @@ def test_guard_embeds_blocks_as_the_starting_sentence_encoder_does(bundled_path:
     assert head == "fill-mask-delta"
     assert torch.allclose(vectors, expected, atol=1e-5)  # its Pooling and Normalize modules, not a copy
     assert torch.allclose(vectors.norm(dim=-1), torch.ones(len(SENTENCES)), atol=1e-5)
+
+
+# --- the result check (adaptation.guard) and the cross-encoder teacher ---------------------------------------
+
+
+def test_held_out_pairs_are_a_fifth_at_most_and_never_trained_on() -> None:
+    from encoder_training.adaptation.guard import hold_out
+
+    pairs = [{"anchor": f"a{i}", "positive": f"p{i}"} for i in range(30)]
+    train, held = hold_out(pairs, 100, seed=0)
+    assert held is not None and len(held.queries) == 6 and len(train) == 24
+    assert not {p["anchor"] for p in train} & set(held.queries)
+    assert [f"p{q[1:]}" for q in held.queries] == held.passages  # each anchor with its own positive
+    assert hold_out(pairs, 100, seed=0)[1] == held  # the same slice on a resume
+    assert hold_out(pairs[:10], 100, seed=0) == (pairs[:10], None)  # two pairs rank nothing: no check
+
+
+def test_held_out_scores_count_ties_against_the_encoder() -> None:
+    from encoder_training.adaptation.guard import graded_ndcg, pair_scores
+
+    perfect = pair_scores(torch.eye(4))
+    assert perfect == {"ndcg@10": 1.0, "mrr@10": 1.0}
+    collapsed = pair_scores(torch.ones(4, 4))  # every passage ties with the positive: ranked last
+    assert collapsed["mrr@10"] == pytest.approx(0.25) and collapsed["ndcg@10"] == pytest.approx(
+        1 / np.log2(5)
+    )
+    assert graded_ndcg([0.9, 0.1, 0.5], [1.0, 0.0, 0.5]) == pytest.approx(1.0)
+    assert graded_ndcg([0.1, 0.9, 0.5], [1.0, 0.0, 0.5]) < 0.8
+    assert graded_ndcg([0.5, 0.5], [1.0, 0.0]) < 1.0  # a tie is ranked worst-first
+
+
+def _topical_corpus(path: Path, documents: int = 40) -> Path:
+    """Each document's sentences drawn from its own six words, so a sentence and the rest of its passage
+    share words: inverse cloze then has something to teach (``_corpus``'s sentences share nothing)."""
+    rng = random.Random(0)
+    with path.open("w") as handle:
+        for number in range(documents):
+            words = rng.sample(TINY_WORDS, 6)
+            sentences = [" ".join(rng.choice(words) for _ in range(7)).capitalize() + "." for _ in range(4)]
+            handle.write(json.dumps({"_id": f"d{number}", "text": " ".join(sentences)}) + "\n")
+    return path
+
+
+def _adapt_checked(tiny: Path, tmp_path: Path, name: str, learning_rate: str, *extra: str) -> dict:
+    """A short contrastive-only run with the check on eight held-out pairs; returns training.json."""
+    corpus_path = _topical_corpus(tmp_path / "corpus.jsonl")
+    out = tmp_path / name
+    main([
+        "adapt", "--model", str(tiny), "--corpus", str(corpus_path), "--out", str(out), "--stages", "contrastive",
+        "--max-time-minutes", "5", "--max-steps-per-stage", "20", "--contrastive-batch-size", "4",
+        "--max-seq-length", "48", "--contrastive-learning-rate", learning_rate, "--distill-weight", "0",
+        "--guard-pairs", "8", "--interpolate", "1.0", "--seed", "1", *extra,
+    ])  # fmt: skip
+    return json.loads((out / "training.json").read_text())
+
+
+def test_the_check_keeps_the_starting_weights_when_adaptation_harms_retrieval(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    record = _adapt_checked(tiny_bert, tmp_path, "harmed", "10")  # a learning rate that wrecks the encoder
+    check = record["guard"]
+    assert check["held_out_pairs"] == 8 and record["data"]["pairs"] == 32
+    assert check["adapted"]["ndcg@10"] < check["start"]["ndcg@10"]
+    assert [b["alpha"] for b in check["blends"]] == [0.5, 0.1]  # the other blends were tried, none won
+    assert all(b["decision"] <= check["start"]["decision"] for b in check["blends"])
+    assert check["decision"] == "start" and check["alpha"] == 0.0
+    err = capsys.readouterr().err
+    assert "does NOT beat the starting one" in err and "the starting weights are kept" in err
+    start, kept = _layer0(tiny_bert), _layer0(tmp_path / "harmed")
+    assert all(torch.equal(start[k], kept[k]) for k in start)  # exactly the starting encoder
+    from encoder_training.export import build_card, render_readme  # what `cloze export` writes
+
+    card = build_card(tmp_path / "harmed", tmp_path / "harmed", "harmed", {}, {})
+    assert card["training"]["guard"]["decision"] == "start"
+    assert card["training"]["guard"]["start"] == check["start"]
+    assert "adaptation check: on 8 held-out pairs (ndcg@10) the start scored" in render_readme(card)
+
+
+def _blurred(tiny_bert: Path, out: Path) -> Path:
+    """``tiny_bert`` with every word embedding nearly the same: a start that tells passages apart poorly."""
+    shutil.copytree(tiny_bert, out)
+    weights = load_file(str(out / "model.safetensors"))
+    key = next(k for k in weights if k.endswith("word_embeddings.weight"))
+    noise = torch.randn(weights[key].shape, generator=torch.Generator().manual_seed(0))
+    weights[key] = weights[key][:1].repeat(weights[key].shape[0], 1) + 0.01 * noise
+    save_file(weights, str(out / "model.safetensors"))
+    return out
+
+
+def test_the_check_keeps_an_adapted_encoder_that_beats_the_start(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    start = _blurred(tiny_bert, tmp_path / "blurred")
+    record = _adapt_checked(start, tmp_path, "helped", "1e-2")
+    check = record["guard"]
+    assert check["adapted"]["ndcg@10"] > check["start"]["ndcg@10"]
+    assert check["decision"] == "adapted" and check["alpha"] == 1.0 and check["blends"] == []
+    assert "beats the start and is kept" in capsys.readouterr().err
+    before, after = _layer0(start), _layer0(tmp_path / "helped")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def _tiny_cross_encoder(tiny_bert: Path, out: Path) -> Path:
+    from sentence_transformers import CrossEncoder
+
+    CrossEncoder(str(tiny_bert), num_labels=1, device="cpu").save(str(out))  # random head: mechanics only
+    return out
+
+
+def test_teacher_margins_are_the_cross_encoders_positive_minus_negative(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    from sentence_transformers import CrossEncoder
+
+    from encoder_training.adaptation.cross_teacher import load_teacher, score_rows
+
+    folder = _tiny_cross_encoder(tiny_bert, tmp_path / "ce")
+    rows = _teacher_rows()
+    scored = score_rows(load_teacher(folder, 48), rows, 60.0, tmp_path / "work")
+    direct = CrossEncoder(str(folder), device="cpu")
+    for row in scored:
+        positive, negative = direct.predict(
+            [(row["anchor"], row["positive"]), (row["anchor"], row["negative_1"])]
+        )
+        assert 0.0 <= positive <= 1.0  # probabilities: margins on the cosine's scale
+        assert row["label"] == pytest.approx([positive - negative], abs=1e-5)
+    assert len(scored) == 3 and (tmp_path / "work" / "teacher_margins.jsonl").is_file()
+    again = score_rows(None, rows, 0.0, tmp_path / "work")  # a resume reads the cache, scores nothing
+    assert again["label"] == scored["label"]
+
+
+def test_adapt_with_a_cross_encoder_teacher(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    teacher = _tiny_cross_encoder(tiny_bert, tmp_path / "ce")
+    for mode, losses in (
+        ("beside", {"corpus": "MultipleNegativesRankingLoss", "teacher": "MarginMSELoss"}),
+        ("instead", {"teacher": "MarginMSELoss"}),
+    ):
+        record = _adapt_checked(
+            tiny_bert, tmp_path, mode, "1e-3", "--teacher", str(teacher), "--teacher-mode", mode
+        )
+        stages = record["stages"]
+        assert stages["contrastive"]["losses"] == losses and stages["contrastive"]["steps"] == 20
+        assert stages["cross_teacher"]["rows"] == stages["cross_teacher"]["of_rows"] == 32
+        check = record["guard"]
+        assert check["metric"] == "mean of ndcg@10 and teacher_ndcg@10"  # the teacher's grades join the check
+        for entry in (check["start"], check["adapted"]):
+            assert entry["decision"] == pytest.approx(
+                (entry["ndcg@10"] + entry["teacher_ndcg@10"]) / 2, abs=1e-4
+            )
+        assert record["recipe"]["teacher"] == str(teacher)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["adapt", "--corpus", str(tmp_path / "corpus.jsonl"), "--out", str(tmp_path / "x"),
+              "--teacher", str(teacher), "--teacher-mode", "alone"])  # fmt: skip
+    assert "--teacher-mode must be one of beside, instead" in capsys.readouterr().err
