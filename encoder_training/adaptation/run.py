@@ -67,6 +67,14 @@ def save(model, out: Path) -> None:
     stamp_legacy_pooling(out)
 
 
+def copy_start(start: Path, out: Path) -> None:
+    """The starting model's own files, byte for byte: the same fingerprint, so an index built with the start
+    stays valid for the result (its ONNX exports and model card stay behind: they describe the start)."""
+    shutil.copytree(
+        start, out, ignore=shutil.ignore_patterns("onnx", "README.md", ".git*"), dirs_exist_ok=True
+    )
+
+
 def mine_record(pairs: list[dict[str, str]], train, seconds: float) -> dict:
     columns = [c for c in train.column_names if c.startswith("negative")]
     return {
@@ -166,7 +174,10 @@ def final_check(model, start: Path, held: guard.HeldOut | None, start_score: dic
         str(start), local_files_only=True, device=str(model.device)
     ).state_dict()
     check = guard.choose(model, start_state, held, start_score["score"], config)
-    save(model, out)
+    if check["decision"] == "start":
+        copy_start(start, out)
+    else:
+        save(model, out)
     check["seconds"] = round(time.perf_counter() - began, 1)
     (log.info if check["decision"] == "adapted" else log.warning)(guard.sentence(check))
     return check
