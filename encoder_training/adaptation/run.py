@@ -210,7 +210,9 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
         records["mine"] = state.finish_timed(
             "mine", time.perf_counter() - mine_started, lambda spent: mine_record(pairs, train, spent)
         )
-        if config.distill_weight or config.lexical_teacher_weight:  # the starting encoder's embeddings, timed
+        margins_alone = bool(config.teacher) and config.teacher_mode == "instead"  # no MNRL to distil into
+        if (config.distill_weight or config.lexical_teacher_weight) and not margins_alone:
+            # the starting encoder's embeddings, timed
             teacher_started = time.perf_counter()
             teacher = teacher_embeddings(model, train, config.max_seq_length, work)
             if config.lexical_teacher_weight:
