@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -15,6 +16,8 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 from pydantic import Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from index.records import collection_name_problem
 
 Backend = Literal["auto", "torch", "onnx", "onnx-int8"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -65,6 +68,18 @@ class Settings(BaseSettings):
     index: Path = Field(
         Path("data/index"), description="Index folder; created empty when missing, and upserts fill it"
     )
+    collections_dir: Path | None = Field(
+        None,
+        description="Data root of the collections besides `default` (each a folder `<name>` with its index); "
+        "unset: `collections` beside the index folder (`data/collections` for `data/index`). The index folder "
+        "(`CLOZE_INDEX`) is the collection `default`",
+    )
+    max_collections: int = Field(
+        100,
+        ge=0,
+        description="Most collections besides `default`; `POST /collections` answers 409 past it (an empty "
+        'collection holds an open SQLite store and FAISS index: docs/benchmarks.md, "Memory per collection")',
+    )
     index_read_only: bool = Field(
         False,
         description="Open the index read-only (replicas, a read-only volume): it follows the writer's "
@@ -96,6 +111,12 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Read keys: a read key may read, and gets 403 on a write; empty = reads "
         "are open. With read keys and no write keys every write is refused",
+    )
+    collection_api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Keys scoped to collections, comma-separated `key=read:a|b` or `key=write:a` (write "
+        "includes read): such a key reaches only the collections it names (403 elsewhere; `GET /collections` "
+        "lists only them) and the model routes; creating a collection and `/metrics` need an unscoped key",
     )
     allow_open: bool = Field(
         False,
@@ -230,7 +251,9 @@ class Settings(BaseSettings):
     )
     access_log: bool = Field(True, description="One JSON line per request (logger `cloze.access`, at INFO)")
 
-    @field_validator("api_keys", "read_api_keys", "allowed_hosts", "trusted_origins", mode="before")
+    @field_validator(
+        "api_keys", "read_api_keys", "collection_api_keys", "allowed_hosts", "trusted_origins", mode="before"
+    )
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):
@@ -240,6 +263,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _models_are_valid_and_bounded(self) -> Settings:
         """Refuse a bad model list at startup, naming the setting, rather than on the first request."""
+        self.scoped_keys()  # a malformed scoped key stops the start, naming the setting
         count = len(self.embedding_model_sources()) + len(self.fill_mask_model_sources())
         if count > self.max_models:
             raise ValueError(
@@ -247,6 +271,13 @@ class Settings(BaseSettings):
                 f"over CLOZE_MAX_MODELS={self.max_models}"
             )
         return self
+
+    def scoped_keys(self) -> list[ScopedKey]:
+        return [parse_scoped_key(entry) for entry in self.collection_api_keys]
+
+    @property
+    def collections_root(self) -> Path:
+        return self.collections_dir or Path(self.index).parent / "collections"
 
     @property
     def named_models(self) -> bool:
@@ -262,6 +293,29 @@ class Settings(BaseSettings):
         """Name -> source ("" = the shipped fill-mask model), ``default`` first."""
         listed = parse_model_list(self.fill_mask_models, "CLOZE_FILL_MASK_MODELS")
         return with_default(listed, self.fill_mask_model, "CLOZE_FILL_MASK_MODEL", "CLOZE_FILL_MASK_MODELS")
+
+
+@dataclass(frozen=True)
+class ScopedKey:
+    key: str
+    access: Literal["read", "write"]
+    collections: frozenset[str]
+
+
+def parse_scoped_key(entry: str) -> ScopedKey:
+    """``key=read:a|b`` -> ScopedKey(key, "read", {"a", "b"}); a ValueError names what is wrong."""
+    key, _, grant = entry.rpartition("=")
+    access, _, names = grant.partition(":")
+    collections = frozenset(name.strip() for name in names.split("|") if name.strip())
+    if not key or access not in ("read", "write") or not collections:
+        raise ValueError(
+            "CLOZE_COLLECTION_API_KEYS: an entry is not `key=read:a|b` or `key=write:a` (the key itself is "
+            "not repeated here)"
+        )
+    for name in collections:
+        if problem := collection_name_problem(name):
+            raise ValueError(f"CLOZE_COLLECTION_API_KEYS: {name!r} is not a collection name: {problem}")
+    return ScopedKey(key, access, collections)  # type: ignore[arg-type]
 
 
 def model_name_problem(name: str) -> str | None:

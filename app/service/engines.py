@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import faiss
@@ -14,6 +15,7 @@ import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from app.service.admission import BoundedPool
+from app.service.collections import Collection, CollectionRegistry
 from app.service.errors import ApiError
 from app.service.metrics import Metrics
 from app.service.model_registry import INDEX_MODEL, ModelRegistry, ModelSlot
@@ -27,7 +29,7 @@ from encoder_runtime import (
     load_fill_mask,
 )
 from encoder_runtime.tokenization import Encoded
-from index.records import ReadOnlyIndex
+from index.collections import DEFAULT_COLLECTION, clean_leftovers, list_collections
 from index.search_index import SearchIndex
 
 log = logging.getLogger("cloze.service")
@@ -36,8 +38,9 @@ DEFAULT_PENDING = 256
 
 
 class DefaultModelAttribute:
-    """Engines' single-model attributes from before named models (``encoder``, ``embed_batcher``, ``fill_mask``,
-    ...): the ``default`` slot's, so the code and tests that read or set them reach the default model."""
+    """Engines' attributes from before named models and collections (``encoder``, ``embed_batcher``,
+    ``fill_mask``, ``index``, ...): the ``default`` model's or collection's, so the code and tests that read
+    or set them reach the default one."""
 
     def __init__(self, registry: str, attribute: str):
         self.registry, self.attribute = registry, attribute
@@ -63,12 +66,21 @@ class Engines:
     fill_mask: FillMaskRuntime | None = DefaultModelAttribute("fill_masks", "runtime")  # type: ignore[assignment]
     fill_mask_batcher: MicroBatcher | None = DefaultModelAttribute("fill_masks", "batcher")  # type: ignore[assignment]
     fill_mask_error: str | None = DefaultModelAttribute("fill_masks", "error")  # type: ignore[assignment]
-    index: Any = None  # index.SearchIndex
-    index_error: str | None = None
+    # The collections, ``default`` (the service's own index, CLOZE_INDEX) first; ``index`` and the other
+    # attributes below are the default collection's.
+    collections: CollectionRegistry = field(
+        default_factory=lambda: CollectionRegistry(
+            Path("data/collections"), Collection(DEFAULT_COLLECTION, INDEX_MODEL, Path("data/index"))
+        )
+    )
+    index: Any = DefaultModelAttribute("collections", "index")  # index.SearchIndex
+    index_error: str | None = DefaultModelAttribute("collections", "error")  # type: ignore[assignment]
     load_attempts: int = 0
     load_failed: bool = False  # every attempt failed: this process will never become ready
-    read_only: bool = False  # CLOZE_INDEX_READ_ONLY: known before the index opens
-    index_failing: bool = False  # opened, but the last probe could not read it (index_error says why)
+    # CLOZE_INDEX_READ_ONLY: known before the index opens
+    read_only: bool = DefaultModelAttribute("collections", "read_only")  # type: ignore[assignment]
+    # Opened, but the last probe could not read it (index_error says why)
+    index_failing: bool = DefaultModelAttribute("collections", "failing")  # type: ignore[assignment]
     stats: dict[str, int] = field(default_factory=dict)  # refreshed in the background, read by /metrics
     # Searches run here, first come first served, one per core: on anyio's 40-thread pool sixteen
     # concurrent searches share two cores and all finish late (c=16 p99 of hybrid /search: benchmarks/results/search_latency.json).
@@ -129,16 +141,8 @@ class Engines:
         return self.models.slots[INDEX_MODEL].runtime
 
     def require_index(self) -> Any:
-        if self.index is None:
-            raise ApiError(503, self.index_error or "index is loading", headers={"Retry-After": "2"})
-        return self.index
-
-    def writable_index(self) -> Any:
-        """The index, for a write: the service's one read-only check (409, the index's own refusal), answered
-        before anything is embedded or queued, and even before the index opens."""
-        if self.read_only:
-            raise ReadOnlyIndex("the index is open read-only: change documents through the indexer")
-        return self.require_index()
+        """The default collection's index (503 while it opens)."""
+        return self.collections.default.require_index()
 
 
 async def submit(
@@ -197,6 +201,9 @@ async def load_engines(engines: Engines, settings: Settings, metrics: Metrics) -
         await asyncio.sleep(delay)
         delay = min(delay * 2, 30.0)
     await _open_index(engines, settings, metrics)  # last: ready means every model has been tried
+    if not settings.index_read_only:  # a killed create or delete: the writer cleans what it left
+        await run_in_threadpool(clean_leftovers, engines.collections.root)
+    await sync_collections(engines, settings, metrics)
     await retry_other_models(engines, settings, metrics)
 
 
@@ -313,6 +320,66 @@ async def _open_index(engines: Engines, settings: Settings, metrics: Metrics) ->
         metrics.index_size.labels(unit).set_function(lambda unit=unit: engines.stats.get(unit, 0))
 
 
+async def sync_collections(engines: Engines, settings: Settings, metrics: Metrics) -> None:
+    """Serve the collections on disk: open the new ones (and those that failed to open), drop those whose
+    folder went (deleted by another process), and follow every open one's published versions."""
+    registry = engines.collections
+    async with registry.lifecycle:
+        on_disk = {info.name: info for info in await run_in_threadpool(list_collections, registry.root)}
+        for gone in [c for c in registry.others() if c.name not in on_disk]:
+            registry.collections.pop(gone.name, None)
+            log.info("collection %r went from disk: no longer served", gone.name)
+            await run_in_threadpool(close_collection, gone)
+        for name, info in on_disk.items():
+            if name not in registry.collections:
+                registry.collections[name] = Collection(
+                    name, info.model, registry.root / name, info, read_only=settings.index_read_only
+                )
+            if registry.collections[name].index is None:
+                await open_collection(engines, registry.collections[name], settings, metrics)
+    for collection in registry.others():
+        if collection.index is not None:
+            try:
+                await run_in_threadpool(collection.index.reload_if_changed)
+            except Exception:
+                log.exception(
+                    "collection %r: reload failed; still serving its previous version", collection.name
+                )
+
+
+async def open_collection(
+    engines: Engines, collection: Collection, settings: Settings, metrics: Metrics
+) -> None:
+    """Open a collection's index with its model's runtime; on failure its routes answer 503 saying why."""
+    slot = engines.models.slots.get(collection.model)
+    if slot is None or slot.runtime is None:
+        why = "is not served here" if slot is None else slot.error or "is loading"
+        collection.error = f"collection {collection.name!r}: its model {collection.model!r} {why} ({engines.models.served()})"
+        return
+    try:
+        collection.index = await run_in_threadpool(
+            SearchIndex.open,
+            collection.path,
+            slot.runtime,
+            create=False,
+            read_only=collection.read_only,
+            on_repair=metrics.count_repair,
+        )
+    except Exception as exc:
+        message = f"collection {collection.name!r} failed to open: {exc}"
+        if collection.error != message:  # retried every few seconds: log each new failure once
+            log.error(message)
+        collection.error = message
+        return
+    collection.error = None
+
+
+def close_collection(collection: Collection) -> None:
+    index, collection.index = collection.index, None
+    if index is not None:
+        index.close()
+
+
 async def refresh_stats(engines: Engines) -> None:
     if engines.index is not None:
         try:
@@ -339,6 +406,8 @@ async def follow_published_index(engines: Engines, settings: Settings, metrics: 
                 log.exception("index reload failed; still serving the previous version")
             await probe_index(engines, settings)
             await refresh_stats(engines)
+        if engines.encoder is not None:
+            await sync_collections(engines, settings, metrics)
 
 
 async def probe_index(engines: Engines, settings: Settings) -> None:
@@ -364,5 +433,5 @@ async def close_engines(engines: Engines) -> None:
                 await slot.batcher.stop()
     for pool in (engines.search_pool, engines.write_pool, engines.work_pool):
         pool.shutdown()  # in-flight searches and writes end before the index closes
-    if engines.index is not None:
-        engines.index.close()
+    for collection in engines.collections.collections.values():
+        close_collection(collection)

@@ -337,6 +337,7 @@ class JobAccepted(BaseModel):
 class JobStatus(BaseModel):
     job_id: str
     kind: str
+    collection: str
     status: Literal["queued", "running", "succeeded", "failed"]
     progress: float
     done: int
@@ -379,3 +380,48 @@ class RestoreResult(BaseModel):
 class ErrorBody(BaseModel):
     error: str
     field: str | None = None
+
+
+class CollectionCreate(Strict):
+    """A new, empty collection (documents come by `PUT /collections/{name}/documents` or `cloze index build
+    --collection`). Its build options apply to every build and rebuild of it."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"name": "legal", "model": "legal"}]}
+    )
+    name: str = Field(description="lower-case letters, digits, `-` and `_`, at most 64")
+    model: str = Field("default", description="a served embedding model's name (`GET /models`)")
+    factory: str | None = Field(
+        None, max_length=128, description="FAISS factory string (e.g. `HNSW32`); default: chosen by size"
+    )
+    chunk_window: int | None = Field(None, ge=8, description="tokens per chunk; default: the model's window")
+    chunk_overlap: int | None = Field(None, ge=0, description="tokens neighbouring chunks share")
+
+
+class CollectionOut(BaseModel):
+    name: str
+    model: str
+    status: str  # ready | opening | failed
+    error: str | None = None
+    documents: int | None = None
+    chunks: int | None = None
+    version: int | None = None
+    factory: str | None = None
+    chunk_window: int | None = None
+    chunk_overlap: int | None = None
+    bytes_on_disk: int | None = None  # `GET /collections/{name}` only
+    last_write: str | None = None  # `GET /collections/{name}` only
+    created: str | None = None
+
+
+class CollectionList(BaseModel):
+    collections: list[CollectionOut]
+
+
+class CollectionDeleted(BaseModel):
+    deleted: str
+
+
+class IndexFields(BaseModel):
+    fields: list[str]
+    counts: dict[str, int] = Field(description="documents, chunks and vectors in the live index")

@@ -7,11 +7,19 @@ import time
 from dataclasses import asdict
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
+from app.service.collections import Collection
 from app.service.errors import ApiError
-from app.service.model_registry import INDEX_MODEL
-from app.service.schemas import SearchExplanation, SearchMode, SearchRequest, SearchResponse, SearchResult
+from app.service.routes.collections import current_collection
+from app.service.schemas import (
+    IndexFields,
+    SearchExplanation,
+    SearchMode,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+)
 from app.service.validation import StrictJSONRoute, check_filter
 from index.filters import InvalidFilterValue
 from index.ranking import RRF_K, Fusion
@@ -19,16 +27,18 @@ from index.records import UnknownFilterField
 from index.search_index import MAX_SEARCH_WINDOW
 
 router = APIRouter(route_class=StrictJSONRoute)
+InCollection = Annotated[Collection, Depends(current_collection)]
 
 
 @router.post("/search", response_model=SearchResponse, tags=["search"])
-async def search(body: SearchRequest, request: Request) -> SearchResponse:
-    return await _search(request, body)
+async def search(body: SearchRequest, request: Request, collection: InCollection) -> SearchResponse:
+    return await _search(request, body, collection)
 
 
 @router.get("/search", response_model=SearchResponse, tags=["search"])
 async def search_get(
     request: Request,
+    collection: InCollection,
     q: Annotated[str, Query(min_length=1, description="the query")],
     top_k: Annotated[int, Query(ge=1)] = 10,
     mode: SearchMode = "hybrid",
@@ -47,7 +57,7 @@ async def search_get(
         highlight=highlight,
         explain=explain,
     )
-    return await _search(request, body)
+    return await _search(request, body, collection)
 
 
 def _fusion(body: SearchRequest) -> Fusion | None:
@@ -66,7 +76,7 @@ def _fusion(body: SearchRequest) -> Fusion | None:
     return Fusion("rrf", k=RRF_K if chosen.k is None else chosen.k)
 
 
-async def _search(request: Request, body: SearchRequest) -> SearchResponse:
+async def _search(request: Request, body: SearchRequest, collection: Collection) -> SearchResponse:
     started = time.perf_counter()
     settings, engines = request.app.state.settings, request.app.state.engines
     if len(body.query) > settings.max_chars:
@@ -84,10 +94,10 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
             "offset",
         )
     fusion = _fusion(body)
-    index = engines.require_index()
+    index = collection.require_index()
     vector = None
     if body.mode != "bm25":
-        _, vectors = await engines.embed([body.query], model=INDEX_MODEL)
+        _, vectors = await engines.embed([body.query], model=collection.model)
         vector = vectors[0]
     try:
         hits = await engines.run_search(
@@ -122,3 +132,11 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
     return SearchResponse(
         results=results, took_ms=round((time.perf_counter() - started) * 1000, 3), mode=body.mode
     )
+
+
+@router.get("/index/fields", response_model=IndexFields, tags=["search"])
+async def index_fields(request: Request, collection: InCollection) -> IndexFields:
+    """Metadata field names the search filters accept (an unknown field is a 422 from ``/search``)."""
+    index, pool = collection.require_index(), request.app.state.engines.work_pool
+    fields = await pool.run(index.metadata_fields)
+    return IndexFields(fields=sorted(fields), counts=await pool.run(index.stats))
