@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("train", "tokenizer, pre-training (MLM / ELECTRA), SBERT fine-tuning"),
         ("eval", "STS, BEIR retrieval, masked-token accuracy, LAMA"),
         ("index", "build and update search indexes"),
+        ("collection", "create, list, show and delete collections (named indexes, each on one model)"),
     ):
         sub = top.add_parser(group, help=help_text)
         groups[group] = sub.add_subparsers(dest=f"{group}_command", required=True, metavar="COMMAND")
