@@ -28,6 +28,11 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     where = build.add_mutually_exclusive_group(required=True)
     where.add_argument("--out", type=Path, help="index directory")
     _collection_args(where, build)
+    build.add_argument(
+        "--model-name",
+        default="default",
+        help="--collection, when it is made: the name the service serves --model by (CLOZE_MODELS)",
+    )
     _model_args(build)
     build.add_argument("--factory", help="FAISS factory string (default: chosen by corpus size)")
     build.add_argument(
@@ -212,7 +217,8 @@ def _collection_folder(args: argparse.Namespace, create: bool = False) -> Path:
     if read_info(folder) is None:
         if not create:
             raise SystemExit(f"cloze index: no collection named {args.collection!r} under {args.root}")
-        create_collection(args.root, CollectionInfo(args.collection, "default"), _encoder(args))
+        model_name = getattr(args, "model_name", "default")
+        create_collection(args.root, CollectionInfo(args.collection, model_name), _encoder(args))
     return folder
 
 

@@ -246,3 +246,45 @@ def _quietly(call, *args, **kwargs) -> None:
         call(*args, **kwargs)
     except httpx.HTTPError:  # the server was killed under the request
         pass
+
+
+def test_a_replica_follows_collections_as_the_writer_makes_and_deletes_them(
+    admin, service, two_collections, data_root, tiny_bert, tmp_path
+):
+    replica_env = {
+        "CLOZE_INDEX": str(data_root / "index"),
+        "CLOZE_COLLECTIONS_DIR": str(data_root / "collections"),
+        "CLOZE_MODELS": f"default=<bundled>,tiny={tiny_bert}",
+        "CLOZE_FILL_MASK_MODEL": str(tiny_bert),
+        "CLOZE_BACKEND": "torch",
+        "CLOZE_INDEX_READ_ONLY": "true",
+    }
+    with running_server(replica_env, tmp_path / "replica.log") as replica:
+
+        def replica_ids(collection: str, query: str) -> list[str] | None:
+            answer = httpx.post(
+                f"{replica}/collections/{collection}/search",
+                json={"query": query, "mode": "bm25"},
+                timeout=30,
+            )
+            return [hit["id"] for hit in answer.json()["results"]] if answer.status_code == 200 else None
+
+        def eventually(check, seconds: float = 15.0) -> None:
+            deadline = time.monotonic() + seconds
+            while not check():
+                assert time.monotonic() < deadline, "the replica did not follow in time"
+                time.sleep(0.2)
+
+        assert replica_ids("papers", "inflation") == ["p2"]
+        assert admin.post("/collections", json={"name": "later"}).status_code == 201
+        assert (
+            admin.put(
+                "/collections/later/documents", json=[{"id": "l1", "text": "a late lighthouse"}]
+            ).status_code
+            == 200
+        )
+        eventually(lambda: replica_ids("later", "lighthouse") == ["l1"])  # a new collection, and its write
+        put = httpx.put(f"{replica}/collections/later/documents", json=[{"id": "x", "text": "y"}], timeout=30)
+        assert put.status_code == 409  # a replica never writes
+        assert admin.delete("/collections/later").status_code == 200
+        eventually(lambda: httpx.get(f"{replica}/collections/later", timeout=30).status_code == 404)
