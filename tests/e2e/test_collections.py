@@ -192,9 +192,15 @@ def test_delete_while_searches_run_on_it_and_a_neighbour(admin, two_collections,
     ]
     for worker in workers:
         worker.start()
-    time.sleep(1.5)
+    deadline = time.monotonic() + 120
+    while statuses["doomed"].count(200) < 4 or statuses["papers"].count(200) < 4:  # the load is running
+        assert time.monotonic() < deadline, statuses
+        time.sleep(0.05)
     assert admin.delete("/collections/doomed").json() == {"deleted": "doomed"}
-    time.sleep(1.0)
+    after = len(statuses["papers"])
+    while len(statuses["papers"]) < after + 4 or statuses["doomed"][-1] != 404:  # and goes on after
+        assert time.monotonic() < deadline, statuses
+        time.sleep(0.05)
     stop.set()
     for worker in workers:
         worker.join()
