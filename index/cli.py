@@ -164,7 +164,9 @@ def _collection_show(args: argparse.Namespace) -> None:
     version = layout.current_version(folder)
     counts: dict[str, Any] = {"version": version}
     if version is not None:  # the live counts (writes since the build included), read as a replica reads
-        store = DocumentStore(layout.version_dir(folder, version) / layout.STORE, create=False, read_only=True)
+        store = DocumentStore(
+            layout.version_dir(folder, version) / layout.STORE, create=False, read_only=True
+        )
         counts |= store.counts()
         store.close()
     usage = {"bytes_on_disk": disk_usage(folder), "last_write": last_write(folder)}
