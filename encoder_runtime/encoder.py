@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +45,7 @@ class EncoderRuntime(TokenizedRuntime):
         self.backend = backend
         self.max_batch_tokens = max_batch_tokens or backend.batch_tokens  # None: what the backend runs best
         self.max_batch_size = max_batch_size
-        if backend.parallel_passes > 1:
-            self._passes = ThreadPoolExecutor(backend.parallel_passes, thread_name_prefix="forward")
+        self._run_passes_side_by_side("forward")
         self.dimension = int(self.run(self.encode(["dimension probe"]))[0].shape[0])
 
     def run(self, items: list[Encoded]) -> list[np.ndarray]:
@@ -65,16 +63,6 @@ class EncoderRuntime(TokenizedRuntime):
         else:
             matrix = np.stack(vectors).astype(np.float32, copy=False)
         return l2_normalize(matrix) if (self.info.normalize if normalize is None else normalize) else matrix
-
-    @property
-    def batch_budget(self) -> tuple[int, int, float, int]:
-        """``plan_batches``' limits as this runtime plans its passes: tokens, size, padding bound, allowance."""
-        return (
-            self.max_batch_tokens,
-            self.max_batch_size,
-            self.backend.max_padding,
-            self.backend.padding_tokens,
-        )
 
     def embed_encoded(self, items: list[Encoded], normalize: bool | None = None) -> np.ndarray:
         batches = plan_batches([len(item) for item in items], *self.batch_budget)

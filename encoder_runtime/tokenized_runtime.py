@@ -1,4 +1,5 @@
-"""The part every runtime (embedding, fill-mask) shares: a tokenizer, a backend, and passes run side by side."""
+"""The part every runtime (embedding, fill-mask, rerank) shares: a tokenizer, a backend, and passes run side
+by side."""
 
 from __future__ import annotations
 
@@ -17,6 +18,26 @@ class TokenizedRuntime:
     # Threads for ``backend.parallel_passes`` passes side by side (None: one pass at a time); the executor
     # starts its threads only when first used.
     _passes: ThreadPoolExecutor | None = None
+    # Offline passes' limits (``plan_batches``): what the runtimes that plan their own batches set.
+    max_batch_tokens: int
+    max_batch_size: int
+
+    def _run_passes_side_by_side(self, thread_name_prefix: str) -> None:
+        """Threads for the backend's parallel passes, when it runs more than one well."""
+        if self.backend.parallel_passes > 1:
+            self._passes = ThreadPoolExecutor(
+                self.backend.parallel_passes, thread_name_prefix=thread_name_prefix
+            )
+
+    @property
+    def batch_budget(self) -> tuple[int, int, float, int]:
+        """``plan_batches``' limits as this runtime plans its passes: tokens, size, padding bound, allowance."""
+        return (
+            self.max_batch_tokens,
+            self.max_batch_size,
+            self.backend.max_padding,
+            self.backend.padding_tokens,
+        )
 
     def run_batches(self, items: list[Encoded], batches: list[list[int]]) -> list[Any]:
         """``run`` over each batch of indices into ``items``, as many side by side as the backend runs

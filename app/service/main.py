@@ -24,7 +24,7 @@ from app.service.jobs import JobRegistry
 from app.service.lane import EmbeddingLane
 from app.service.metrics import Metrics
 from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
-from app.service.routes import documents, inference, jobs, meta, playground, search, snapshots
+from app.service.routes import documents, inference, jobs, meta, playground, rerank, search, snapshots
 from app.settings import Settings, get_settings
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
@@ -55,13 +55,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings, app.state.metrics = settings, metrics
     app.state.recorder = RequestRecorder(metrics)
     app.state.keys = KeyRing(settings.api_keys, settings.read_api_keys)
-    embedding_models, fill_mask_models = model_registries(settings)
-    app.state.engines = Engines(models=embedding_models, fill_masks=fill_mask_models)
+    embedding_models, fill_mask_models, rerankers = model_registries(settings)
+    app.state.engines = Engines(models=embedding_models, fill_masks=fill_mask_models, rerankers=rerankers)
     app.state.jobs = JobRegistry(keep=settings.max_jobs_kept)
     app.state.engines.bound(settings.max_pending)
     app.state.engines.read_only = settings.index_read_only
     install_error_handlers(app)
-    for module in (inference, search, documents, jobs, meta, playground, snapshots):
+    for module in (inference, rerank, search, documents, jobs, meta, playground, snapshots):
         app.include_router(module.router)
     _add_pages(app)
     # Outermost first: every request logged and counted; browser guard and keys before a body is read.
