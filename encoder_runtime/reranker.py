@@ -57,11 +57,9 @@ class RerankerRuntime(TokenizedRuntime):
         self.max_batch_tokens = max_batch_tokens or backend.batch_tokens
         self.max_batch_size = max_batch_size
         self._run_passes_side_by_side("rerank")
-        probe = self.run(self.encode([RerankPair("probe", "probe")]))[0]
-        if np.ndim(probe) != 0:
-            raise ValueError(
-                f"{info.path} is not a reranker: it gives {np.size(probe)} labels per pair, not 1"
-            )
+        labels = np.shape(backend(tokenizer.pad(self.encode([RerankPair("probe", "probe")]))))[-1]
+        if labels != 1:
+            raise ValueError(f"{info.path} is not a reranker: it gives {labels} labels per pair, not 1")
 
     def encode(self, texts: list) -> list[Encoded]:  # type: ignore[override]
         """Pairs (``RerankPair`` or (query, document) tuples) as tokens, cut on the document side."""
