@@ -51,7 +51,7 @@ def _serve(args: argparse.Namespace) -> None:
 def _add_export(top: argparse._SubParsersAction) -> None:
     export = top.add_parser(
         "export",
-        help="`cloze export --model DIR --out DIR`: ST folder + ONNX fp32/int8 + model card; "
+        help="`cloze export --model DIR --out DIR`: ST folder (or a cross-encoder) + ONNX fp32/int8 + model card; "
         "`cloze export onnx --model DIR`: only the ONNX cache beside the model",
     )
     export.add_argument("target", nargs="?", choices=["onnx"], help="onnx: only export the ONNX cache")
