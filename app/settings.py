@@ -184,6 +184,7 @@ class Settings(BaseSettings):
     max_rerank_candidates: int = Field(
         200,
         ge=1,
+        le=1000,  # the deepest a search ranks (offset + top_k)
         description="Most candidates `/search` may rerank (`rerank.candidates`); `/rerank` takes at most "
         "`CLOZE_MAX_INPUTS` documents of `CLOZE_MAX_CHARS` characters each",
     )
@@ -407,7 +408,7 @@ def _allowed(info: FieldInfo) -> str:
     bounds = [
         f"{symbol} {getattr(meta, attr)}"
         for meta in info.metadata
-        for attr, symbol in (("ge", ">="), ("gt", ">"))
+        for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="))
         if getattr(meta, attr, None) is not None
     ]
     if bounds:

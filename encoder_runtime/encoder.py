@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 
-from encoder_runtime.backends.base import Backend
 from encoder_runtime.backends.factory import create_backend
 from encoder_runtime.model_dir import ModelInfo, resolve_model_path
 from encoder_runtime.tokenization import Encoded, TextTokenizer, plan_batches
@@ -32,20 +31,7 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
 class EncoderRuntime(TokenizedRuntime):
     task = "embed"
 
-    def __init__(
-        self,
-        info: ModelInfo,
-        tokenizer: TextTokenizer,
-        backend: Backend,
-        max_batch_tokens: int | None = None,
-        max_batch_size: int = 64,
-    ):
-        self.info = info
-        self.tokenizer = tokenizer
-        self.backend = backend
-        self.max_batch_tokens = max_batch_tokens or backend.batch_tokens  # None: what the backend runs best
-        self.max_batch_size = max_batch_size
-        self._run_passes_side_by_side("forward")
+    def probe(self) -> None:
         self.dimension = int(self.run(self.encode(["dimension probe"]))[0].shape[0])
 
     def run(self, items: list[Encoded]) -> list[np.ndarray]:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from encoder_runtime.backends.base import Backend
 from encoder_runtime.backends.factory import create_backend
 from encoder_runtime.model_dir import ModelInfo, resolve_model_path
 from encoder_runtime.tokenization import Encoded, PairTokenizer, plan_batches
@@ -43,23 +42,11 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
 class RerankerRuntime(TokenizedRuntime):
     task = "rerank"
 
-    def __init__(
-        self,
-        info: ModelInfo,
-        tokenizer: PairTokenizer,
-        backend: Backend,
-        max_batch_tokens: int | None = None,
-        max_batch_size: int = 64,
-    ):
-        self.info = info
-        self.tokenizer = tokenizer
-        self.backend = backend
-        self.max_batch_tokens = max_batch_tokens or backend.batch_tokens
-        self.max_batch_size = max_batch_size
-        self._run_passes_side_by_side("rerank")
-        labels = np.shape(backend(tokenizer.pad(self.encode([RerankPair("probe", "probe")]))))[-1]
+    def probe(self) -> None:
+        """A reranker gives one logit per pair; a classifier with several labels is something else."""
+        labels = np.shape(self.backend(self.tokenizer.pad(self.encode([RerankPair("probe", "probe")]))))[-1]
         if labels != 1:
-            raise ValueError(f"{info.path} is not a reranker: it gives {labels} labels per pair, not 1")
+            raise ValueError(f"{self.info.path} is not a reranker: it gives {labels} labels per pair, not 1")
 
     def encode(self, texts: list) -> list[Encoded]:  # type: ignore[override]
         """Pairs (``RerankPair`` or (query, document) tuples) as tokens, cut on the document side."""

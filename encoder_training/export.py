@@ -147,14 +147,7 @@ def render_reranker_readme(card: dict) -> str:
             "ONNX fp32 and int8 files under `onnx/`, served by `cloze serve` when listed in `CLOZE_RERANK_MODELS`.",
             "",
             f"- max tokens {card['max_tokens']} (query and document together; documents are cut to fit)",
-            f"- fingerprint `{card['fingerprint']}`, exported from `{card['source']}`",
-            "",
-            "## Scores",
-            "",
-            "| measure | value |",
-            "|---|---|",
-            *(f"| {name} | {value} |" for name, value in card["scores"].items()),
-            "",
+            *scores_section(card),
             "## Training",
             "",
             f"`{json.dumps(card['training'])}`",
@@ -254,8 +247,21 @@ def _dimension(out: Path) -> int | None:
     return config.get("hidden_size") or config.get("dim")
 
 
+def scores_section(card: dict) -> list[str]:
+    """A card's provenance line and its scores as a table: the part every model card shares."""
+    return [
+        f"- fingerprint `{card['fingerprint']}`, exported from `{card['source']}`",
+        "",
+        "## Scores",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        *(f"| {name} | {value} |" for name, value in card["scores"].items()),
+        "",
+    ]
+
+
 def render_readme(card: dict) -> str:
-    scores = card["scores"]
     training = card["training"]
     lines = [
         f"# {card['model_id']}",
@@ -265,14 +271,7 @@ def render_readme(card: dict) -> str:
         "",
         f"- dimension {card['dimension']}, pooling `{card['pooling']}`, normalised: {card['normalize']}, "
         f"max tokens {card['max_tokens']}",
-        f"- fingerprint `{card['fingerprint']}`, exported from `{card['source']}`",
-        "",
-        "## Scores",
-        "",
-        "| measure | value |",
-        "|---|---|",
-        *(f"| {name} | {value} |" for name, value in scores.items()),
-        "",
+        *scores_section(card),
         "## Training",
         "",
     ]

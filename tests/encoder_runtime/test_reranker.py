@@ -50,8 +50,8 @@ def test_a_query_longer_than_half_the_window_is_cut_and_the_document_keeps_the_r
     assert documents >= tiny_torch.max_tokens // 2 - 3 or documents == len("the dog read a book".split()) + 1
 
 
-def test_segment_ids_reach_the_model(tiny_torch):
-    """The same tokens as one sequence and as a pair score differently: token types are fed, not zeros."""
+def test_a_pairs_segment_ids_are_padded_into_the_inputs(tiny_torch):
+    """The document's tokens carry segment 1 into the model's inputs, not the zeros single texts get."""
     pair = tiny_torch.encode([RerankPair("the cat", "the dog")])[0]
     inputs = tiny_torch.tokenizer.pad([pair])
     assert inputs["token_type_ids"].sum() > 0
