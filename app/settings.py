@@ -59,10 +59,17 @@ class Settings(BaseSettings):
         description="More fill-mask models, as `CLOZE_MODELS` names embedding models (`<bundled>`: the shipped "
         "default); `default` is `CLOZE_FILL_MASK_MODEL` unless listed here",
     )
+    rerank_models: str = Field(
+        "",
+        description="Rerankers (cross-encoder folders, as `CrossEncoder.save` and `cloze train reranker` write "
+        "them), as `CLOZE_MODELS` names embedding models: `name=folder` pairs or a `.toml` file. A request "
+        "without `model` gets `default` when listed, else the first. Unset: `/rerank` and search's `rerank` "
+        "answer 404 and 422",
+    )
     max_models: int = Field(
         4,
         ge=1,
-        description="Most models loaded, embedding and fill-mask together, the defaults included (each "
+        description="Most models loaded, embedding, fill-mask and rerank together, the defaults included (each "
         'holds its weights, runtime and batcher in memory: docs/benchmarks.md, "Memory per model")',
     )
     index: Path = Field(
@@ -195,6 +202,13 @@ class Settings(BaseSettings):
         description="Most fields and values in one search filter, counted together (422 `filter` above)",
     )
     max_masks: int = Field(64, ge=1, description="Most mask tokens in one fill-mask text")
+    max_rerank_candidates: int = Field(
+        200,
+        ge=1,
+        le=1000,  # the deepest a search ranks (offset + top_k)
+        description="Most candidates `/search` may rerank (`rerank.candidates`); `/rerank` takes at most "
+        "`CLOZE_MAX_INPUTS` documents of `CLOZE_MAX_CHARS` characters each",
+    )
     fill_mask_max_queue: int = Field(
         1024, ge=1, description="Mask tokens admitted and unanswered before fill-mask answers 429"
     )
@@ -264,10 +278,15 @@ class Settings(BaseSettings):
     def _models_are_valid_and_bounded(self) -> Settings:
         """Refuse a bad model list at startup, naming the setting, rather than on the first request."""
         self.scoped_keys()  # a malformed scoped key stops the start, naming the setting
-        count = len(self.embedding_model_sources()) + len(self.fill_mask_model_sources())
+        count = (
+            len(self.embedding_model_sources())
+            + len(self.fill_mask_model_sources())
+            + len(self.rerank_model_sources())
+        )
         if count > self.max_models:
             raise ValueError(
-                f"CLOZE_MODELS and CLOZE_FILL_MASK_MODELS: {count} models in all (the defaults included), "
+                f"CLOZE_MODELS, CLOZE_FILL_MASK_MODELS and CLOZE_RERANK_MODELS: {count} models in all (the "
+                "defaults included), "
                 f"over CLOZE_MAX_MODELS={self.max_models}"
             )
         return self
@@ -293,6 +312,15 @@ class Settings(BaseSettings):
         """Name -> source ("" = the shipped fill-mask model), ``default`` first."""
         listed = parse_model_list(self.fill_mask_models, "CLOZE_FILL_MASK_MODELS")
         return with_default(listed, self.fill_mask_model, "CLOZE_FILL_MASK_MODEL", "CLOZE_FILL_MASK_MODELS")
+
+    def rerank_model_sources(self) -> dict[str, str]:
+        """Name -> folder of each reranker, as listed (no bundled reranker: none unless configured)."""
+        listed = parse_model_list(self.rerank_models, "CLOZE_RERANK_MODELS")
+        if bundled := [name for name, source in listed.items() if not source]:
+            raise ValueError(
+                f"CLOZE_RERANK_MODELS: {bundled[0]!r} needs a cross-encoder folder (none is bundled)"
+            )
+        return listed
 
 
 @dataclass(frozen=True)
@@ -434,7 +462,7 @@ def _allowed(info: FieldInfo) -> str:
     bounds = [
         f"{symbol} {getattr(meta, attr)}"
         for meta in info.metadata
-        for attr, symbol in (("ge", ">="), ("gt", ">"))
+        for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="))
         if getattr(meta, attr, None) is not None
     ]
     if bounds:

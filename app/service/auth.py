@@ -43,6 +43,9 @@ READING_POSTS = frozenset(
         "/decode",
         "/fill-mask",
         "/mask-preview",
+        "/rerank",
+        "/v1/rerank",
+        "/v2/rerank",
     }
 )
 READING_METHODS = frozenset({"GET", "HEAD"})

@@ -25,8 +25,11 @@ from encoder_runtime import (
     FillMaskRuntime,
     MicroBatcher,
     Overloaded,
+    RerankerRuntime,
+    RerankPair,
     load_encoder,
     load_fill_mask,
+    load_reranker,
 )
 from encoder_runtime.tokenization import Encoded
 from index.collections import DEFAULT_COLLECTION, clean_leftovers, list_collections
@@ -60,6 +63,7 @@ class Engines:
     # below, which the generated __init__ sets through them.
     models: ModelRegistry = field(default_factory=lambda: ModelRegistry("embedding"))
     fill_masks: ModelRegistry = field(default_factory=lambda: ModelRegistry("fill-mask"))
+    rerankers: ModelRegistry = field(default_factory=lambda: ModelRegistry("rerank", bundled_default=False))
     encoder: EncoderRuntime | None = DefaultModelAttribute("models", "runtime")  # type: ignore[assignment]
     embed_batcher: MicroBatcher | None = DefaultModelAttribute("models", "batcher")  # type: ignore[assignment]
     load_error: str | None = DefaultModelAttribute("models", "error")  # type: ignore[assignment]
@@ -135,6 +139,27 @@ class Engines:
     def require_fill_mask(self, model: str | None = None) -> tuple[FillMaskRuntime, MicroBatcher]:
         return self.fill_masks.loaded(self.fill_masks.find(model))
 
+    def require_reranker(
+        self, model: str | None = None, field_name: str = "model"
+    ) -> tuple[RerankerRuntime, MicroBatcher]:
+        """The reranker ``model`` names (None: ``default`` if listed, else the first): 404 naming the served
+        ones (or saying none is configured), 503 while it loads."""
+        return self.rerankers.loaded(self.rerankers.find(model, field_name))
+
+    @property
+    def registries(self) -> tuple[ModelRegistry, ...]:
+        return (self.models, self.fill_masks, self.rerankers)
+
+    async def rerank(
+        self, query: str, documents: list[str], model: str | None = None, field_name: str = "model"
+    ) -> tuple[list[Encoded], np.ndarray]:
+        """Each document's raw relevance logit for ``query`` (float32, in the documents' order) and the pairs'
+        tokens, through the reranker's batcher and admission queue (a pair costs one place, as a text does
+        for embeddings: 429 with Retry-After when full)."""
+        _, batcher = self.require_reranker(model, field_name)
+        items, logits = await submit(batcher, [RerankPair(query, document) for document in documents])
+        return items, np.asarray(logits, dtype=np.float32).reshape(len(documents))
+
     @property
     def index_encoder(self) -> EncoderRuntime | None:
         """The runtime of the model the index's vectors come from (``INDEX_MODEL``)."""
@@ -156,7 +181,7 @@ async def submit(
 
 
 def _batcher(
-    runtime: EncoderRuntime | FillMaskRuntime,
+    runtime: EncoderRuntime | FillMaskRuntime | RerankerRuntime,
     settings: Settings,
     metrics: Metrics,
     name: str,
@@ -175,11 +200,12 @@ def _batcher(
     return batcher
 
 
-def model_registries(settings: Settings) -> tuple[ModelRegistry, ModelRegistry]:
-    """The embedding and fill-mask models the settings name, none loaded yet."""
+def model_registries(settings: Settings) -> tuple[ModelRegistry, ModelRegistry, ModelRegistry]:
+    """The embedding, fill-mask and rerank models the settings name, none loaded yet."""
     return (
         ModelRegistry.from_sources("embedding", settings.embedding_model_sources()),
         ModelRegistry.from_sources("fill-mask", settings.fill_mask_model_sources()),
+        ModelRegistry.from_sources("rerank", settings.rerank_model_sources(), bundled_default=False),
     )
 
 
@@ -207,7 +233,9 @@ async def load_engines(engines: Engines, settings: Settings, metrics: Metrics) -
     await retry_other_models(engines, settings, metrics)
 
 
-def _load_runtime(task: str, source: str, settings: Settings) -> EncoderRuntime | FillMaskRuntime:
+def _load_runtime(
+    task: str, source: str, settings: Settings
+) -> EncoderRuntime | FillMaskRuntime | RerankerRuntime:
     common: dict[str, Any] = {
         "backend": settings.backend,
         "device": settings.device,
@@ -216,6 +244,13 @@ def _load_runtime(task: str, source: str, settings: Settings) -> EncoderRuntime 
     }
     if task == "fill-mask":
         return load_fill_mask(source or None, **common)
+    if task == "rerank":
+        return load_reranker(
+            source,
+            max_batch_tokens=settings.max_batch_tokens,
+            max_batch_size=settings.max_batch_size,
+            **common,
+        )
     return load_encoder(
         source or None,
         max_batch_tokens=settings.max_batch_tokens,
@@ -226,7 +261,9 @@ def _load_runtime(task: str, source: str, settings: Settings) -> EncoderRuntime 
 
 def batcher_label(task: str, name: str) -> str:
     """The ``batcher`` label of /metrics: ``embed`` and ``fill-mask`` for the defaults (as before named
-    models), ``embed:legal`` for another."""
+    models), ``embed:legal`` for another, ``rerank:<name>`` for every reranker."""
+    if task == "rerank":
+        return f"rerank:{name}"
     base = "fill-mask" if task == "fill-mask" else "embed"
     return base if name == DEFAULT_MODEL else f"{base}:{name}"
 
@@ -258,7 +295,7 @@ async def _load_models(engines: Engines, settings: Settings, metrics: Metrics) -
             return
     if engines.load_attempts > settings.model_load_attempts:
         return
-    for registry in (engines.models, engines.fill_masks):
+    for registry in engines.registries:
         for slot in registry.slots.values():
             if slot.runtime is None and slot is not engines.models.default:
                 await _load_other(registry, slot, settings, metrics)
@@ -277,10 +314,7 @@ async def _load_other(registry: ModelRegistry, slot: ModelSlot, settings: Settin
 
 def _missing_models(engines: Engines) -> list[ModelSlot]:
     return [
-        slot
-        for registry in (engines.models, engines.fill_masks)
-        for slot in registry.slots.values()
-        if slot.runtime is None
+        slot for registry in engines.registries for slot in registry.slots.values() if slot.runtime is None
     ]
 
 
@@ -427,7 +461,7 @@ async def probe_index(engines: Engines, settings: Settings) -> None:
 
 
 async def close_engines(engines: Engines) -> None:
-    for registry in (engines.models, engines.fill_masks):
+    for registry in engines.registries:
         for slot in registry.slots.values():
             if slot.batcher is not None:
                 await slot.batcher.stop()

@@ -26,7 +26,17 @@ from app.service.lane import EmbeddingLane
 from app.service.metrics import Metrics
 from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
 from app.service.model_registry import INDEX_MODEL
-from app.service.routes import collections, documents, inference, jobs, meta, playground, search, snapshots
+from app.service.routes import (
+    collections,
+    documents,
+    inference,
+    jobs,
+    meta,
+    playground,
+    rerank,
+    search,
+    snapshots,
+)
 from app.settings import Settings, get_settings
 from index.collections import DEFAULT_COLLECTION
 
@@ -58,15 +68,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings, app.state.metrics = settings, metrics
     app.state.recorder = RequestRecorder(metrics)
     app.state.keys = KeyRing(settings.api_keys, settings.read_api_keys, settings.scoped_keys())
-    embedding_models, fill_mask_models = model_registries(settings)
+    embedding_models, fill_mask_models, rerankers = model_registries(settings)
     app.state.engines = Engines(
-        models=embedding_models, fill_masks=fill_mask_models, collections=collection_registry(settings)
+        models=embedding_models,
+        fill_masks=fill_mask_models,
+        rerankers=rerankers,
+        collections=collection_registry(settings),
     )
     app.state.jobs = JobRegistry(keep=settings.max_jobs_kept)
     app.state.engines.bound(settings.max_pending)
     app.state.engines.read_only = settings.index_read_only  # after Engines(): its __init__ resets it
     install_error_handlers(app)
-    for module in (inference, meta, playground, collections, snapshots):
+    for module in (inference, rerank, meta, playground, collections, snapshots):
         app.include_router(module.router)
     for module in (search, documents, jobs):  # a collection's routes; without the prefix, default's
         app.include_router(module.router)
