@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("train", "tokenizer, pre-training (MLM / ELECTRA), SBERT fine-tuning"),
         ("eval", "STS, BEIR retrieval, masked-token accuracy, LAMA"),
         ("index", "build and update search indexes"),
+        ("collection", "create, list, show and delete collections (named indexes, each on one model)"),
     ):
         sub = top.add_parser(group, help=help_text)
         groups[group] = sub.add_subparsers(dest=f"{group}_command", required=True, metavar="COMMAND")
@@ -51,22 +52,29 @@ def _serve(args: argparse.Namespace) -> None:
 def _add_export(top: argparse._SubParsersAction) -> None:
     export = top.add_parser(
         "export",
-        help="`cloze export --model DIR --out DIR`: ST folder + ONNX fp32/int8 + model card; "
+        help="`cloze export --model DIR --out DIR`: ST folder (or a cross-encoder) + ONNX fp32/int8 + model card; "
         "`cloze export onnx --model DIR`: only the ONNX cache beside the model",
     )
     export.add_argument("target", nargs="?", choices=["onnx"], help="onnx: only export the ONNX cache")
     export.add_argument("--model", default="", help="model folder or hub id (default: bundled model)")
     export.add_argument("--out", help="output folder (full export)")
-    export.add_argument("--task", choices=["embed", "fill-mask"], default="embed")
+    export.add_argument(
+        "--task",
+        choices=["embed", "fill-mask", "rerank"],
+        default=None,
+        help="for `cloze export onnx`: default rerank for a cross-encoder folder, else embed",
+    )
     export.add_argument("--no-scores", action="store_true", help="skip measuring scores for the card")
     export.set_defaults(handler=_export)
 
 
 def _export(args: argparse.Namespace) -> None:
     if args.target == "onnx":
+        from encoder_runtime import is_reranker, resolve_model_path
         from encoder_runtime.backends.onnx_export import export_all
 
-        for path in export_all(args.model, args.task):
+        task = args.task or ("rerank" if is_reranker(resolve_model_path(args.model)) else "embed")
+        for path in export_all(args.model, task):
             print(path)
         return
     if not args.out:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -15,6 +16,8 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 from pydantic import Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from index.records import collection_name_problem
 
 Backend = Literal["auto", "torch", "onnx", "onnx-int8"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -56,14 +59,33 @@ class Settings(BaseSettings):
         description="More fill-mask models, as `CLOZE_MODELS` names embedding models (`<bundled>`: the shipped "
         "default); `default` is `CLOZE_FILL_MASK_MODEL` unless listed here",
     )
+    rerank_models: str = Field(
+        "",
+        description="Rerankers (cross-encoder folders, as `CrossEncoder.save` and `cloze train reranker` write "
+        "them), as `CLOZE_MODELS` names embedding models: `name=folder` pairs or a `.toml` file. A request "
+        "without `model` gets `default` when listed, else the first. Unset: `/rerank` and search's `rerank` "
+        "answer 404 and 422",
+    )
     max_models: int = Field(
         4,
         ge=1,
-        description="Most models loaded, embedding and fill-mask together, the defaults included (each "
+        description="Most models loaded, embedding, fill-mask and rerank together, the defaults included (each "
         'holds its weights, runtime and batcher in memory: docs/benchmarks.md, "Memory per model")',
     )
     index: Path = Field(
         Path("data/index"), description="Index folder; created empty when missing, and upserts fill it"
+    )
+    collections_dir: Path | None = Field(
+        None,
+        description="Data root of the collections besides `default` (each a folder `<name>` with its index); "
+        "unset: `collections` beside the index folder (`data/collections` for `data/index`). The index folder "
+        "(`CLOZE_INDEX`) is the collection `default`",
+    )
+    max_collections: int = Field(
+        100,
+        ge=0,
+        description="Most collections besides `default`; `POST /collections` answers 409 past it (an empty "
+        'collection holds an open SQLite store and FAISS index: docs/benchmarks.md, "Memory per collection")',
     )
     index_read_only: bool = Field(
         False,
@@ -96,6 +118,12 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Read keys: a read key may read, and gets 403 on a write; empty = reads "
         "are open. With read keys and no write keys every write is refused",
+    )
+    collection_api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Keys scoped to collections, comma-separated `key=read:a|b` or `key=write:a` (write "
+        "includes read): such a key reaches only the collections it names (403 elsewhere; `GET /collections` "
+        "lists only them) and the model routes; creating a collection and `/metrics` need an unscoped key",
     )
     allow_open: bool = Field(
         False,
@@ -174,6 +202,13 @@ class Settings(BaseSettings):
         description="Most fields and values in one search filter, counted together (422 `filter` above)",
     )
     max_masks: int = Field(64, ge=1, description="Most mask tokens in one fill-mask text")
+    max_rerank_candidates: int = Field(
+        200,
+        ge=1,
+        le=1000,  # the deepest a search ranks (offset + top_k)
+        description="Most candidates `/search` may rerank (`rerank.candidates`); `/rerank` takes at most "
+        "`CLOZE_MAX_INPUTS` documents of `CLOZE_MAX_CHARS` characters each",
+    )
     fill_mask_max_queue: int = Field(
         1024, ge=1, description="Mask tokens admitted and unanswered before fill-mask answers 429"
     )
@@ -230,7 +265,9 @@ class Settings(BaseSettings):
     )
     access_log: bool = Field(True, description="One JSON line per request (logger `cloze.access`, at INFO)")
 
-    @field_validator("api_keys", "read_api_keys", "allowed_hosts", "trusted_origins", mode="before")
+    @field_validator(
+        "api_keys", "read_api_keys", "collection_api_keys", "allowed_hosts", "trusted_origins", mode="before"
+    )
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):
@@ -240,13 +277,26 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _models_are_valid_and_bounded(self) -> Settings:
         """Refuse a bad model list at startup, naming the setting, rather than on the first request."""
-        count = len(self.embedding_model_sources()) + len(self.fill_mask_model_sources())
+        self.scoped_keys()  # a malformed scoped key stops the start, naming the setting
+        count = (
+            len(self.embedding_model_sources())
+            + len(self.fill_mask_model_sources())
+            + len(self.rerank_model_sources())
+        )
         if count > self.max_models:
             raise ValueError(
-                f"CLOZE_MODELS and CLOZE_FILL_MASK_MODELS: {count} models in all (the defaults included), "
+                f"CLOZE_MODELS, CLOZE_FILL_MASK_MODELS and CLOZE_RERANK_MODELS: {count} models in all (the "
+                "defaults included), "
                 f"over CLOZE_MAX_MODELS={self.max_models}"
             )
         return self
+
+    def scoped_keys(self) -> list[ScopedKey]:
+        return [parse_scoped_key(entry) for entry in self.collection_api_keys]
+
+    @property
+    def collections_root(self) -> Path:
+        return self.collections_dir or Path(self.index).parent / "collections"
 
     @property
     def named_models(self) -> bool:
@@ -262,6 +312,38 @@ class Settings(BaseSettings):
         """Name -> source ("" = the shipped fill-mask model), ``default`` first."""
         listed = parse_model_list(self.fill_mask_models, "CLOZE_FILL_MASK_MODELS")
         return with_default(listed, self.fill_mask_model, "CLOZE_FILL_MASK_MODEL", "CLOZE_FILL_MASK_MODELS")
+
+    def rerank_model_sources(self) -> dict[str, str]:
+        """Name -> folder of each reranker, as listed (no bundled reranker: none unless configured)."""
+        listed = parse_model_list(self.rerank_models, "CLOZE_RERANK_MODELS")
+        if bundled := [name for name, source in listed.items() if not source]:
+            raise ValueError(
+                f"CLOZE_RERANK_MODELS: {bundled[0]!r} needs a cross-encoder folder (none is bundled)"
+            )
+        return listed
+
+
+@dataclass(frozen=True)
+class ScopedKey:
+    key: str
+    access: Literal["read", "write"]
+    collections: frozenset[str]
+
+
+def parse_scoped_key(entry: str) -> ScopedKey:
+    """``key=read:a|b`` -> ScopedKey(key, "read", {"a", "b"}); a ValueError names what is wrong."""
+    key, _, grant = entry.rpartition("=")
+    access, _, names = grant.partition(":")
+    collections = frozenset(name.strip() for name in names.split("|") if name.strip())
+    if not key or access not in ("read", "write") or not collections:
+        raise ValueError(
+            "CLOZE_COLLECTION_API_KEYS: an entry is not `key=read:a|b` or `key=write:a` (the key itself is "
+            "not repeated here)"
+        )
+    for name in collections:
+        if problem := collection_name_problem(name):
+            raise ValueError(f"CLOZE_COLLECTION_API_KEYS: {name!r} is not a collection name: {problem}")
+    return ScopedKey(key, access, collections)  # type: ignore[arg-type]
 
 
 def model_name_problem(name: str) -> str | None:
@@ -380,7 +462,7 @@ def _allowed(info: FieldInfo) -> str:
     bounds = [
         f"{symbol} {getattr(meta, attr)}"
         for meta in info.metadata
-        for attr, symbol in (("ge", ">="), ("gt", ">"))
+        for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="))
         if getattr(meta, attr, None) is not None
     ]
     if bounds:

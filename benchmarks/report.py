@@ -498,6 +498,37 @@ def model_memory(page: Page) -> None:
     )
 
 
+def collection_memory(page: Page) -> None:
+    name, default = "collection_memory.json", "python benchmarks/collection_memory.py"
+    data = load(name)
+    if data is None:
+        page.section("Memory per collection", missing(name, default))
+        return
+    command, rows = data.get("command", default), data["rows"]
+    page.summary.append(
+        [
+            "memory per empty collection",
+            f"{num(rows[1]['rss_mib'])} MiB with 1, {num(rows[-1]['rss_mib'])} MiB with {rows[-1]['collections']}: "
+            f"about {data['per_collection_mib']} MiB each",
+            ran(command, name),
+        ]
+    )
+    table_rows = [
+        [row["collections"], num(row["rss_mib"], 1), row.get("create_s", ""), row.get("after", "")]
+        for row in rows
+    ]
+    page.section(
+        "Memory per collection",
+        f"Resident memory of one `cloze serve` ({data['model']}) holding 0, 1 and {rows[-1]['collections']} empty "
+        "collections made by `POST /collections`, side by side in one run, then after one search in each (a "
+        "search loads what a collection reads lazily). A collection holds an open SQLite store, an empty FAISS "
+        "index and its chunker, never a copy of a model. `create s` is the mean time of one `POST /collections` "
+        f"(load average {data['load_average_before'][0]} before, on 2 cores).",
+        table(["collections", "RSS MiB", "create s", "after"], table_rows),
+        f"Command: {ran(command, name)}",
+    )
+
+
 def snapshots(page: Page) -> None:
     name, default = "snapshot.json", "python benchmarks/snapshot.py --passages 100000"
     data = load(name)
@@ -1003,6 +1034,7 @@ def render() -> Page:
         index_scale,
         filtered_search,
         model_memory,
+        collection_memory,
         snapshots,
         pretrain_speed,
         electra_vs_mlm,

@@ -1,5 +1,5 @@
 """The inference runtime, the layer every stage stands on: model folders, torch / ONNX Runtime backends,
-embedding and fill-mask runtimes, the micro-batcher. Imports no first-party package and no web framework."""
+embedding, fill-mask and rerank runtimes, the micro-batcher. Imports no first-party package and no web framework."""
 
 from encoder_runtime.batcher import MicroBatcher, Overloaded
 from encoder_runtime.encoder import EncoderRuntime, load_encoder
@@ -11,6 +11,7 @@ from encoder_runtime.fill_mask import (
     pipeline_output,
 )
 from encoder_runtime.model_dir import ModelInfo, resolve_model_path
+from encoder_runtime.reranker import RerankerRuntime, RerankPair, is_reranker, load_reranker, sigmoid
 
 __all__ = [
     "EncoderRuntime",
@@ -20,8 +21,13 @@ __all__ = [
     "ModelInfo",
     "NoMaskToken",
     "Overloaded",
+    "RerankPair",
+    "RerankerRuntime",
     "load_encoder",
+    "is_reranker",
     "load_fill_mask",
+    "load_reranker",
     "pipeline_output",
     "resolve_model_path",
+    "sigmoid",
 ]

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from encoder_runtime.backends.base import Backend
 from encoder_runtime.backends.factory import create_backend
 from encoder_runtime.model_dir import ModelInfo, resolve_model_path
 from encoder_runtime.tokenization import Encoded, TextTokenizer, plan_batches
@@ -33,21 +31,7 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
 class EncoderRuntime(TokenizedRuntime):
     task = "embed"
 
-    def __init__(
-        self,
-        info: ModelInfo,
-        tokenizer: TextTokenizer,
-        backend: Backend,
-        max_batch_tokens: int | None = None,
-        max_batch_size: int = 64,
-    ):
-        self.info = info
-        self.tokenizer = tokenizer
-        self.backend = backend
-        self.max_batch_tokens = max_batch_tokens or backend.batch_tokens  # None: what the backend runs best
-        self.max_batch_size = max_batch_size
-        if backend.parallel_passes > 1:
-            self._passes = ThreadPoolExecutor(backend.parallel_passes, thread_name_prefix="forward")
+    def probe(self) -> None:
         self.dimension = int(self.run(self.encode(["dimension probe"]))[0].shape[0])
 
     def run(self, items: list[Encoded]) -> list[np.ndarray]:
@@ -65,16 +49,6 @@ class EncoderRuntime(TokenizedRuntime):
         else:
             matrix = np.stack(vectors).astype(np.float32, copy=False)
         return l2_normalize(matrix) if (self.info.normalize if normalize is None else normalize) else matrix
-
-    @property
-    def batch_budget(self) -> tuple[int, int, float, int]:
-        """``plan_batches``' limits as this runtime plans its passes: tokens, size, padding bound, allowance."""
-        return (
-            self.max_batch_tokens,
-            self.max_batch_size,
-            self.backend.max_padding,
-            self.backend.padding_tokens,
-        )
 
     def embed_encoded(self, items: list[Encoded], normalize: bool | None = None) -> np.ndarray:
         batches = plan_batches([len(item) for item in items], *self.batch_budget)

@@ -1,4 +1,6 @@
-"""Tokenise once, truncate to the model's window (and say so), pad per batch, plan batches by tokens."""
+"""Tokenise once, truncate to the model's window (and say so), pad per batch, plan batches by tokens.
+
+Texts are single sequences; a cross-encoder's (query, document) pairs are tokenised by ``PairTokenizer``."""
 
 from __future__ import annotations
 
@@ -80,11 +82,56 @@ class TextTokenizer:
         width = max(len(item) for item in batch)
         ids = np.full((len(batch), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(batch), width), dtype=np.int64)
+        types = np.zeros_like(ids)
         for row, item in enumerate(batch):
             ids[row, : len(item)] = item.ids
             mask[row, : len(item)] = 1
-        arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            if isinstance(item, EncodedPair):
+                types[row, : len(item)] = item.type_ids
+        arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         return {name: arrays[name] for name in self.input_names}
+
+
+@dataclass(frozen=True)
+class EncodedPair(Encoded):
+    """A (query, document) pair as one sequence: ``[CLS] query [SEP] document [SEP]`` with segment ids."""
+
+    type_ids: tuple[int, ...] = ()
+
+
+class PairTokenizer(TextTokenizer):
+    """Tokenises (query, document) pairs for a cross-encoder, cut to the window on the document side only
+    (the query is what every candidate is judged against). A query longer than ``max_query_share`` of the
+    window is first cut to that many tokens, so a document always keeps the rest."""
+
+    def __init__(self, path: Path, max_tokens: int, max_query_share: float = 0.5):
+        super().__init__(path, max_tokens)
+        self._fast.enable_truncation(max_length=max_tokens, strategy="only_second")
+        specials = self._whole.num_special_tokens_to_add(True)
+        self.max_query_tokens = max(1, int(max_tokens * max_query_share) - specials)
+
+    def cut_query(self, query: str) -> tuple[str, bool]:
+        """The query as a prefix of at most ``max_query_tokens`` tokens (cut on token offsets), and whether it
+        was cut."""
+        offsets = self._whole.encode(query, add_special_tokens=False).offsets
+        if len(offsets) <= self.max_query_tokens:
+            return query, False
+        return query[: offsets[self.max_query_tokens - 1][1]], True
+
+    def encode_pairs(self, pairs: list[tuple[str, str]]) -> list[EncodedPair]:
+        cut = {query: self.cut_query(query) for query in {query for query, _ in pairs}}
+        encodings = self._fast.encode_batch_fast(
+            [(cut[query][0], document) for query, document in pairs], add_special_tokens=True
+        )
+        return [
+            EncodedPair(tuple(e.ids), bool(e.overflowing) or cut[query][1], tuple(e.type_ids))
+            for (query, _), e in zip(pairs, encodings, strict=True)
+        ]
+
+    def encode(self, texts: list) -> list[Encoded]:  # type: ignore[override]
+        """``encode_pairs`` of anything that unpacks as (query, document): what calibration and the
+        micro-batcher hand a tokenizer."""
+        return list(self.encode_pairs([(query, document) for query, document in texts]))
 
 
 def plan_batches(

@@ -6,6 +6,10 @@ written by ``encoder_runtime.backends.onnx_export`` so there is one exporter), a
 (``card.json`` for programs, ``README.md`` for people) saying how the model was trained and what it
 measured: each score comes from the evaluator behind its ``cloze eval`` command, called in-process. A
 score that could not be measured says so instead of being left out.
+
+A cross-encoder folder (a reranker, as ``CrossEncoder.save`` and ``cloze train reranker`` write it) is
+exported by ``export_reranker``: the folder as sentence-transformers saves it, ``onnx/rerank*.onnx`` (fp32
+and int8 calibrated on pairs, by the same exporter) and a card with the scores its trainer measured.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoder_runtime import load_encoder
+from encoder_runtime import is_reranker, load_encoder, load_reranker, sigmoid
 from encoder_runtime.backends.onnx_export import export_all
 from encoder_runtime.model_dir import ModelInfo, resolve_model_path
 from encoder_training.data_folder import default_data_dir
@@ -45,8 +49,11 @@ def export_model(
     model_id: str | None = None,
     data_dir: Path | None = None,
 ) -> Path:
-    """Write the ST folder, ONNX files and card to ``out``; return ``out``."""
+    """Write the ST folder, ONNX files and card to ``out``; return ``out``. A cross-encoder goes to
+    ``export_reranker``."""
     source, out = resolve_model_path(str(model)), Path(out)
+    if is_reranker(source):
+        return export_reranker(source, out, model_id=model_id)
     save_sentence_transformer(source, out)
     onnx_files = export_onnx(out)
     scores = measure(out, source, data_dir) if measure_scores else {}
@@ -69,6 +76,86 @@ def save_sentence_transformer(source: Path, out: Path) -> None:
 def export_onnx(out: Path) -> dict[str, str]:
     fp32, int8 = export_all(str(out), "embed")
     return {"fp32": str(fp32.relative_to(out)), "int8": str(int8.relative_to(out))}
+
+
+PROBE_PAIRS = [
+    ("who plays the guitar", "A man is playing a guitar."),
+    ("who plays the guitar", "Two dogs run across a snowy field."),
+    ("capital of France", "The capital of France is Paris."),
+    ("capital of France", "Search engines rank documents by relevance to a query."),
+]
+
+
+def export_reranker(
+    model: str | Path,
+    out: str | Path,
+    *,
+    model_id: str | None = None,
+    scores: dict | None = None,
+    training: dict | None = None,
+) -> Path:
+    """A cross-encoder folder ready to serve (``CLOZE_RERANK_MODELS``): saved by sentence-transformers,
+    ``onnx/rerank.onnx`` and ``onnx/rerank_int8.onnx``, and a card (``card.json``, ``README.md``) with
+    ``scores`` and ``training`` as its trainer measured and recorded them, beside int8's agreement with fp32."""
+    source, out = resolve_model_path(str(model)), Path(out)
+    if not is_reranker(source):
+        raise ValueError(f"{source} is not a cross-encoder (a ...ForSequenceClassification with one label)")
+    if out.resolve() != source.resolve():
+        from sentence_transformers import CrossEncoder
+
+        CrossEncoder(str(source), device="cpu").save(str(out))
+        if (source / TRAINING_RECORD).is_file():
+            shutil.copy2(source / TRAINING_RECORD, out / TRAINING_RECORD)
+    fp32, int8 = export_all(str(out), "rerank")
+    record_path = out / TRAINING_RECORD
+    recorded = json.loads(record_path.read_text()) if record_path.is_file() else None
+    info = ModelInfo.read(out)
+    card = {
+        "model_id": model_id or out.resolve().name,
+        "kind": "rerank",
+        "source": str(source),
+        "fingerprint": info.fingerprint,
+        "max_tokens": info.max_tokens,
+        "onnx": {"fp32": str(fp32.relative_to(out)), "int8": str(int8.relative_to(out))},
+        "training": training or recorded or NOT_MEASURED + " (no training record)",
+        "scores": {
+            "onnx_int8_max_score_difference": round(reranker_int8_difference(out), 4),
+            **(scores or {}),
+        },
+    }
+    (out / "card.json").write_text(json.dumps(card, indent=2))
+    (out / "README.md").write_text(render_reranker_readme(card))
+    log.info("exported reranker %s -> %s", source, out)
+    return out
+
+
+def reranker_int8_difference(out: Path) -> float:
+    """Largest difference between int8 and fp32 ONNX relevance (sigmoid, 0..1) on a few pairs."""
+    scores = []
+    for backend in ("onnx", "onnx-int8"):
+        runtime = load_reranker(str(out), backend=backend)
+        scores.append(np.concatenate([runtime.score(q, [d]) for q, d in PROBE_PAIRS]))
+    return float(np.abs(sigmoid(scores[0]) - sigmoid(scores[1])).max())
+
+
+def render_reranker_readme(card: dict) -> str:
+    return "\n".join(
+        [
+            f"# {card['model_id']}",
+            "",
+            "Cross-encoder reranker exported by `cloze export`: a sentence-transformers `CrossEncoder` folder with",
+            "ONNX fp32 and int8 files under `onnx/`, served by `cloze serve` when listed in `CLOZE_RERANK_MODELS`.",
+            "",
+            f"- max tokens {card['max_tokens']} (query and document together; documents are cut to fit)",
+            *scores_section(card),
+            "## Training",
+            "",
+            f"`{json.dumps(card['training'])}`",
+            "",
+            "Full details: `card.json`.",
+            "",
+        ]
+    )
 
 
 def int8_agreement(out: Path) -> float:
@@ -173,8 +260,21 @@ def guard_line(check: dict) -> str:
     )
 
 
+def scores_section(card: dict) -> list[str]:
+    """A card's provenance line and its scores as a table: the part every model card shares."""
+    return [
+        f"- fingerprint `{card['fingerprint']}`, exported from `{card['source']}`",
+        "",
+        "## Scores",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        *(f"| {name} | {value} |" for name, value in card["scores"].items()),
+        "",
+    ]
+
+
 def render_readme(card: dict) -> str:
-    scores = card["scores"]
     training = card["training"]
     lines = [
         f"# {card['model_id']}",
@@ -184,14 +284,7 @@ def render_readme(card: dict) -> str:
         "",
         f"- dimension {card['dimension']}, pooling `{card['pooling']}`, normalised: {card['normalize']}, "
         f"max tokens {card['max_tokens']}",
-        f"- fingerprint `{card['fingerprint']}`, exported from `{card['source']}`",
-        "",
-        "## Scores",
-        "",
-        "| measure | value |",
-        "|---|---|",
-        *(f"| {name} | {value} |" for name, value in scores.items()),
-        "",
+        *scores_section(card),
         "## Training",
         "",
     ]

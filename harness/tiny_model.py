@@ -33,3 +33,14 @@ def make_tiny_bert(out: Path, max_position_embeddings: int = 64, hidden_size: in
     )
     BertForMaskedLM(config).eval().save_pretrained(out)
     return out
+
+
+def make_tiny_cross_encoder(out: Path, base: Path) -> Path:
+    """A cross-encoder folder (``CrossEncoder.save``'s layout: a one-label sequence classifier) over the tiny
+    BERT ``base``, its classifier random: for the reranker's mechanics only."""
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    torch.manual_seed(0)
+    CrossEncoder(str(base), num_labels=1, device="cpu").save(str(out))
+    return out

@@ -59,6 +59,7 @@ class BuildOptions:
     batch_tokens: int | None = None
     resume: bool = False
     overlap: int | None = None  # chunk overlap in tokens; None: a quarter of the window
+    window: int | None = None  # tokens per chunk; None: the model's window
     show_progress: bool = True
     ray_actors: int | None = None
 
@@ -66,7 +67,12 @@ class BuildOptions:
     def reproducing(cls, manifest: dict[str, Any], **overrides: Any) -> BuildOptions:
         """The options a published version was built with (its manifest's ``build``), for a rebuild."""
         build = manifest.get("build", {})
-        return cls(factory=build.get("factory"), overlap=build.get("chunk_overlap"), **overrides)
+        return cls(
+            factory=build.get("factory"),
+            overlap=build.get("chunk_overlap"),
+            window=build.get("chunk_window"),
+            **overrides,
+        )
 
 
 class VersionDraft:
@@ -80,7 +86,7 @@ class VersionDraft:
         if origin == "rebuild":
             (self.folder / REBUILD_MARKER).touch()
         self.store = DocumentStore(self.folder / layout.STORE)
-        self.chunker = Chunker.for_encoder(encoder, options.overlap)
+        self.chunker = Chunker.for_encoder(encoder, options.overlap, options.window)
 
     def __enter__(self) -> VersionDraft:
         return self
@@ -124,6 +130,23 @@ class VersionDraft:
 
     def publish(self) -> None:
         layout.publish(self.root, self.number)
+
+
+def create_empty_version(root: Path, encoder: Any, options: BuildOptions) -> int:
+    """An empty, published first version, so a service can serve (and take writes) before any build. Its
+    vectors are exact until the first rebuild when the factory must be trained (IVF, PQ); the manifest keeps
+    the factory, window and overlap asked for, and every later build and rebuild uses them."""
+    with layout.build_lock(root):
+        existing = layout.current_version(root)
+        if existing is not None:
+            return existing
+        vectors = VectorIndex.create(options.factory or "IDMap2,Flat", encoder.dimension)
+        if vectors.needs_training:
+            vectors = VectorIndex.create("IDMap2,Flat", encoder.dimension)
+        with VersionDraft(root, layout.next_version(root), encoder, options) as draft:
+            draft.finish(vectors)
+            draft.publish()
+        return draft.number
 
 
 def build_from_input(root: Path, input_path: Path, encoder: Any, options: BuildOptions) -> dict[str, Any]:

@@ -23,11 +23,14 @@ class Chunk:
 class Chunker:
     """Split texts into windows of at most ``window`` tokens that overlap by ``overlap`` tokens."""
 
-    def __init__(self, hf_tokenizer: Any, max_tokens: int, overlap: int | None = None):
+    def __init__(
+        self, hf_tokenizer: Any, max_tokens: int, overlap: int | None = None, window: int | None = None
+    ):
         from tokenizers import Tokenizer
 
         specials = hf_tokenizer.backend_tokenizer.num_special_tokens_to_add(False)
-        self.window = max(8, max_tokens - specials)
+        longest = max(8, max_tokens - specials)  # what the model reads beside its special tokens
+        self.window = longest if window is None else max(8, min(window, longest))
         self.overlap = min(self.window // 4 if overlap is None else overlap, self.window - 1)
         # A private copy of the fast tokenizer without truncation: we need the offsets of *all* tokens.
         self._fast = Tokenizer.from_str(hf_tokenizer.backend_tokenizer.to_str())
@@ -35,8 +38,8 @@ class Chunker:
         self._fast.no_padding()
 
     @classmethod
-    def for_encoder(cls, encoder: Any, overlap: int | None = None) -> Chunker:
-        return cls(encoder.tokenizer.hf, encoder.max_tokens, overlap)
+    def for_encoder(cls, encoder: Any, overlap: int | None = None, window: int | None = None) -> Chunker:
+        return cls(encoder.tokenizer.hf, encoder.max_tokens, overlap, window)
 
     def split(self, texts: list[str]) -> list[list[Chunk]]:
         encodings = self._fast.encode_batch(texts, add_special_tokens=False)

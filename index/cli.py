@@ -25,7 +25,14 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
         type=Path,
         help="JSONL (BEIR or plain), CSV/TSV, Parquet, or a folder of .txt/.md",
     )
-    build.add_argument("--out", required=True, type=Path, help="index directory")
+    where = build.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", type=Path, help="index directory")
+    _collection_args(where, build)
+    build.add_argument(
+        "--model-name",
+        default="default",
+        help="--collection, when it is made: the name the service serves --model by (CLOZE_MODELS)",
+    )
     _model_args(build)
     build.add_argument("--factory", help="FAISS factory string (default: chosen by corpus size)")
     build.add_argument(
@@ -44,17 +51,177 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     build.set_defaults(handler=_build)
 
     add = index.add_parser("add", help="add or replace documents in the published index (incremental)")
-    add.add_argument("--index", required=True, type=Path)
+    where = add.add_mutually_exclusive_group(required=True)
+    where.add_argument("--index", type=Path)
+    _collection_args(where, add)
     add.add_argument("--input", required=True, type=Path)
     _model_args(add)
     add.set_defaults(handler=_add)
 
     delete = index.add_parser("delete", help="delete documents by id from the published index")
-    delete.add_argument("--index", required=True, type=Path)
+    where = delete.add_mutually_exclusive_group(required=True)
+    where.add_argument("--index", type=Path)
+    _collection_args(where, delete)
     delete.add_argument("ids", nargs="+")
     _model_args(delete)
     delete.set_defaults(handler=_delete)
     _register_snapshots(index)
+    _register_collections(groups["collection"])
+
+
+def _collection_args(where: argparse._MutuallyExclusiveGroup, parser: argparse.ArgumentParser) -> None:
+    where.add_argument(
+        "--collection", help="a collection under --root instead of a folder (build creates it when missing)"
+    )
+    _root_arg(parser)
+
+
+def _root_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path(os.environ.get("CLOZE_COLLECTIONS_DIR") or "data/collections"),
+        help="the collections' data root (default: $CLOZE_COLLECTIONS_DIR, else data/collections)",
+    )
+
+
+def _register_collections(collection: argparse._SubParsersAction) -> None:
+    """``cloze collection create|list|show|delete``: offline under --root (no service writing there), or
+    through a running service with --url."""
+    create = collection.add_parser("create", help="create an empty collection on a named model")
+    create.add_argument("name")
+    create.add_argument(
+        "--model-name", default="default", help="the served model's name (CLOZE_MODELS) it is built with"
+    )
+    create.add_argument("--factory", help="FAISS factory string for its builds (default: chosen by size)")
+    create.add_argument("--chunk-window", type=int, help="tokens per chunk (default: the model's window)")
+    create.add_argument("--chunk-overlap", type=int, help="tokens neighbouring chunks share")
+    _model_args(create)
+    for name, text, handler in (
+        ("list", "list the collections", _collection_list),
+        ("show", "one collection: model, documents, version, bytes on disk", _collection_show),
+        ("delete", "delete a collection and its documents", _collection_delete),
+    ):
+        command = collection.add_parser(name, help=text)
+        if name != "list":
+            command.add_argument("name")
+        _collection_target(command)
+        command.set_defaults(handler=handler)
+    _collection_target(create)
+    create.set_defaults(handler=_collection_create)
+
+
+def _collection_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="a running service, e.g. http://127.0.0.1:8000 (else offline, --root)")
+    parser.add_argument(
+        "--api-key", default=os.environ.get("CLOZE_API_KEY"), help="--url: a key (or CLOZE_API_KEY)"
+    )
+    _root_arg(parser)
+
+
+def _collection_create(args: argparse.Namespace) -> None:
+    from index.collections import CollectionError, CollectionInfo, create_collection
+
+    options = {
+        "factory": args.factory,
+        "chunk_window": args.chunk_window,
+        "chunk_overlap": args.chunk_overlap,
+    }
+    if args.url:
+        body = {"name": args.name, "model": args.model_name} | {k: v for k, v in options.items() if v}
+        print(json.dumps(_call_service(args, "POST", "/collections", json_body=body)))
+        return
+    info = CollectionInfo(args.name, args.model_name, **options)
+    try:
+        path = create_collection(args.root, info, _encoder(args))
+    except CollectionError as exc:
+        raise SystemExit(f"cloze collection create: {exc}") from exc
+    print(json.dumps({"created": args.name, "path": str(path), "model": args.model_name}))
+
+
+def _collection_list(args: argparse.Namespace) -> None:
+    from dataclasses import asdict
+
+    from index.collections import list_collections
+
+    if args.url:
+        print(json.dumps(_call_service(args, "GET", "/collections")))
+        return
+    print(json.dumps({"collections": [asdict(info) for info in list_collections(args.root)]}))
+
+
+def _collection_show(args: argparse.Namespace) -> None:
+    from dataclasses import asdict
+
+    from index import layout
+    from index.collections import disk_usage, folder_of, last_write, read_info
+    from index.store import DocumentStore
+
+    if args.url:
+        print(json.dumps(_call_service(args, "GET", f"/collections/{args.name}")))
+        return
+    folder = _existing_collection(args.root, args.name)
+    version = layout.current_version(folder)
+    counts: dict[str, Any] = {"version": version}
+    if version is not None:  # the live counts (writes since the build included), read as a replica reads
+        store = DocumentStore(
+            layout.version_dir(folder, version) / layout.STORE, create=False, read_only=True
+        )
+        counts |= store.counts()
+        store.close()
+    usage = {"bytes_on_disk": disk_usage(folder), "last_write": last_write(folder)}
+    print(json.dumps(asdict(read_info(folder_of(args.root, args.name))) | counts | usage))
+
+
+def _collection_delete(args: argparse.Namespace) -> None:
+    from index.collections import CollectionError, delete_collection
+    from index.layout import WriterLease
+    from index.records import IndexLocked
+
+    if args.url:
+        print(json.dumps(_call_service(args, "DELETE", f"/collections/{args.name}")))
+        return
+    folder = _existing_collection(args.root, args.name)
+    try:
+        lease = WriterLease(folder)  # a service writing it must delete it itself (--url)
+    except IndexLocked as exc:
+        raise SystemExit(f"cloze collection delete: {exc}; delete it through the service (--url)") from exc
+    lease.release()
+    try:
+        delete_collection(args.root, args.name)
+    except CollectionError as exc:
+        raise SystemExit(f"cloze collection delete: {exc}") from exc
+    print(json.dumps({"deleted": args.name}))
+
+
+def _existing_collection(root: Path, name: str) -> Path:
+    from index.collections import CollectionError, folder_of, read_info
+
+    try:
+        folder = folder_of(root, name)
+    except CollectionError as exc:
+        raise SystemExit(f"cloze collection: {exc}") from exc
+    if read_info(folder) is None:
+        raise SystemExit(f"cloze collection: no collection named {name!r} under {root}")
+    return folder
+
+
+def _collection_folder(args: argparse.Namespace, create: bool = False) -> Path:
+    """``--index``/``--out`` as given, or the folder of ``--collection`` (made first when ``create``)."""
+    if not args.collection:
+        return args.out if hasattr(args, "out") else args.index
+    from index.collections import CollectionError, CollectionInfo, create_collection, folder_of, read_info
+
+    try:
+        folder = folder_of(args.root, args.collection)
+    except CollectionError as exc:
+        raise SystemExit(f"cloze index: {exc}") from exc
+    if read_info(folder) is None:
+        if not create:
+            raise SystemExit(f"cloze index: no collection named {args.collection!r} under {args.root}")
+        model_name = getattr(args, "model_name", "default")
+        create_collection(args.root, CollectionInfo(args.collection, model_name), _encoder(args))
+    return folder
 
 
 def _register_snapshots(index: argparse._SubParsersAction) -> None:
@@ -117,6 +284,7 @@ def is_current(out: Path, input_path: Path, model: str) -> bool:
 
 
 def _build(args: argparse.Namespace) -> None:
+    args.out = _collection_folder(args, create=True)
     if args.skip_if_current and is_current(args.out, args.input, args.model):
         print(f"index at {args.out} is current for {args.input}; nothing to do")
         return
@@ -125,7 +293,9 @@ def _build(args: argparse.Namespace) -> None:
     from index.records import LiveWritesDuringBuild, StorageError
 
     options = BuildOptions(
-        factory=args.factory,
+        factory=args.factory or _collection_build(args.out).get("factory"),
+        window=_collection_build(args.out).get("chunk_window"),
+        overlap=_collection_build(args.out).get("chunk_overlap"),
         engine=args.engine,
         batch_tokens=args.batch_tokens,
         resume=args.resume,
@@ -146,8 +316,19 @@ def _build(args: argparse.Namespace) -> None:
     )
 
 
+def _collection_build(folder: Path) -> dict[str, Any]:
+    """The build options a collection was created with (nothing for a plain index folder)."""
+    from dataclasses import asdict
+
+    from index.collections import read_info
+
+    info = read_info(folder)
+    return asdict(info) if info is not None else {}
+
+
 def _open_writer(args: argparse.Namespace, create: bool) -> Any:
     """The index for writing; a clear exit (not a traceback) when a live service already writes it."""
+    args.index = _collection_folder(args)
     from index.layout import WriterLease
     from index.records import IndexLocked
     from index.search_index import SearchIndex
@@ -236,7 +417,9 @@ def _offline_collection(args: argparse.Namespace) -> None:
         )
 
 
-def _call_service(args: argparse.Namespace, method: str, path: str, body: Any = None) -> dict[str, Any]:
+def _call_service(
+    args: argparse.Namespace, method: str, path: str, body: Any = None, json_body: Any = None
+) -> dict[str, Any]:
     import httpx
 
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
@@ -244,7 +427,7 @@ def _call_service(args: argparse.Namespace, method: str, path: str, body: Any = 
         headers["Content-Type"] = "application/octet-stream"
     try:
         answer = httpx.request(
-            method, args.url.rstrip("/") + path, content=body, headers=headers, timeout=None
+            method, args.url.rstrip("/") + path, content=body, json=json_body, headers=headers, timeout=None
         )
     except httpx.HTTPError as exc:
         raise SystemExit(f"cloze index: cannot reach {args.url}: {exc}") from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,23 @@ def id_problem(doc_id: str) -> str | None:
         return f"contains the control character {control}"
     if any(segment in (".", "..") for segment in doc_id.split("/")):
         return "a '.' or '..' path segment (HTTP clients rewrite them, so the id could not be read back)"
+    return None
+
+
+MAX_COLLECTION_NAME_CHARS = 64
+# Lower-case ASCII letters, digits, '-' and '_', starting with a letter or digit: no '/', '..', NUL, control
+# or look-alike characters, and no two names that a case-insensitive file system would make one folder.
+COLLECTION_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
+
+
+def collection_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a collection (a folder under the data root), or None."""
+    if not name:
+        return "empty"
+    if len(name) > MAX_COLLECTION_NAME_CHARS:
+        return f"{len(name)} characters, over the limit of {MAX_COLLECTION_NAME_CHARS}"
+    if not COLLECTION_NAME.fullmatch(name):
+        return "use lower-case letters a-z, digits, '-' and '_', starting with a letter or a digit"
     return None
 
 

@@ -27,6 +27,7 @@ from index.builder import (
     attach_vectors,
     chunk_documents,
     chunk_texts,
+    create_empty_version,
 )
 from index.changelog import apply_changes, copy_changes
 from index.chunking import Chunker
@@ -42,7 +43,6 @@ from index.records import (
 )
 from index.results import assemble_hits
 from index.snapshots import ExpectedModel, check_restored, prepare_version, take_snapshot, verify_archive
-from index.vectors import VectorIndex
 from index.version import OpenVersion, Repair, check_model, report_repair
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class SearchIndex:
         self._lease = lease  # this process's writer lock (None: read-only)
         self._on_repair = on_repair
         self._broken: set[int] = set()  # published versions that would not open: not retried every 2 s
-        self._chunkers: dict[int | None, Chunker] = {}
+        self._chunkers: dict[tuple[int | None, int | None], Chunker] = {}
         self._rw = ReadWriteLock()
         self._mutate = threading.RLock()  # one writer at a time: SQLite commit + FAISS catch-up
 
@@ -115,11 +115,12 @@ class SearchIndex:
 
     @property
     def chunker(self) -> Chunker:
-        """Chunks new documents the way the live version was built (its manifest's overlap)."""
-        overlap = self._live.manifest.get("build", {}).get("chunk_overlap")
-        if overlap not in self._chunkers:  # a tokenizer copy each: made once per overlap, not per upsert
-            self._chunkers[overlap] = Chunker.for_encoder(self.encoder, overlap)
-        return self._chunkers[overlap]
+        """Chunks new documents the way the live version was built (its manifest's window and overlap)."""
+        build = self._live.manifest.get("build", {})
+        shape = (build.get("chunk_window"), build.get("chunk_overlap"))
+        if shape not in self._chunkers:  # a tokenizer copy each: made once per shape, not per upsert
+            self._chunkers[shape] = Chunker.for_encoder(self.encoder, shape[1], shape[0])
+        return self._chunkers[shape]
 
     def wait_for_lexical(self, timeout: float | None = None) -> bool:
         """Until the in-memory BM25 is built (FTS5 answers meanwhile): for runs that must score one ranker."""
@@ -503,12 +504,4 @@ def _discard_abandoned_rebuilds(root: Path, current: int) -> None:
 
 def _create_empty(root: Path, encoder: Any) -> int:
     """An empty, published version 1 (exact index), so a service can start before any build."""
-    with layout.build_lock(root):
-        existing = layout.current_version(root)
-        if existing is not None:
-            return existing
-        options = BuildOptions(show_progress=False)
-        with VersionDraft(root, layout.next_version(root), encoder, options) as draft:
-            draft.finish(VectorIndex.create("IDMap2,Flat", encoder.dimension))
-            draft.publish()
-        return draft.number
+    return create_empty_version(root, encoder, BuildOptions(show_progress=False))

@@ -46,3 +46,20 @@ def sts_sentences(shared: Path, limit: int) -> list[str]:
         fields = line.split("\t")
         sentences += fields[5:7]
     return sentences[:limit]
+
+
+@pytest.fixture(scope="session")
+def tiny_cross_encoder(tiny_bert, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cross-encoder folder over the tiny BERT, random classifier: the reranker's mechanics."""
+    from harness.tiny_model import make_tiny_cross_encoder
+
+    return make_tiny_cross_encoder(tmp_path_factory.mktemp("tiny-cross-encoder"), tiny_bert)
+
+
+@pytest.fixture(scope="session")
+def small_reranker() -> Path:
+    """The bundled MiniLM as a cross-encoder trained on a handful of judged pairs (harness.rerankers): its
+    scores order those pairs; trained once and cached across sessions."""
+    from harness.rerankers import small_reranker as build
+
+    return build()

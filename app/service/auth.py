@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from dataclasses import dataclass
 from typing import Literal
 
 from fastapi.security import HTTPBearer
 from starlette.types import Scope
 
+from app.service.collections import split_collection_route
 from app.service.errors import ApiError
 from app.service.model_registry import split_model_route
+from app.settings import ScopedKey
 
 Access = Literal["public", "operations", "read", "write"]
 KeyScope = Literal["read", "write"]
@@ -40,6 +43,9 @@ READING_POSTS = frozenset(
         "/decode",
         "/fill-mask",
         "/mask-preview",
+        "/rerank",
+        "/v1/rerank",
+        "/v2/rerank",
     }
 )
 READING_METHODS = frozenset({"GET", "HEAD"})
@@ -47,6 +53,9 @@ READING_METHODS = frozenset({"GET", "HEAD"})
 
 def required_access(method: str, path: str) -> Access:
     _, path = split_model_route(path)  # /models/{name}/embed reads as /embed does
+    named, route = split_collection_route(path)
+    if named is not None and path.startswith("/collections/"):
+        path = route or "/collections/{name}"  # /collections/{name}/search reads as /search does
     if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
         return "public"
     if path in OPERATIONS_PATHS:
@@ -56,38 +65,80 @@ def required_access(method: str, path: str) -> Access:
     return "write"
 
 
+@dataclass(frozen=True)
+class Grant:
+    """What a presented key may do: its scope, and the collections it is limited to (None: every one)."""
+
+    scope: KeyScope
+    collections: frozenset[str] | None = None
+
+    def may_read(self, collection: str) -> bool:
+        return self.collections is None or collection in self.collections
+
+
 class KeyRing:
-    def __init__(self, write_keys: list[str], read_keys: list[str]):
+    def __init__(self, write_keys: list[str], read_keys: list[str], scoped: list[ScopedKey] | None = None):
         self.write_keys = [k.encode() for k in write_keys]
         self.read_keys = [k.encode() for k in read_keys]
+        self.scoped = [(key.key.encode(), Grant(key.access, key.collections)) for key in scoped or []]
 
-    def scope_of(self, token: str) -> KeyScope | None:
+    def grant_of(self, token: str) -> Grant | None:
+        """The key's grant; every configured key is compared, whichever matches."""
         presented = _header_bytes(token)
         is_write = _matches_any(presented, self.write_keys)
         is_read = _matches_any(presented, self.read_keys)
-        return "write" if is_write else "read" if is_read else None
+        scoped = None
+        for key, grant in self.scoped:
+            if hmac.compare_digest(presented, key):
+                scoped = grant
+        if is_write or is_read:
+            return Grant("write" if is_write else "read")
+        return scoped
+
+    def scope_of(self, token: str) -> KeyScope | None:
+        grant = self.grant_of(token)
+        return grant.scope if grant is not None else None
 
     def guarded(self, needed: KeyScope) -> bool:
+        scoped_reads = any(grant.scope == "read" for _, grant in self.scoped)
         if needed == "read":
-            return bool(self.read_keys)
-        return bool(self.write_keys or self.read_keys)
+            return bool(self.read_keys) or scoped_reads
+        return bool(self.write_keys or self.read_keys or self.scoped)
 
-    def check(self, token: str | None, needed: KeyScope) -> None:
+    def check(
+        self, token: str | None, needed: KeyScope, collection: str | None = None, path: str = ""
+    ) -> Grant | None:
+        """The caller's grant when the key may do ``needed`` (on ``collection``, for a collection's route);
+        None when the route is open. 401 for a missing or unknown key, 403 for one without the right."""
         if not self.guarded(needed):
-            return
+            return None
         if not token:
             raise ApiError(
                 401,
                 "missing API key: send 'Authorization: Bearer <key>'",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        scope = self.scope_of(token)
-        if scope is None:
+        grant = self.grant_of(token)
+        if grant is None:
             raise ApiError(401, "unknown API key", headers={"WWW-Authenticate": "Bearer"})
-        if needed == "write" and scope != "write":
-            if not self.write_keys:
+        if needed == "write" and grant.scope != "write":
+            if not self.write_keys and not self.scoped:
                 raise ApiError(403, "writes are disabled: this service has read keys but no write keys")
             raise ApiError(403, "this API key may read but not write")
+        if grant.collections is not None:
+            check_scoped(grant, needed, collection, path)
+        return grant
+
+
+def check_scoped(grant: Grant, needed: KeyScope, collection: str | None, path: str) -> None:
+    """A key scoped to collections reaches those collections, the collection listing (which shows only
+    them) and the model routes; anything else (creating a collection, /metrics) needs an unscoped key."""
+    names = ", ".join(sorted(grant.collections or ()))
+    if collection is not None:
+        if not grant.may_read(collection):
+            raise ApiError(403, f"this API key is scoped to the collections {names}, not {collection!r}")
+    elif needed == "write" or path in OPERATIONS_PATHS:
+        raise ApiError(403, f"this API key is scoped to the collections {names}: this needs an unscoped key")
 
 
 def _header_bytes(token: str) -> bytes:

@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import faiss
@@ -14,6 +15,7 @@ import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from app.service.admission import BoundedPool
+from app.service.collections import Collection, CollectionRegistry
 from app.service.errors import ApiError
 from app.service.metrics import Metrics
 from app.service.model_registry import INDEX_MODEL, ModelRegistry, ModelSlot
@@ -23,11 +25,14 @@ from encoder_runtime import (
     FillMaskRuntime,
     MicroBatcher,
     Overloaded,
+    RerankerRuntime,
+    RerankPair,
     load_encoder,
     load_fill_mask,
+    load_reranker,
 )
 from encoder_runtime.tokenization import Encoded
-from index.records import ReadOnlyIndex
+from index.collections import DEFAULT_COLLECTION, clean_leftovers, list_collections
 from index.search_index import SearchIndex
 
 log = logging.getLogger("cloze.service")
@@ -36,8 +41,9 @@ DEFAULT_PENDING = 256
 
 
 class DefaultModelAttribute:
-    """Engines' single-model attributes from before named models (``encoder``, ``embed_batcher``, ``fill_mask``,
-    ...): the ``default`` slot's, so the code and tests that read or set them reach the default model."""
+    """Engines' attributes from before named models and collections (``encoder``, ``embed_batcher``,
+    ``fill_mask``, ``index``, ...): the ``default`` model's or collection's, so the code and tests that read
+    or set them reach the default one."""
 
     def __init__(self, registry: str, attribute: str):
         self.registry, self.attribute = registry, attribute
@@ -57,18 +63,28 @@ class Engines:
     # below, which the generated __init__ sets through them.
     models: ModelRegistry = field(default_factory=lambda: ModelRegistry("embedding"))
     fill_masks: ModelRegistry = field(default_factory=lambda: ModelRegistry("fill-mask"))
+    rerankers: ModelRegistry = field(default_factory=lambda: ModelRegistry("rerank", bundled_default=False))
     encoder: EncoderRuntime | None = DefaultModelAttribute("models", "runtime")  # type: ignore[assignment]
     embed_batcher: MicroBatcher | None = DefaultModelAttribute("models", "batcher")  # type: ignore[assignment]
     load_error: str | None = DefaultModelAttribute("models", "error")  # type: ignore[assignment]
     fill_mask: FillMaskRuntime | None = DefaultModelAttribute("fill_masks", "runtime")  # type: ignore[assignment]
     fill_mask_batcher: MicroBatcher | None = DefaultModelAttribute("fill_masks", "batcher")  # type: ignore[assignment]
     fill_mask_error: str | None = DefaultModelAttribute("fill_masks", "error")  # type: ignore[assignment]
-    index: Any = None  # index.SearchIndex
-    index_error: str | None = None
+    # The collections, ``default`` (the service's own index, CLOZE_INDEX) first; ``index`` and the other
+    # attributes below are the default collection's.
+    collections: CollectionRegistry = field(
+        default_factory=lambda: CollectionRegistry(
+            Path("data/collections"), Collection(DEFAULT_COLLECTION, INDEX_MODEL, Path("data/index"))
+        )
+    )
+    index: Any = DefaultModelAttribute("collections", "index")  # index.SearchIndex
+    index_error: str | None = DefaultModelAttribute("collections", "error")  # type: ignore[assignment]
     load_attempts: int = 0
     load_failed: bool = False  # every attempt failed: this process will never become ready
-    read_only: bool = False  # CLOZE_INDEX_READ_ONLY: known before the index opens
-    index_failing: bool = False  # opened, but the last probe could not read it (index_error says why)
+    # CLOZE_INDEX_READ_ONLY: known before the index opens
+    read_only: bool = DefaultModelAttribute("collections", "read_only")  # type: ignore[assignment]
+    # Opened, but the last probe could not read it (index_error says why)
+    index_failing: bool = DefaultModelAttribute("collections", "failing")  # type: ignore[assignment]
     stats: dict[str, int] = field(default_factory=dict)  # refreshed in the background, read by /metrics
     # Searches run here, first come first served, one per core: on anyio's 40-thread pool sixteen
     # concurrent searches share two cores and all finish late (c=16 p99 of hybrid /search: benchmarks/results/search_latency.json).
@@ -123,22 +139,35 @@ class Engines:
     def require_fill_mask(self, model: str | None = None) -> tuple[FillMaskRuntime, MicroBatcher]:
         return self.fill_masks.loaded(self.fill_masks.find(model))
 
+    def require_reranker(
+        self, model: str | None = None, field_name: str = "model"
+    ) -> tuple[RerankerRuntime, MicroBatcher]:
+        """The reranker ``model`` names (None: ``default`` if listed, else the first): 404 naming the served
+        ones (or saying none is configured), 503 while it loads."""
+        return self.rerankers.loaded(self.rerankers.find(model, field_name))
+
+    @property
+    def registries(self) -> tuple[ModelRegistry, ...]:
+        return (self.models, self.fill_masks, self.rerankers)
+
+    async def rerank(
+        self, query: str, documents: list[str], model: str | None = None, field_name: str = "model"
+    ) -> tuple[list[Encoded], np.ndarray]:
+        """Each document's raw relevance logit for ``query`` (float32, in the documents' order) and the pairs'
+        tokens, through the reranker's batcher and admission queue (a pair costs one place, as a text does
+        for embeddings: 429 with Retry-After when full)."""
+        _, batcher = self.require_reranker(model, field_name)
+        items, logits = await submit(batcher, [RerankPair(query, document) for document in documents])
+        return items, np.asarray(logits, dtype=np.float32).reshape(len(documents))
+
     @property
     def index_encoder(self) -> EncoderRuntime | None:
         """The runtime of the model the index's vectors come from (``INDEX_MODEL``)."""
         return self.models.slots[INDEX_MODEL].runtime
 
     def require_index(self) -> Any:
-        if self.index is None:
-            raise ApiError(503, self.index_error or "index is loading", headers={"Retry-After": "2"})
-        return self.index
-
-    def writable_index(self) -> Any:
-        """The index, for a write: the service's one read-only check (409, the index's own refusal), answered
-        before anything is embedded or queued, and even before the index opens."""
-        if self.read_only:
-            raise ReadOnlyIndex("the index is open read-only: change documents through the indexer")
-        return self.require_index()
+        """The default collection's index (503 while it opens)."""
+        return self.collections.default.require_index()
 
 
 async def submit(
@@ -152,7 +181,7 @@ async def submit(
 
 
 def _batcher(
-    runtime: EncoderRuntime | FillMaskRuntime,
+    runtime: EncoderRuntime | FillMaskRuntime | RerankerRuntime,
     settings: Settings,
     metrics: Metrics,
     name: str,
@@ -171,11 +200,12 @@ def _batcher(
     return batcher
 
 
-def model_registries(settings: Settings) -> tuple[ModelRegistry, ModelRegistry]:
-    """The embedding and fill-mask models the settings name, none loaded yet."""
+def model_registries(settings: Settings) -> tuple[ModelRegistry, ModelRegistry, ModelRegistry]:
+    """The embedding, fill-mask and rerank models the settings name, none loaded yet."""
     return (
         ModelRegistry.from_sources("embedding", settings.embedding_model_sources()),
         ModelRegistry.from_sources("fill-mask", settings.fill_mask_model_sources()),
+        ModelRegistry.from_sources("rerank", settings.rerank_model_sources(), bundled_default=False),
     )
 
 
@@ -197,10 +227,15 @@ async def load_engines(engines: Engines, settings: Settings, metrics: Metrics) -
         await asyncio.sleep(delay)
         delay = min(delay * 2, 30.0)
     await _open_index(engines, settings, metrics)  # last: ready means every model has been tried
+    if not settings.index_read_only:  # a killed create or delete: the writer cleans what it left
+        await run_in_threadpool(clean_leftovers, engines.collections.root)
+    await sync_collections(engines, settings, metrics)
     await retry_other_models(engines, settings, metrics)
 
 
-def _load_runtime(task: str, source: str, settings: Settings) -> EncoderRuntime | FillMaskRuntime:
+def _load_runtime(
+    task: str, source: str, settings: Settings
+) -> EncoderRuntime | FillMaskRuntime | RerankerRuntime:
     common: dict[str, Any] = {
         "backend": settings.backend,
         "device": settings.device,
@@ -209,6 +244,13 @@ def _load_runtime(task: str, source: str, settings: Settings) -> EncoderRuntime 
     }
     if task == "fill-mask":
         return load_fill_mask(source or None, **common)
+    if task == "rerank":
+        return load_reranker(
+            source,
+            max_batch_tokens=settings.max_batch_tokens,
+            max_batch_size=settings.max_batch_size,
+            **common,
+        )
     return load_encoder(
         source or None,
         max_batch_tokens=settings.max_batch_tokens,
@@ -219,7 +261,9 @@ def _load_runtime(task: str, source: str, settings: Settings) -> EncoderRuntime 
 
 def batcher_label(task: str, name: str) -> str:
     """The ``batcher`` label of /metrics: ``embed`` and ``fill-mask`` for the defaults (as before named
-    models), ``embed:legal`` for another."""
+    models), ``embed:legal`` for another, ``rerank:<name>`` for every reranker."""
+    if task == "rerank":
+        return f"rerank:{name}"
     base = "fill-mask" if task == "fill-mask" else "embed"
     return base if name == DEFAULT_MODEL else f"{base}:{name}"
 
@@ -251,7 +295,7 @@ async def _load_models(engines: Engines, settings: Settings, metrics: Metrics) -
             return
     if engines.load_attempts > settings.model_load_attempts:
         return
-    for registry in (engines.models, engines.fill_masks):
+    for registry in engines.registries:
         for slot in registry.slots.values():
             if slot.runtime is None and slot is not engines.models.default:
                 await _load_other(registry, slot, settings, metrics)
@@ -270,10 +314,7 @@ async def _load_other(registry: ModelRegistry, slot: ModelSlot, settings: Settin
 
 def _missing_models(engines: Engines) -> list[ModelSlot]:
     return [
-        slot
-        for registry in (engines.models, engines.fill_masks)
-        for slot in registry.slots.values()
-        if slot.runtime is None
+        slot for registry in engines.registries for slot in registry.slots.values() if slot.runtime is None
     ]
 
 
@@ -313,6 +354,66 @@ async def _open_index(engines: Engines, settings: Settings, metrics: Metrics) ->
         metrics.index_size.labels(unit).set_function(lambda unit=unit: engines.stats.get(unit, 0))
 
 
+async def sync_collections(engines: Engines, settings: Settings, metrics: Metrics) -> None:
+    """Serve the collections on disk: open the new ones (and those that failed to open), drop those whose
+    folder went (deleted by another process), and follow every open one's published versions."""
+    registry = engines.collections
+    async with registry.lifecycle:
+        on_disk = {info.name: info for info in await run_in_threadpool(list_collections, registry.root)}
+        for gone in [c for c in registry.others() if c.name not in on_disk]:
+            registry.collections.pop(gone.name, None)
+            log.info("collection %r went from disk: no longer served", gone.name)
+            await run_in_threadpool(close_collection, gone)
+        for name, info in on_disk.items():
+            if name not in registry.collections:
+                registry.collections[name] = Collection(
+                    name, info.model, registry.root / name, info, read_only=settings.index_read_only
+                )
+            if registry.collections[name].index is None:
+                await open_collection(engines, registry.collections[name], settings, metrics)
+    for collection in registry.others():
+        if collection.index is not None:
+            try:
+                await run_in_threadpool(collection.index.reload_if_changed)
+            except Exception:
+                log.exception(
+                    "collection %r: reload failed; still serving its previous version", collection.name
+                )
+
+
+async def open_collection(
+    engines: Engines, collection: Collection, settings: Settings, metrics: Metrics
+) -> None:
+    """Open a collection's index with its model's runtime; on failure its routes answer 503 saying why."""
+    slot = engines.models.slots.get(collection.model)
+    if slot is None or slot.runtime is None:
+        why = "is not served here" if slot is None else slot.error or "is loading"
+        collection.error = f"collection {collection.name!r}: its model {collection.model!r} {why} ({engines.models.served()})"
+        return
+    try:
+        collection.index = await run_in_threadpool(
+            SearchIndex.open,
+            collection.path,
+            slot.runtime,
+            create=False,
+            read_only=collection.read_only,
+            on_repair=metrics.count_repair,
+        )
+    except Exception as exc:
+        message = f"collection {collection.name!r} failed to open: {exc}"
+        if collection.error != message:  # retried every few seconds: log each new failure once
+            log.error(message)
+        collection.error = message
+        return
+    collection.error = None
+
+
+def close_collection(collection: Collection) -> None:
+    index, collection.index = collection.index, None
+    if index is not None:
+        index.close()
+
+
 async def refresh_stats(engines: Engines) -> None:
     if engines.index is not None:
         try:
@@ -339,6 +440,8 @@ async def follow_published_index(engines: Engines, settings: Settings, metrics: 
                 log.exception("index reload failed; still serving the previous version")
             await probe_index(engines, settings)
             await refresh_stats(engines)
+        if engines.encoder is not None:
+            await sync_collections(engines, settings, metrics)
 
 
 async def probe_index(engines: Engines, settings: Settings) -> None:
@@ -358,11 +461,11 @@ async def probe_index(engines: Engines, settings: Settings) -> None:
 
 
 async def close_engines(engines: Engines) -> None:
-    for registry in (engines.models, engines.fill_masks):
+    for registry in engines.registries:
         for slot in registry.slots.values():
             if slot.batcher is not None:
                 await slot.batcher.stop()
     for pool in (engines.search_pool, engines.write_pool, engines.work_pool):
         pool.shutdown()  # in-flight searches and writes end before the index closes
-    if engines.index is not None:
-        engines.index.close()
+    for collection in engines.collections.collections.values():
+        close_collection(collection)

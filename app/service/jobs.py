@@ -27,6 +27,7 @@ class JobCancelled(RuntimeError):
 class Job:
     job_id: str
     kind: str
+    collection: str = "default"
     status: str = "queued"
     done: int = 0
     total: int = 0
@@ -59,8 +60,13 @@ class JobRegistry:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _cancel: threading.Event = field(default_factory=threading.Event)
 
-    def submit(self, kind: str, work: Callable[[Callable[[int, int], None]], dict[str, Any]]) -> Job:
-        job = Job(uuid.uuid4().hex[:12], kind, cancel=self._cancel)
+    def submit(
+        self,
+        kind: str,
+        work: Callable[[Callable[[int, int], None]], dict[str, Any]],
+        collection: str = "default",
+    ) -> Job:
+        job = Job(uuid.uuid4().hex[:12], kind, collection, cancel=self._cancel)
         with self._lock:
             self.jobs[job.job_id] = job
             finished = [j for j in self.jobs.values() if j.status in ("succeeded", "failed")]
@@ -71,6 +77,17 @@ class JobRegistry:
 
     def get(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)
+
+    def running(self, collection: str, kind: str = "rebuild") -> Job | None:
+        """The queued or running job of this kind on this collection, if any."""
+        return next(
+            (
+                job
+                for job in list(self.jobs.values())
+                if job.collection == collection and job.kind == kind and job.status in ("queued", "running")
+            ),
+            None,
+        )
 
     def _run(self, job: Job, work: Callable[[Callable[[int, int], None]], dict[str, Any]]) -> None:
         job.status = "running"

@@ -12,6 +12,7 @@ from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from app.service.auth import KeyRing, bearer
+from app.service.collections import Collection, CollectionRegistry
 from app.service.engines import (
     Engines,
     close_engines,
@@ -24,8 +25,20 @@ from app.service.jobs import JobRegistry
 from app.service.lane import EmbeddingLane
 from app.service.metrics import Metrics
 from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
-from app.service.routes import documents, inference, jobs, meta, playground, search, snapshots
+from app.service.model_registry import INDEX_MODEL
+from app.service.routes import (
+    collections,
+    documents,
+    inference,
+    jobs,
+    meta,
+    playground,
+    rerank,
+    search,
+    snapshots,
+)
 from app.settings import Settings, get_settings
+from index.collections import DEFAULT_COLLECTION
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
 
@@ -54,15 +67,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings, app.state.metrics = settings, metrics
     app.state.recorder = RequestRecorder(metrics)
-    app.state.keys = KeyRing(settings.api_keys, settings.read_api_keys)
-    embedding_models, fill_mask_models = model_registries(settings)
-    app.state.engines = Engines(models=embedding_models, fill_masks=fill_mask_models)
+    app.state.keys = KeyRing(settings.api_keys, settings.read_api_keys, settings.scoped_keys())
+    embedding_models, fill_mask_models, rerankers = model_registries(settings)
+    app.state.engines = Engines(
+        models=embedding_models,
+        fill_masks=fill_mask_models,
+        rerankers=rerankers,
+        collections=collection_registry(settings),
+    )
     app.state.jobs = JobRegistry(keep=settings.max_jobs_kept)
     app.state.engines.bound(settings.max_pending)
-    app.state.engines.read_only = settings.index_read_only
+    app.state.engines.read_only = settings.index_read_only  # after Engines(): its __init__ resets it
     install_error_handlers(app)
-    for module in (inference, search, documents, jobs, meta, playground, snapshots):
+    for module in (inference, rerank, meta, playground, collections, snapshots):
         app.include_router(module.router)
+    for module in (search, documents, jobs):  # a collection's routes; without the prefix, default's
+        app.include_router(module.router)
+        app.include_router(
+            module.router,
+            prefix="/collections/{collection}",
+            dependencies=[Depends(collections.collection_in_path)],
+        )
     _add_pages(app)
     # Outermost first: every request logged and counted; browser guard and keys before a body is read.
     app.add_middleware(
@@ -72,6 +97,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BrowserGuard, settings=settings)
     app.add_middleware(RequestLog, recorder=app.state.recorder)
     return app
+
+
+def collection_registry(settings: Settings) -> CollectionRegistry:
+    """The collections the settings place: ``default`` at ``CLOZE_INDEX``, the others under the data root."""
+    default = Collection(
+        DEFAULT_COLLECTION, INDEX_MODEL, Path(settings.index), read_only=settings.index_read_only
+    )
+    return CollectionRegistry(settings.collections_root, default, settings.max_collections)
 
 
 def create_service(settings: Settings | None = None) -> EmbeddingLane:

@@ -17,6 +17,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.service.auth import KeyRing, bearer_token, required_access
+from app.service.collections import split_collection_route
 from app.service.errors import ApiError, known_error
 from app.service.metrics import Metrics
 from app.settings import Settings
@@ -120,10 +121,15 @@ class AccessGate:
         self.app, self.keys, self.open_operations = app, keys, open_operations
 
     def check(self, scope: Scope) -> None:
+        """Refuse (ApiError) or let through; a key scoped to collections is left in ``request.state.grant``
+        for the routes that list collections."""
         access = required_access(scope["method"], scope["path"])
         if access == "public" or (access == "operations" and self.open_operations):
             return
-        self.keys.check(bearer_token(scope), "write" if access == "write" else "read")
+        collection, _ = split_collection_route(scope["path"])
+        needed = "write" if access == "write" else "read"
+        grant = self.keys.check(bearer_token(scope), needed, collection, scope["path"])
+        scope.setdefault("state", {})["grant"] = grant
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

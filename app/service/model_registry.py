@@ -27,7 +27,7 @@ MAX_REQUESTED_LENGTH = 256  # a name or an alias (a hub id); anything longer nam
 class ModelSlot:
     name: str
     source: str  # as configured: a folder or a hub id; "" = the bundled (or shipped) model
-    runtime: Any = None  # EncoderRuntime | FillMaskRuntime, once loaded
+    runtime: Any = None  # EncoderRuntime | FillMaskRuntime | RerankerRuntime, once loaded
     batcher: MicroBatcher | None = None
     error: str | None = None  # the last load failure; None while loading or once loaded
 
@@ -46,21 +46,40 @@ class ModelSlot:
 
 @dataclass
 class ModelRegistry:
-    """The models of one task (embedding or fill-mask), by name, ``default`` first."""
+    """The models of one task (embedding, fill-mask or rerank), by name, ``default`` first."""
 
-    task: str  # "embedding" | "fill-mask": how errors name the models
+    task: str  # "embedding" | "fill-mask" | "rerank": how errors name the models
     slots: dict[str, ModelSlot] = field(default_factory=dict)
+    # Whether the task always has a ``default`` model (the bundled one unless configured). Rerankers have
+    # none unless configured; then a request without ``model`` gets ``default`` if listed, else the first.
+    bundled_default: bool = True
 
     @classmethod
-    def from_sources(cls, task: str, sources: dict[str, str]) -> ModelRegistry:
-        return cls(task, {name: ModelSlot(name, source) for name, source in sources.items()})
+    def from_sources(cls, task: str, sources: dict[str, str], bundled_default: bool = True) -> ModelRegistry:
+        slots = {name: ModelSlot(name, source) for name, source in sources.items()}
+        return cls(task, slots, bundled_default)
 
     def __post_init__(self) -> None:
-        self.slots.setdefault(DEFAULT_MODEL, ModelSlot(DEFAULT_MODEL, ""))
+        if self.bundled_default:
+            self.slots.setdefault(DEFAULT_MODEL, ModelSlot(DEFAULT_MODEL, ""))
+
+    @property
+    def default_name(self) -> str | None:
+        if DEFAULT_MODEL in self.slots:
+            return DEFAULT_MODEL
+        return next(iter(self.slots), None)
 
     @property
     def default(self) -> ModelSlot:
-        return self.slots[DEFAULT_MODEL]
+        if self.default_name is None:
+            raise ApiError(404, f"no {self.task} model is served here (configure {self.setting})")
+        return self.slots[self.default_name]
+
+    @property
+    def setting(self) -> str:
+        return {"embedding": "CLOZE_MODELS", "fill-mask": "CLOZE_FILL_MASK_MODELS"}.get(
+            self.task, f"CLOZE_{self.task.upper()}_MODELS"
+        )
 
     def others(self) -> list[ModelSlot]:
         return [slot for name, slot in self.slots.items() if name != DEFAULT_MODEL]
@@ -88,6 +107,8 @@ class ModelRegistry:
         )
 
     def served(self) -> str:
+        if not self.slots:
+            return f"none is served (configure {self.setting})"
         return f"served: {', '.join(self.slots)} (each also answers to its model id)"
 
     def loaded(self, slot: ModelSlot) -> tuple[Any, MicroBatcher]:

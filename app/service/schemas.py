@@ -203,6 +203,107 @@ class Prediction(BaseModel):
     sequence: str
 
 
+class RerankRequest(Strict):
+    """TEI's ``/rerank``: each of ``texts`` scored against ``query`` by a cross-encoder, best first."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "query": "What is the capital of France?",
+                    "texts": ["Paris is the capital of France.", "Berlin is a city in Germany."],
+                    "return_text": True,
+                }
+            ]
+        },
+    )
+
+    query: Text
+    texts: TextList
+    raw_scores: bool = Field(False, description="The model's logits instead of their sigmoid (0..1)")
+    return_text: bool = Field(False, description="Give each result its text")
+    truncate: bool = Field(
+        False,
+        description="Cut a pair over the model's window on the document side instead of refusing it (a query "
+        "is always cut to half the window)",
+    )
+    truncation_direction: Literal["right", "Right", "left", "Left"] = Field(
+        "right", description="Only the end of a document is cut (`right`)"
+    )
+
+
+class RerankResult(BaseModel):
+    index: int = Field(description="the text's position in the request")
+    score: float
+    text: str | None = None
+
+
+class CohereDocument(BaseModel):
+    """A Cohere v1 document object: ``text`` is scored; other fields come back as sent."""
+
+    model_config = ConfigDict(extra="allow")
+    text: Text
+
+
+class CohereRerankRequest(BaseModel):
+    """Cohere's rerank (``cohere.Client.rerank`` -> ``/v1/rerank``, ``cohere.ClientV2.rerank`` ->
+    ``/v2/rerank``). Fields of Cohere's that change nothing here (``max_chunks_per_doc``,
+    ``max_tokens_per_doc``, ``priority``) and unknown ones are accepted and ignored, as Cohere clients of
+    other versions send them."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "default",
+                    "query": "What is the capital of France?",
+                    "documents": ["Paris is the capital of France.", "Berlin is a city in Germany."],
+                    "top_n": 1,
+                }
+            ]
+        },
+    )
+
+    model: str | None = Field(
+        None,
+        description="A reranker's name or alias (GET /models, `rerank_models`); absent: `default` if served, "
+        "else the first of CLOZE_RERANK_MODELS. An unknown one is a 404 listing the served ones",
+    )
+    query: Text
+    documents: Annotated[list[Text | CohereDocument], Field(fail_fast=True)]
+    top_n: int | None = Field(None, ge=1, description="Return the best N (default: all)")
+    return_documents: bool = Field(False, description="Give each result its `document` ({text, ...})")
+    rank_fields: list[str] | None = Field(None, description='Only `["text"]`: the field that is scored')
+    max_chunks_per_doc: int | None = None
+    max_tokens_per_doc: int | None = None
+    priority: int | None = None
+
+
+class RerankIn(Strict):
+    """Search's second stage: a cross-encoder re-scores the first stage's best candidates."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"candidates": 50}, {"candidates": 100, "model": "legal"}]},
+    )
+    candidates: int = Field(
+        50,
+        ge=1,
+        description="How many of the first stage's best documents (any mode) the reranker re-scores; at least "
+        "offset + top_k, at most CLOZE_MAX_RERANK_CANDIDATES",
+    )
+    model: str | None = Field(
+        None, description="A reranker's name (GET /models); absent: `default`, else the first served"
+    )
+    text: Literal["document", "chunk"] = Field(
+        "document",
+        description="What is scored against the query: the document's text (the reranker reads as much as "
+        "its window holds), or the hit's matching chunk (for documents longer than the window)",
+    )
+
+
 class FusionIn(Strict):
     """How hybrid search merges its dense and BM25 lists."""
 
@@ -251,6 +352,12 @@ class SearchRequest(Strict):
         description="Return each hit's `explain`: its dense and BM25 score and rank, and the score it was ranked by",
         examples=[True],
     )
+    rerank: RerankIn | None = Field(
+        None,
+        description="Re-score the first stage's best `candidates` with a cross-encoder (CLOZE_RERANK_MODELS) "
+        "and return its top_k: each hit's `score` is then the reranker's relevance (0..1)",
+        examples=[{"candidates": 50}],
+    )
 
     model_config = ConfigDict(
         extra="forbid",
@@ -276,7 +383,13 @@ class SearchExplanation(BaseModel):
     dense_rank: int | None = Field(description="1-based place in the dense list")
     bm25_score: float | None = Field(description="BM25 score of the document")
     bm25_rank: int | None = Field(description="1-based place in the BM25 list")
-    fused_score: float = Field(description="the score the hit was ranked by (its `score`)")
+    fused_score: float = Field(description="the first stage's score (the hit's `score` unless reranked)")
+    rerank_score: float | None = Field(
+        None, description="with `rerank`: the reranker's relevance (0..1), the score the hit was ranked by"
+    )
+    first_stage_rank: int | None = Field(
+        None, description="with `rerank`: the hit's 1-based place in the first stage's ranking"
+    )
 
 
 class SearchResult(BaseModel):
@@ -337,6 +450,7 @@ class JobAccepted(BaseModel):
 class JobStatus(BaseModel):
     job_id: str
     kind: str
+    collection: str
     status: Literal["queued", "running", "succeeded", "failed"]
     progress: float
     done: int
@@ -379,3 +493,48 @@ class RestoreResult(BaseModel):
 class ErrorBody(BaseModel):
     error: str
     field: str | None = None
+
+
+class CollectionCreate(Strict):
+    """A new, empty collection (documents come by `PUT /collections/{name}/documents` or `cloze index build
+    --collection`). Its build options apply to every build and rebuild of it."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"name": "legal", "model": "legal"}]}
+    )
+    name: str = Field(description="lower-case letters, digits, `-` and `_`, at most 64")
+    model: str = Field("default", description="a served embedding model's name (`GET /models`)")
+    factory: str | None = Field(
+        None, max_length=128, description="FAISS factory string (e.g. `HNSW32`); default: chosen by size"
+    )
+    chunk_window: int | None = Field(None, ge=8, description="tokens per chunk; default: the model's window")
+    chunk_overlap: int | None = Field(None, ge=0, description="tokens neighbouring chunks share")
+
+
+class CollectionOut(BaseModel):
+    name: str
+    model: str
+    status: str  # ready | opening | failed
+    error: str | None = None
+    documents: int | None = None
+    chunks: int | None = None
+    version: int | None = None
+    factory: str | None = None
+    chunk_window: int | None = None
+    chunk_overlap: int | None = None
+    bytes_on_disk: int | None = None  # `GET /collections/{name}` only
+    last_write: str | None = None  # `GET /collections/{name}` only
+    created: str | None = None
+
+
+class CollectionList(BaseModel):
+    collections: list[CollectionOut]
+
+
+class CollectionDeleted(BaseModel):
+    deleted: str
+
+
+class IndexFields(BaseModel):
+    fields: list[str]
+    counts: dict[str, int] = Field(description="documents, chunks and vectors in the live index")

@@ -1,10 +1,12 @@
-// Search: POST /search with mode, top_k and metadata filters; chunks shown with the server's highlights marked.
+// Search: POST /collections/{name}/search (the chosen collection; /search is default's) with mode, top_k and
+// metadata filters; chunks shown with the server's highlights marked.
 "use strict";
 
 (() => {
   const form = document.getElementById("s-form");
   const query = document.getElementById("s-query");
   const mode = document.getElementById("s-mode");
+  const collection = document.getElementById("s-collection");
   const topk = document.getElementById("s-topk");
   const status = document.getElementById("s-status");
   const list = document.getElementById("s-results");
@@ -12,10 +14,30 @@
   const filterFields = document.getElementById("s-filter-fields");
   const seen = new Map(); // field -> Set of values met in results, offered as suggestions
 
+  // A collection's routes: /collections/{name}/..., or the old routes for default.
+  function scoped(route) {
+    const name = collection.value || "default";
+    return name === "default" ? route : `/collections/${encodeURIComponent(name)}${route}`;
+  }
+
+  // The collections this key may read (GET /collections lists only those), default first.
+  async function loadCollections() {
+    let answer;
+    try {
+      answer = await api("/collections");
+    } catch (error) {
+      return; // an older service, or a key that may not list: default alone
+    }
+    const chosen = new URLSearchParams(location.search).get("collection") || collection.value;
+    const names = answer.collections.map((entry) => entry.name);
+    collection.replaceChildren(...names.map((name) => el("option", { value: name }, name)));
+    collection.value = names.includes(chosen) ? chosen : names[0] || "default";
+  }
+
   async function loadFields() {
     let answer;
     try {
-      answer = await api("/index/fields");
+      answer = await api(scoped("/index/fields"));
     } catch (error) {
       setStatus(status, error.message, "error");
       return;
@@ -71,7 +93,7 @@
     const started = performance.now();
     let answer;
     try {
-      answer = await api("/search", { method: "POST", body, signal });
+      answer = await api(scoped("/search"), { method: "POST", body, signal });
     } catch (error) {
       if (error.name === "AbortError") return;
       setStatus(status, error.message, error.status === 429 ? "busy" : "error");
@@ -155,9 +177,13 @@
     run();
   });
   mode.addEventListener("change", () => query.value.trim() && run());
-  document.addEventListener("cloze:key-changed", () => loadFields());
+  collection.addEventListener("change", () => {
+    list.replaceChildren();
+    loadFields().then(() => query.value.trim() && run());
+  });
+  document.addEventListener("cloze:key-changed", () => loadCollections().then(loadFields));
   const initial = new URLSearchParams(location.search).get("q");
-  loadFields().then(() => {
+  loadCollections().then(loadFields).then(() => {
     if (initial) {
       query.value = initial;
       run();

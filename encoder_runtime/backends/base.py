@@ -7,12 +7,13 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-Task = Literal["embed", "fill-mask"]
+Task = Literal["embed", "fill-mask", "rerank"]
 BackendName = Literal["torch", "onnx", "onnx-int8"]
 
 
 class Backend(Protocol):
-    """Runs one padded batch. ``embed`` returns token states [b, t, d]; ``fill-mask`` returns logits [b, t, V]."""
+    """Runs one padded batch. ``embed`` returns token states [b, t, d]; ``fill-mask`` returns logits [b, t, V];
+    ``rerank`` (a cross-encoder) returns one logit per sequence [b, 1]."""
 
     name: BackendName
     provider: str  # what actually runs: "cpu", "cuda", "CPUExecutionProvider", ...

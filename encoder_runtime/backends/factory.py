@@ -16,9 +16,9 @@ def onnxruntime_installed() -> bool:
 
 
 def resolve_backend_name(requested: str, task: Task, device: str, has_onnxruntime: bool) -> str:
-    """``auto``: torch fp16 on a GPU; on CPU, int8 ONNX for embeddings (the fastest CPU backend, cosine to fp32
-    >= 0.99: benchmarks/results/embed_throughput.json) and torch for fill-mask, whose top tokens int8 can
-    reorder. Without onnxruntime, torch."""
+    """``auto``: torch fp16 on a GPU; on CPU, int8 ONNX for embeddings and rerankers (the fastest CPU backend,
+    cosine to fp32 >= 0.99: benchmarks/results/embed_throughput.json; a reranker's int8 is calibrated the same
+    way) and torch for fill-mask, whose top tokens int8 can reorder. Without onnxruntime, torch."""
     if requested != "auto":
         if requested.startswith("onnx") and not has_onnxruntime:
             raise RuntimeError(

@@ -12,7 +12,7 @@ import torch
 
 from encoder_runtime.backends.base import Task
 
-OUTPUT_OF_TASK = {"embed": "last_hidden_state", "fill-mask": "logits"}
+OUTPUT_OF_TASK = {"embed": "last_hidden_state", "fill-mask": "logits", "rerank": "logits"}
 
 
 class SingleOutput(torch.nn.Module):
@@ -41,9 +41,14 @@ class SingleOutput(torch.nn.Module):
 
 def load_module(path: Path, task: Task, input_names: tuple[str, ...], **model_kwargs: Any) -> torch.nn.Module:
     """The Hugging Face model in eval mode, wrapped for ``task``."""
-    from transformers import AutoModel, AutoModelForMaskedLM
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-    loader = AutoModel if task == "embed" else AutoModelForMaskedLM
+    loaders = {
+        "embed": AutoModel,
+        "fill-mask": AutoModelForMaskedLM,
+        "rerank": AutoModelForSequenceClassification,  # a cross-encoder: one relevance logit per pair
+    }
+    loader = loaders[task]
     model = loader.from_pretrained(path, **model_kwargs).eval()
     return SingleOutput(model, input_names, OUTPUT_OF_TASK[task]).eval()
 

@@ -46,8 +46,9 @@ class OnnxBackend:
         self.max_padding = 0.02 if on_cpu else 0.1
         # A CPU pass has a fixed cost beyond its tokens, worth more than this much padding, so a batch may carry
         # it rather than split (docs/design-decisions.md); padding leaves vectors as they are (int8 scales are
-        # calibrated: static_int8.py). Fill-mask positions cost more and CUDA is not measured: no allowance.
-        self.padding_tokens = 8 if on_cpu and task == "embed" else 0
+        # calibrated: static_int8.py), and a reranker's scores likewise. Fill-mask positions cost more and CUDA
+        # is not measured: no allowance.
+        self.padding_tokens = 8 if on_cpu and task != "fill-mask" else 0
         # On a CPU a longer pass runs slower per token and grows the arena (docs/design-decisions.md); the CUDA
         # budget is the one the service always had (not measured on a GPU).
         self.batch_tokens = 512 if on_cpu else 8192

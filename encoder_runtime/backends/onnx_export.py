@@ -1,8 +1,9 @@
 """Export a model folder to ONNX (fp32 and per-channel int8), cached beside the model under a fingerprint.
 
 Layout of a cache folder (``<model>/onnx/`` by default; this project's exported models ship it):
-``embed.onnx``, ``embed_int8.onnx``, ``fill-mask.onnx``, ``fill-mask_int8.onnx`` and, per task, a
-``<task>.json`` naming the fingerprint of the model it was made from, so a changed model is re-exported.
+``embed.onnx``, ``embed_int8.onnx``, ``fill-mask.onnx``, ``fill-mask_int8.onnx``, ``rerank.onnx``,
+``rerank_int8.onnx`` (a cross-encoder's) and, per task, a ``<task>.json`` naming the fingerprint of the model
+it was made from, so a changed model is re-exported.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import warnings
 from pathlib import Path
 
 from encoder_runtime.backends.base import Task
-from encoder_runtime.backends.static_int8 import fix_activation_scales
+from encoder_runtime.backends.static_int8 import calibration_pairs, calibration_texts, fix_activation_scales
 from encoder_runtime.model_dir import ModelInfo, fingerprint, resolve_model_path
-from encoder_runtime.tokenization import TextTokenizer
+from encoder_runtime.tokenization import PairTokenizer, TextTokenizer
 
 log = logging.getLogger(__name__)
 OPSET = 18
@@ -56,9 +57,18 @@ def ensure_onnx(
         stamp = {**wanted, "recipe": export_fp32(model_path, task, input_names, fp32)}
         _write_atomic(stamp_path, json.dumps(stamp))
     if int8 and not quantised.is_file():
-        tokenizer = TextTokenizer(model_path, ModelInfo.read(model_path).max_tokens)
-        quantize_int8(fp32, quantised, stamp.get("recipe", "unfused"), tokenizer)
+        quantize_int8(fp32, quantised, stamp.get("recipe", "unfused"), *calibration_for(model_path, task))
     return quantised if int8 else fp32
+
+
+def calibration_for(model_path: Path, task: Task) -> tuple[TextTokenizer, list]:
+    """The tokenizer and inputs int8's activation scales are calibrated on: the shipped prose, as single
+    texts, or for a cross-encoder as (query, passage) pairs, so the segment embeddings and the window a pair
+    fills are calibrated as they are served."""
+    max_tokens = ModelInfo.read(model_path).max_tokens
+    if task == "rerank":
+        return PairTokenizer(model_path, max_tokens), calibration_pairs()
+    return TextTokenizer(model_path, max_tokens), calibration_texts()
 
 
 def export_fp32(model_path: Path, task: Task, input_names: tuple[str, ...], out: Path) -> str:
@@ -152,7 +162,10 @@ def _export_fused(model_path: Path, task: Task, input_names: tuple[str, ...], ou
                 str(traced),
                 input_names=list(input_names),
                 output_names=["output"],
-                dynamic_axes={name: {0: "batch", 1: "sequence"} for name in [*input_names, "output"]},
+                dynamic_axes={
+                    **{name: {0: "batch", 1: "sequence"} for name in input_names},
+                    "output": {0: "batch"} if task == "rerank" else {0: "batch", 1: "sequence"},
+                },
                 opset_version=LEGACY_OPSET,
                 dynamo=False,
             )
@@ -219,18 +232,23 @@ def _check_fused(model_path: Path, task: Task, input_names: tuple[str, ...], onn
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     got = session.run(None, {n: t.numpy() for n, t in zip(input_names, inputs, strict=True)})[0]
     real = inputs[input_names.index("attention_mask")].numpy().astype(bool)
+    if expected.ndim == 2:  # one output per sequence (a cross-encoder's logit): every row is real
+        real = np.ones(expected.shape[0], dtype=bool)
     error = float(np.abs(got[real] - expected[real]).max())
     if error > 1e-3 * max(1.0, float(np.abs(expected[real]).max())):
         raise FusionUnavailable(f"fused graph differs from torch by {error:.2e}")
 
 
-def quantize_int8(fp32: Path, out: Path, recipe: str, tokenizer: TextTokenizer) -> None:
-    """Int8 with per-channel weights and activation scales fixed by calibration (``static_int8``), so that a
-    text's vector does not depend on the batch it shares."""
+def quantize_int8(
+    fp32: Path, out: Path, recipe: str, tokenizer: TextTokenizer, calibration: list | None = None
+) -> None:
+    """Int8 with per-channel weights and activation scales fixed by calibration (``static_int8``) on
+    ``calibration`` (default: the shipped prose), so that a text's vector does not depend on the batch it
+    shares."""
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         dynamic, staged = Path(tmp) / "dynamic.onnx", Path(tmp) / out.name
         quantize_dynamic_int8(fp32, dynamic, recipe)
-        fix_activation_scales(dynamic, staged, tokenizer)
+        fix_activation_scales(dynamic, staged, tokenizer, calibration)
         os.replace(staged, out)
 
 
@@ -281,6 +299,8 @@ def _write_atomic(path: Path, text: str) -> None:
 def export_all(model: str, task: Task = "embed", cache_dir: Path | None = None) -> list[Path]:
     """`cloze export onnx`: fp32 and int8 ahead of time, so the first request doesn't pay for them."""
     path = resolve_model_path(model)
-    input_names = TextTokenizer(path, 8).input_names
+    input_names = TextTokenizer(
+        path, 8
+    ).input_names  # a pair has the same inputs (its segment ids among them)
     cache = default_cache_dir(path, cache_dir)
     return [ensure_onnx(path, task, int8, input_names, cache) for int8 in (False, True)]

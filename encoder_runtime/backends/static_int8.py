@@ -25,12 +25,15 @@ from encoder_runtime.tokenization import TextTokenizer
 CALIBRATION_TEXT = Path(__file__).with_name("calibration") / "prose.txt"
 
 
-def fix_activation_scales(dynamic: Path, out: Path, tokenizer: TextTokenizer) -> None:
-    """``dynamic`` (a ``quantize_dynamic`` graph) with calibrated activation scales, written to ``out``."""
+def fix_activation_scales(
+    dynamic: Path, out: Path, tokenizer: TextTokenizer, calibration: list | None = None
+) -> None:
+    """``dynamic`` (a ``quantize_dynamic`` graph) with activation scales calibrated on ``calibration``
+    (what ``tokenizer.encode`` takes; default the shipped prose), written to ``out``."""
     import onnx
 
     model = onnx.load(str(dynamic))
-    ranges = activation_ranges(model, tokenizer, calibration_texts())
+    ranges = activation_ranges(model, tokenizer, calibration or calibration_texts())
     scales = replace_dynamic_quantizers(model, ranges)
     fuse_integer_matmuls(model, scales)
     onnx.save(model, str(out))
@@ -40,7 +43,18 @@ def calibration_texts() -> list[str]:
     return [line for line in CALIBRATION_TEXT.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def activation_ranges(model, tokenizer: TextTokenizer, texts: list[str]) -> dict[str, tuple[float, float]]:
+def calibration_pairs(query_words: int = 10, count: int = 200) -> list[tuple[str, str]]:
+    """(query, passage) pairs from the same prose, for a cross-encoder: a passage's opening words as the
+    query, against that passage (a match) and against the next one (a miss), in turn. ``count`` pairs: a
+    pair fills up to twice a sentence encoder's window, so half the texts take about the probe time of all."""
+    texts = calibration_texts()
+    return [
+        (" ".join(text.split()[:query_words]), text if i % 2 == 0 else texts[(i + 1) % len(texts)])
+        for i, text in enumerate(texts[:count])
+    ]
+
+
+def activation_ranges(model, tokenizer: TextTokenizer, texts: list) -> dict[str, tuple[float, float]]:
     """The min and max each dynamically quantised tensor takes over ``texts``.
 
     One text a pass: no padding enters the ranges, the ranges don't depend on how texts were batched (the

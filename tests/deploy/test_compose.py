@@ -12,12 +12,12 @@ from tests.deploy.conftest import COMPOSE_FILE, GPU_OVERRIDE, REPO, VARIANTS, co
 
 EXPECTED_SERVICES = {
     "default": {"api", "gateway"},
-    "batch": {"api", "gateway", "indexer"},
+    "batch": {"api", "gateway", "indexer", "collection-indexer"},
     "train": {"api", "gateway", "trainer"},
-    "gpu": {"api", "gateway", "indexer", "trainer"},
-    "all": {"api", "gateway", "indexer", "trainer"},
+    "gpu": {"api", "gateway", "indexer", "collection-indexer", "trainer"},
+    "all": {"api", "gateway", "indexer", "collection-indexer", "trainer"},
 }
-MODEL_SERVICES = ("api", "indexer", "trainer")
+MODEL_SERVICES = ("api", "indexer", "collection-indexer", "trainer")
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -55,6 +55,18 @@ def test_api_replicas_read_the_index_the_indexer_writes() -> None:
     assert api["deploy"]["replicas"] >= 2 and api["restart"] == "unless-stopped"
     assert {"cpus", "memory"} <= set(api["deploy"]["resources"]["limits"])
     assert "/healthz" in " ".join(api["healthcheck"]["test"])
+
+
+def test_api_replicas_read_the_collections_the_collection_indexer_writes() -> None:
+    services = compose_config("batch")[0]["services"]
+    api, indexer = services["api"], services["collection-indexer"]
+    api_root = next(v for v in api["volumes"] if v["target"] == "/data/collections")
+    indexer_root = next(v for v in indexer["volumes"] if v["target"] == "/data/collections")
+    assert api_root["source"] == indexer_root["source"] == "collections"
+    assert api_root.get("read_only") and not indexer_root.get("read_only")
+    assert api["environment"]["CLOZE_COLLECTIONS_DIR"] == "/data/collections"
+    command = indexer["command"]
+    assert command[command.index("--root") + 1] == "/data/collections" and "--collection" in command
 
 
 def test_gateway_waits_for_a_healthy_api() -> None:

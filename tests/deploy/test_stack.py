@@ -45,6 +45,11 @@ DOCS_V2 = {
     "music.txt": "A violin concerto was played by the orchestra in the evening.",
     "river.txt": "A long river runs through the valley down to the sea.",
 }
+# The second collection's documents (embedded by the model the trainer makes in test 4).
+DOCS_SECOND = {
+    "lighthouse.txt": "The lighthouse lamp turns all night to warn the ships off the rocks.",
+    "bakery.txt": "The bakery sells warm bread and pastries every morning.",
+}
 # What /search must answer: query -> the expected first document, per version.
 QUERIES_V1 = {"capital of France": "paris.txt", "a cat playing with string": "cats.txt"}
 QUERIES_V2 = {"capital of France": "paris.txt", "a river flowing to the sea": "river.txt"}
@@ -452,6 +457,54 @@ def test_4_train_profile_runs_a_tiny_recipe_into_the_models_volume(stack: Stack)
         "files": sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()),
         "seconds": seconds,
     }
+
+
+def test_4b_a_second_collection_on_a_second_model_through_the_gateway_and_each_replica(stack: Stack) -> None:
+    """The collection-indexer builds `second` with the model the trainer made (a real folder of this
+    project's, beside the bundled one); the api, re-created with it in CLOZE_MODELS, serves both collections."""
+    (stack.project / "docs-second").mkdir(exist_ok=True)
+    write_docs(stack.project / "docs-second", DOCS_SECOND)
+    env = (stack.project / ".env").read_text()
+    for key, value in {
+        "CLOZE_MODELS": "default=<bundled>,second=/models/pretrained-mlm",
+        "CLOZE_COLLECTION_DOCS": str(stack.project / "docs-second"),
+        "CLOZE_COLLECTION_MODEL": "/models/pretrained-mlm",
+        "CLOZE_COLLECTION_MODEL_NAME": "second",
+        "CLOZE_BACKEND": "torch",  # the tiny trained model has no ONNX export; the bundled one runs as well
+    }.items():
+        assert f"\n{key}=" in env, f"{key} is not in .env.example"
+        env = env.replace(f"\n{key}=", f"\n{key}={value}\n#{key}=", 1)
+    (stack.project / ".env").write_text(env)
+    started = time.monotonic()
+    built = compose(stack, "--profile", "batch", "run", "--rm", "-T", "collection-indexer", timeout=900)
+    manifest = json.loads(built.stdout.strip().splitlines()[-1])
+    assert manifest["documents"] == len(DOCS_SECOND)
+    compose(stack, "up", "-d", "--no-build", "--wait", "--wait-timeout", "300", timeout=420)
+    seconds = round(time.monotonic() - started, 1)
+    checked = {}
+    for url in [stack.gateway, *(stack.replica_url(name) for name in stack.containers("api"))]:
+        wait_ready(url, timeout=120)
+        deadline = time.monotonic() + 30
+        while (listing := httpx.get(url + "/collections", timeout=30).json()["collections"]) and not any(
+            entry["name"] == "second" and entry["status"] == "ready" for entry in listing
+        ):
+            assert time.monotonic() < deadline, listing
+            time.sleep(0.5)
+        models = {entry["name"]: entry["model"] for entry in listing}
+        assert models == {"default": "default", "second": "second"}, models
+        default_hit = top_hit(url, "capital of France")
+        answer = httpx.get(
+            url + "/collections/second/search", params={"q": "lighthouse lamp", "mode": "bm25"}, timeout=30
+        )
+        second_hit = answer.json()["results"][0]["id"]
+        assert (default_hit, second_hit) == ("paris.txt", "lighthouse.txt"), (url, default_hit, second_hit)
+        dense = httpx.get(
+            url + "/collections/second/search", params={"q": "lighthouse", "mode": "dense"}, timeout=30
+        )
+        assert {hit["id"] for hit in dense.json()["results"]} <= set(DOCS_SECOND)  # its own documents only
+        checked[url] = {"default": default_hit, "second": second_hit}
+    RESULT["stages"]["second_collection"] = {"seconds": seconds}
+    RESULT["checks"]["4b_two_collections_two_models"] = {"collections": models, "top_hits": checked}
 
 
 def test_5b_compose_down_v_leaves_nothing(stack: Stack) -> None:

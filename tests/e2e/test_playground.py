@@ -284,3 +284,26 @@ def test_pages_are_readable_at_phone_width(browser, server, demo_slice, name):
     shoot(page, f"{name}-phone")
     assert errors == []
     page.context.close()
+
+
+def test_search_picks_a_collection(browser, server, client, demo_slice):
+    """The collection picker lists what GET /collections lists and searches the chosen one's routes."""
+    assert client.post("/collections", json={"name": "picked"}).status_code == 201
+    documents = [{"id": "picked-1", "text": "Lighthouses guide ships along a rocky coast at night."}]
+    assert client.put("/collections/picked/documents", json=documents).status_code == 200
+    page, errors = open_page(browser, server + "/static/search.html", WIDE)
+    page.locator('#s-collection option[value="picked"]').wait_for(state="attached")
+    listed = [entry["name"] for entry in client.get("/collections").json()["collections"]]
+    assert page.locator("#s-collection option").all_inner_texts() == listed
+    page.select_option("#s-collection", "picked")
+    page.fill("#s-query", "a tower with a lamp for sailors")
+    page.press("#s-query", "Enter")
+    page.locator("#s-latency").wait_for()
+    assert page.locator("#s-results > li.result").first.get_attribute("data-id") == "picked-1"
+    page.select_option("#s-collection", "default")  # back: the demo slice, never picked-1
+    page.locator("#s-latency").wait_for()
+    page.wait_for_function("!document.querySelector('#s-results [data-id=\"picked-1\"]')")
+    shoot(page, "search-collection")
+    assert errors == []
+    page.context.close()
+    assert client.delete("/collections/picked").status_code == 200

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
+from app.service.collections import Collection
 from app.service.errors import ApiError, BodyRejected
-from app.service.model_registry import INDEX_MODEL
+from app.service.routes.collections import current_collection
 from app.service.schemas import DeleteResponse, DocumentIn, DocumentOut, DocumentPage, UpsertResponse
 from app.service.validation import StrictJSONRoute, check_filter, check_metadata, strict_loads
 from index.builder import attach_vectors, chunk_texts
@@ -16,12 +17,15 @@ from index.records import Document, InvalidCursor, UnknownFilterField, id_proble
 from index.search_index import MAX_LIST_LIMIT
 
 router = APIRouter(route_class=StrictJSONRoute)
+InCollection = Annotated[Collection, Depends(current_collection)]
 DocumentId = Annotated[str, Path(min_length=1, max_length=512)]
 
 
 @router.put("/documents", response_model=UpsertResponse, tags=["documents"])
 async def upsert_documents(
-    documents: Annotated[list[DocumentIn], Body(min_length=1, fail_fast=True)], request: Request
+    documents: Annotated[list[DocumentIn], Body(min_length=1, fail_fast=True)],
+    request: Request,
+    collection: InCollection,
 ) -> UpsertResponse:
     """Insert or replace. When this answers 200 the documents are committed to disk and searchable."""
     settings, engines = request.app.state.settings, request.app.state.engines
@@ -45,14 +49,14 @@ async def upsert_documents(
                 f"{where}.text",
             )
         check_metadata(doc.metadata, f"{where}.metadata", settings)
-    index = engines.writable_index()
-    engines.require_encoder(INDEX_MODEL)
+    index = collection.writable_index()
+    engines.require_encoder(collection.model)
     # Chunk, embed through the batcher beside the queries (bulk: they go first), then commit: one write at
     # a time holds the index's writer lock, never while it embeds.
     chunked = await engines.write_pool.run(
         index.prepare, [Document(d.id, d.text, d.metadata) for d in documents]
     )
-    _, vectors = await engines.embed(chunk_texts(chunked), normalize=True, bulk=True, model=INDEX_MODEL)
+    _, vectors = await engines.embed(chunk_texts(chunked), normalize=True, bulk=True, model=collection.model)
     count = await engines.write_pool.run(index.commit, attach_vectors(chunked, vectors))
     return UpsertResponse(upserted=count)
 
@@ -60,6 +64,7 @@ async def upsert_documents(
 @router.get("/documents", response_model=DocumentPage, tags=["documents"])
 async def list_documents(
     request: Request,
+    collection: InCollection,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT, description="documents in this page")] = 100,
     cursor: Annotated[
         str | None, Query(max_length=1024, description="`next_cursor` of the last page")
@@ -80,7 +85,7 @@ async def list_documents(
         if not isinstance(filters, dict):
             raise ApiError(422, "filter: a JSON object, as /search takes", "filter")
         check_filter(filters, settings)
-    index = engines.require_index()
+    index = collection.require_index()
     try:
         page, next_cursor = await engines.work_pool.run(index.list_documents, limit, cursor, filters)
         total = await engines.work_pool.run(index.count_documents, filters)
@@ -94,17 +99,17 @@ async def list_documents(
 
 
 @router.get("/documents/{doc_id:path}", response_model=DocumentOut, tags=["documents"])
-async def get_document(doc_id: DocumentId, request: Request) -> DocumentOut:
+async def get_document(doc_id: DocumentId, request: Request, collection: InCollection) -> DocumentOut:
     engines = request.app.state.engines
-    document = await engines.work_pool.run(engines.require_index().get, doc_id)
+    document = await engines.work_pool.run(collection.require_index().get, doc_id)
     if document is None:
         raise ApiError(404, f"no document with id {doc_id!r}", "doc_id")
     return DocumentOut(id=document.id, text=document.text, metadata=document.metadata)
 
 
 @router.delete("/documents/{doc_id:path}", response_model=DeleteResponse, tags=["documents"])
-async def delete_document(doc_id: DocumentId, request: Request) -> DeleteResponse:
+async def delete_document(doc_id: DocumentId, request: Request, collection: InCollection) -> DeleteResponse:
     engines = request.app.state.engines
-    if not await engines.write_pool.run(engines.writable_index().delete, doc_id):
+    if not await engines.write_pool.run(collection.writable_index().delete, doc_id):
         raise ApiError(404, f"no document with id {doc_id!r}", "doc_id")
     return DeleteResponse(deleted=doc_id)

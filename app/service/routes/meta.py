@@ -16,9 +16,10 @@ router = APIRouter(tags=["operations"])
 
 @router.get("/models")
 async def models(request: Request) -> dict:
-    """The models served: ``models`` and ``fill_mask_models`` list each by name (with its aliases, status and,
-    once loaded, fingerprint, dimension, pooling, backend and device); ``embedding`` and ``fill_mask`` are the
-    ``default`` ones, as before named models."""
+    """The models served: ``models``, ``fill_mask_models`` and ``rerank_models`` list each by name (with its
+    kind, aliases, status and, once loaded, fingerprint, dimension, pooling, backend and device); ``embedding``
+    and ``fill_mask`` are the ``default`` ones, as before named models, and ``rerank_default`` the reranker a
+    request without ``model`` gets (null when none is configured)."""
     engines = request.app.state.engines
     encoder, _ = engines.require_encoder()
     answer = {
@@ -30,8 +31,12 @@ async def models(request: Request) -> dict:
         if engines.index is not None
         else None,
         "index_model": INDEX_MODEL,
-        "models": [_listing(slot, _embedding_model) for slot in engines.models.slots.values()],
-        "fill_mask_models": [_listing(slot, _fill_mask_model) for slot in engines.fill_masks.slots.values()],
+        "models": [_listing(slot, "embedding", _embedding_model) for slot in engines.models.slots.values()],
+        "fill_mask_models": [
+            _listing(slot, "fill-mask", _fill_mask_model) for slot in engines.fill_masks.slots.values()
+        ],
+        "rerank_models": [_listing(slot, "rerank", _runtime) for slot in engines.rerankers.slots.values()],
+        "rerank_default": engines.rerankers.default_name,
     }
     if engines.fill_mask is not None:
         answer["fill_mask"] = _fill_mask_model(engines.fill_mask)
@@ -52,8 +57,14 @@ async def openai_models(request: Request) -> dict:
     }
 
 
-def _listing(slot: ModelSlot, describe: Callable[[Any], dict]) -> dict:
-    entry = {"id": slot.name, "aliases": slot.aliases, "status": slot.status, "error": slot.error}
+def _listing(slot: ModelSlot, kind: str, describe: Callable[[Any], dict]) -> dict:
+    entry = {
+        "id": slot.name,
+        "kind": kind,
+        "aliases": slot.aliases,
+        "status": slot.status,
+        "error": slot.error,
+    }
     return {**entry, **describe(slot.runtime)} if slot.runtime is not None else entry
 
 

@@ -50,11 +50,6 @@ class MaskPreviewResponse(BaseModel):
     counts: dict[str, int]
 
 
-class IndexFields(BaseModel):
-    fields: list[str]
-    counts: dict[str, int] = Field(description="documents, chunks and vectors in the live index")
-
-
 @router.post("/mask-preview", response_model=MaskPreviewResponse)
 async def mask_preview(body: MaskPreviewRequest, request: Request) -> MaskPreviewResponse:
     """One sentence through ``encoder_training.masking.mask_tokens`` with the serving model's tokenizer."""
@@ -67,15 +62,6 @@ async def mask_preview(body: MaskPreviewRequest, request: Request) -> MaskPrevie
     if tokenizer.hf.mask_token is None:
         raise ApiError(422, f"the tokenizer of {model_id} has no mask token", "text")
     return await request.app.state.engines.work_pool.run(_preview, body, tokenizer, model_id)
-
-
-@router.get("/index/fields", response_model=IndexFields)
-async def index_fields(request: Request) -> IndexFields:
-    """Metadata field names the search filters accept (an unknown field is a 422 from ``/search``)."""
-    index = request.app.state.engines.require_index()
-    pool = request.app.state.engines.work_pool
-    fields = await pool.run(index.metadata_fields)
-    return IndexFields(fields=sorted(fields), counts=await pool.run(index.stats))
 
 
 def _serving_tokenizer(request: Request) -> tuple[TextTokenizer, str]:

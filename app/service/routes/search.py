@@ -1,5 +1,5 @@
 """Search: dense, BM25 and hybrid (reciprocal rank fusion or a convex combination), with metadata filters,
-highlights and per-hit explanations."""
+highlights and per-hit explanations, and optionally a cross-encoder that re-scores the best candidates."""
 
 from __future__ import annotations
 
@@ -7,28 +7,41 @@ import time
 from dataclasses import asdict
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
+from app.service.collections import Collection
 from app.service.errors import ApiError
-from app.service.model_registry import INDEX_MODEL
-from app.service.schemas import SearchExplanation, SearchMode, SearchRequest, SearchResponse, SearchResult
+from app.service.routes.collections import current_collection
+from app.service.routes.rerank import best_first
+from app.service.schemas import (
+    IndexFields,
+    RerankIn,
+    SearchExplanation,
+    SearchMode,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+)
 from app.service.validation import StrictJSONRoute, check_filter
+from encoder_runtime import sigmoid
 from index.filters import InvalidFilterValue
 from index.ranking import RRF_K, Fusion
 from index.records import UnknownFilterField
 from index.search_index import MAX_SEARCH_WINDOW
 
 router = APIRouter(route_class=StrictJSONRoute)
+InCollection = Annotated[Collection, Depends(current_collection)]
 
 
 @router.post("/search", response_model=SearchResponse, tags=["search"])
-async def search(body: SearchRequest, request: Request) -> SearchResponse:
-    return await _search(request, body)
+async def search(body: SearchRequest, request: Request, collection: InCollection) -> SearchResponse:
+    return await _search(request, body, collection)
 
 
 @router.get("/search", response_model=SearchResponse, tags=["search"])
 async def search_get(
     request: Request,
+    collection: InCollection,
     q: Annotated[str, Query(min_length=1, description="the query")],
     top_k: Annotated[int, Query(ge=1)] = 10,
     mode: SearchMode = "hybrid",
@@ -36,6 +49,9 @@ async def search_get(
     offset: Annotated[int, Query(ge=0, description="skip this many results")] = 0,
     highlight: Annotated[bool, Query(description="return each hit's highlights")] = False,
     explain: Annotated[bool, Query(description="return each hit's explain")] = False,
+    rerank: Annotated[
+        int | None, Query(ge=1, description="rerank this many candidates with the default reranker")
+    ] = None,
 ) -> SearchResponse:
     """For browsers and curl: ``/search?q=...&mode=bm25``."""
     body = SearchRequest(
@@ -46,8 +62,9 @@ async def search_get(
         offset=offset,
         highlight=highlight,
         explain=explain,
+        rerank=RerankIn(candidates=rerank) if rerank is not None else None,
     )
-    return await _search(request, body)
+    return await _search(request, body, collection)
 
 
 def _fusion(body: SearchRequest) -> Fusion | None:
@@ -66,7 +83,7 @@ def _fusion(body: SearchRequest) -> Fusion | None:
     return Fusion("rrf", k=RRF_K if chosen.k is None else chosen.k)
 
 
-async def _search(request: Request, body: SearchRequest) -> SearchResponse:
+async def _search(request: Request, body: SearchRequest, collection: Collection) -> SearchResponse:
     started = time.perf_counter()
     settings, engines = request.app.state.settings, request.app.state.engines
     if len(body.query) > settings.max_chars:
@@ -84,18 +101,21 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
             "offset",
         )
     fusion = _fusion(body)
-    index = engines.require_index()
+    _check_rerank(body, request)
+    index = collection.require_index()
     vector = None
     if body.mode != "bm25":
-        _, vectors = await engines.embed([body.query], model=INDEX_MODEL)
+        _, vectors = await engines.embed([body.query], model=collection.model)
         vector = vectors[0]
+    # Reranked: the first stage's best ``candidates`` (from the top), re-scored, then the page is cut.
+    window = (0, body.rerank.candidates) if body.rerank else (body.offset, body.top_k)
     try:
         hits = await engines.run_search(
             index.search,
             vector,
             body.query,
-            top_k=body.top_k,
-            offset=body.offset,
+            top_k=window[1],
+            offset=window[0],
             mode=body.mode,
             filters=body.filter,
             fusion=fusion,
@@ -106,19 +126,71 @@ async def _search(request: Request, body: SearchRequest) -> SearchResponse:
         raise ApiError(422, f"{exc.field}: no document has this metadata field", exc.field) from exc
     except InvalidFilterValue as exc:
         raise ApiError(422, str(exc), exc.field) from exc
+    ranked = [(hit, hit.score, None, None) for hit in hits]
+    if body.rerank is not None:
+        ranked = (await _reranked(hits, body, request))[body.offset : body.offset + body.top_k]
     results = [
         SearchResult(
             id=hit.id,
-            score=hit.score,
+            score=score,
             text=hit.text if body.include_text else None,
             chunk=hit.chunk,
             chunk_index=hit.chunk_index,
             metadata=hit.metadata,
             highlights=hit.highlights,
-            explain=SearchExplanation(**asdict(hit.explanation)) if hit.explanation is not None else None,
+            explain=SearchExplanation(
+                **asdict(hit.explanation), rerank_score=rerank_score, first_stage_rank=first_rank
+            )
+            if hit.explanation is not None
+            else None,
         )
-        for hit in hits
+        for hit, score, rerank_score, first_rank in ranked
     ]
     return SearchResponse(
         results=results, took_ms=round((time.perf_counter() - started) * 1000, 3), mode=body.mode
     )
+
+
+def _check_rerank(body: SearchRequest, request: Request) -> None:
+    """422 naming the field for a rerank this service cannot do: no reranker configured, an unknown one (404),
+    too many candidates, or fewer than the page needs."""
+    chosen = body.rerank
+    if chosen is None:
+        return
+    engines, limit = request.app.state.engines, request.app.state.settings.max_rerank_candidates
+    if not engines.rerankers.slots:
+        raise ApiError(
+            422, "rerank: this service serves no reranker (configure CLOZE_RERANK_MODELS)", "rerank"
+        )
+    engines.require_reranker(chosen.model, "rerank.model")
+    if chosen.candidates > limit:
+        field = "rerank.candidates"
+        raise ApiError(422, f"{field}: {chosen.candidates} is over the limit of {limit}", field)
+    if chosen.candidates < body.offset + body.top_k:
+        field = "rerank.candidates"
+        raise ApiError(
+            422,
+            f"{field}: {chosen.candidates} is fewer than offset + top_k ({body.offset + body.top_k}): the page "
+            "is cut from the reranked candidates",
+            field,
+        )
+
+
+async def _reranked(hits: list, body: SearchRequest, request: Request) -> list[tuple]:
+    """(hit, reranker's relevance, the same, first-stage rank) for every candidate, best first. A document's
+    text is cut at CLOZE_MAX_CHARS characters before tokenising (the reranker reads less than that anyway)."""
+    chosen, max_chars = body.rerank, request.app.state.settings.max_chars
+    if not hits:
+        return []
+    texts = [(hit.chunk if chosen.text == "chunk" else hit.text)[:max_chars] for hit in hits]
+    _, logits = await request.app.state.engines.rerank(body.query, texts, chosen.model, "rerank.model")
+    scores = sigmoid(logits)
+    return [(hits[i], float(scores[i]), float(scores[i]), i + 1) for i in best_first(scores)]
+
+
+@router.get("/index/fields", response_model=IndexFields, tags=["search"])
+async def index_fields(request: Request, collection: InCollection) -> IndexFields:
+    """Metadata field names the search filters accept (an unknown field is a 422 from ``/search``)."""
+    index, pool = collection.require_index(), request.app.state.engines.work_pool
+    fields = await pool.run(index.metadata_fields)
+    return IndexFields(fields=sorted(fields), counts=await pool.run(index.stats))

@@ -1,9 +1,8 @@
 """Snapshots of a collection: make one, list, download, delete, and restore one (stored, or uploaded).
 
-The service serves one index today, the collection ``default``; any other name is a 404 until collections
-exist (issue 44). The mechanics are ``index.snapshots``, functions over an index folder and a snapshot
-folder, so collections plug in by naming their own. Snapshots and restores of a collection run one at a
-time (409 for another), each in a thread of its own: minutes of copying must not hold a write slot.
+The mechanics are ``index.snapshots``, functions over an index folder and a snapshot folder. Snapshots and
+restores of a collection run one at a time (409 for another), each in a thread of its own: minutes of copying
+must not hold a write slot.
 """
 
 from __future__ import annotations
@@ -12,83 +11,91 @@ import secrets
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
+from app.service.collections import Collection
 from app.service.errors import ApiError
+from app.service.routes.collections import current_collection
 from app.service.schemas import RestoreResult, SnapshotDeleted, SnapshotInfo, SnapshotList
 from app.service.validation import StrictJSONRoute
 from index import snapshots
+from index.collections import DEFAULT_COLLECTION
 
 router = APIRouter(route_class=StrictJSONRoute)
-DEFAULT_COLLECTION = "default"
-CollectionName = Annotated[str, PathParam(min_length=1, max_length=128, description="`default` today")]
+InCollection = Annotated[Collection, Depends(current_collection)]
 SnapshotName = Annotated[str, PathParam(min_length=1, max_length=160)]
 UPLOAD_FLUSH_BYTES = 4 << 20  # uploaded bytes gathered before one write to disk (off the event loop)
 
 
-def snapshot_folder(request: Request, collection: str) -> Path:
-    """The collection's snapshot folder; 404 naming an unknown collection."""
-    if collection != DEFAULT_COLLECTION:
-        raise ApiError(
-            404,
-            f"no collection named {collection!r}: this service serves one index, the collection "
-            f"{DEFAULT_COLLECTION!r}",
-            "name",
-        )
-    settings = request.app.state.settings
-    return Path(settings.snapshots_dir or snapshots.default_folder(settings.index))
+def snapshot_folder(request: Request, collection: Collection) -> Path:
+    """Where a collection's snapshots go: ``CLOZE_SNAPSHOTS_DIR`` (the others' in its ``collections/<name>``),
+    else ``<folder>.snapshots`` beside the collection's folder."""
+    configured = request.app.state.settings.snapshots_dir
+    if configured is None:
+        return snapshots.default_folder(collection.path)
+    if collection.name == DEFAULT_COLLECTION:
+        return Path(configured)
+    return Path(configured) / "collections" / collection.name
 
 
 @router.post(
-    "/collections/{name}/snapshots", status_code=201, response_model=SnapshotInfo, tags=["snapshots"]
+    "/collections/{collection}/snapshots", status_code=201, response_model=SnapshotInfo, tags=["snapshots"]
 )
-async def create_snapshot(name: CollectionName, request: Request) -> SnapshotInfo:
+async def create_snapshot(request: Request, collection: InCollection) -> SnapshotInfo:
     """A snapshot of the published version, while searches and writes go on: every write acknowledged
     before this request, none made after it began. 409 while another runs, 507 when it cannot fit."""
-    folder = snapshot_folder(request, name)
-    settings, index = request.app.state.settings, request.app.state.engines.require_index()
+    folder = snapshot_folder(request, collection)
+    settings, index = request.app.state.settings, collection.require_index()
     entry = await run_in_threadpool(
         index.snapshot, folder, settings.snapshot_compression, settings.snapshot_keep
     )
     return SnapshotInfo(**entry)
 
 
-@router.get("/collections/{name}/snapshots", response_model=SnapshotList, tags=["snapshots"])
-async def list_snapshots(name: CollectionName, request: Request) -> SnapshotList:
-    folder = snapshot_folder(request, name)
+@router.get("/collections/{collection}/snapshots", response_model=SnapshotList, tags=["snapshots"])
+async def list_snapshots(request: Request, collection: InCollection) -> SnapshotList:
+    folder = snapshot_folder(request, collection)
     entries = await run_in_threadpool(snapshots.list_snapshots, folder)
-    return SnapshotList(collection=name, snapshots=[SnapshotInfo(**entry) for entry in entries])
+    return SnapshotList(collection=collection.name, snapshots=[SnapshotInfo(**entry) for entry in entries])
 
 
 @router.get(
-    "/collections/{name}/snapshots/{snapshot}",
+    "/collections/{collection}/snapshots/{snapshot}",
     response_class=FileResponse,
     tags=["snapshots"],
     responses={200: {"content": {"application/x-tar": {}}, "description": "the archive"}},
 )
-async def download_snapshot(name: CollectionName, snapshot: SnapshotName, request: Request) -> FileResponse:
-    path = snapshots.path_of(snapshot_folder(request, name), snapshot)
+async def download_snapshot(
+    snapshot: SnapshotName, request: Request, collection: InCollection
+) -> FileResponse:
+    path = snapshots.path_of(snapshot_folder(request, collection), snapshot)
     media = "application/gzip" if path.name.endswith(".gz") else "application/x-tar"
     return FileResponse(path, media_type=media, filename=path.name)
 
 
-@router.delete("/collections/{name}/snapshots/{snapshot}", response_model=SnapshotDeleted, tags=["snapshots"])
-async def delete_snapshot(name: CollectionName, snapshot: SnapshotName, request: Request) -> SnapshotDeleted:
-    await run_in_threadpool(snapshots.delete_snapshot, snapshot_folder(request, name), snapshot)
+@router.delete(
+    "/collections/{collection}/snapshots/{snapshot}", response_model=SnapshotDeleted, tags=["snapshots"]
+)
+async def delete_snapshot(
+    snapshot: SnapshotName, request: Request, collection: InCollection
+) -> SnapshotDeleted:
+    await run_in_threadpool(snapshots.delete_snapshot, snapshot_folder(request, collection), snapshot)
     return SnapshotDeleted(deleted=snapshot)
 
 
 @router.post(
-    "/collections/{name}/snapshots/{snapshot}/restore", response_model=RestoreResult, tags=["snapshots"]
+    "/collections/{collection}/snapshots/{snapshot}/restore", response_model=RestoreResult, tags=["snapshots"]
 )
-async def restore_snapshot(name: CollectionName, snapshot: SnapshotName, request: Request) -> RestoreResult:
+async def restore_snapshot(
+    snapshot: SnapshotName, request: Request, collection: InCollection
+) -> RestoreResult:
     """Replace the collection with a stored snapshot (a rollback): verified before anything is written,
     published atomically; 422 naming what is wrong with a damaged or foreign archive."""
-    folder = snapshot_folder(request, name)
-    index = request.app.state.engines.writable_index()
+    folder = snapshot_folder(request, collection)
+    index = collection.writable_index()
     path = snapshots.path_of(folder, snapshot)
     with snapshots.exclusive(folder):
         result = await run_in_threadpool(index.restore, path)
@@ -96,7 +103,7 @@ async def restore_snapshot(name: CollectionName, snapshot: SnapshotName, request
 
 
 @router.post(
-    "/collections/{name}/restore",
+    "/collections/{collection}/restore",
     response_model=RestoreResult,
     tags=["snapshots"],
     openapi_extra={
@@ -105,11 +112,11 @@ async def restore_snapshot(name: CollectionName, snapshot: SnapshotName, request
         }
     },
 )
-async def restore_upload(name: CollectionName, request: Request) -> RestoreResult:
+async def restore_upload(request: Request, collection: InCollection) -> RestoreResult:
     """Replace the collection with an uploaded archive (the body, as `application/octet-stream`): streamed to
     disk up to `CLOZE_MAX_SNAPSHOT_UPLOAD_BYTES` (413 above), then restored as a stored snapshot is."""
-    folder = snapshot_folder(request, name)
-    index = request.app.state.engines.writable_index()
+    folder = snapshot_folder(request, collection)
+    index = collection.writable_index()
     with snapshots.exclusive(folder):
         upload = folder / f".upload-{secrets.token_hex(6)}{snapshots.PARTIAL}"
         try:
