@@ -1,10 +1,10 @@
 """The default fill-mask model: the bundled all-MiniLM-L6-v2 plus a small trained delta.
 
-all-MiniLM-L6-v2 has no MLM head. This project trained one (``cloze train pretrain --init-from
-bundled --train-top-layers 2``): the top two encoder layers and the MLM head transform moved, the
-embeddings (tied to the output layer) and lower layers stayed. Only those tensors ship, in fp16,
-under ``encoder_runtime/models/fill-mask-delta``; the full ``BertForMaskedLM`` folder is assembled from the
-bundled model at first use into a cache directory keyed by the delta's content, so it is built once.
+all-MiniLM-L6-v2 has no MLM head. This project trained one (``cloze train pretrain --init-from ...
+--train-top-layers 6``): all six encoder layers and the MLM head transform moved, the embeddings (tied to the
+output layer) stayed. Only the moved tensors ship, in fp16, under ``encoder_runtime/models/fill-mask-delta``;
+the full ``BertForMaskedLM`` folder is assembled from the bundled model at first use into a cache directory
+keyed by the delta's content, so it is built once. The embedding model itself is never changed.
 """
 
 from __future__ import annotations

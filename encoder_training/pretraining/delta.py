@@ -1,9 +1,10 @@
 """Cut a fill-mask model trained over a frozen base encoder down to what training changed.
 
-With ``train_top_layers`` only the top encoder layers and the MLM head transform/bias move; the
-embeddings (and the tied output layer) and lower layers are the base model's. Shipping just those
-tensors in fp16 keeps the default fill-mask model a few MB; ``encoder_runtime.default_fill_mask``
-re-assembles the full folder from the base at first use.
+With ``train_top_layers`` only the top encoder layers (all of them when it equals the layer count) and the
+MLM head transform/bias move; the embeddings (and the tied output layer) and any lower layers are the base
+model's. Shipping just those tensors in fp16 keeps the default fill-mask model under the base's size (all six
+layers: 20.7 MiB, the embeddings' 22 MiB left out); ``encoder_runtime.default_fill_mask`` re-assembles the full
+folder from the base at first use.
 """
 
 from __future__ import annotations

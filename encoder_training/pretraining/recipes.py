@@ -43,6 +43,7 @@ class PretrainConfig:
     init_from: str = ""  # an existing BERT folder ("bundled" = all-MiniLM-L6-v2) to continue from
     train_top_layers: int = 0  # with init_from: train only the top N layers and the MLM head (0 = all)
     max_time_minutes: float = 0.0  # stop after this long (0 = no limit), the learning rate reaching 0 then
+    dropout: float = -1.0  # MLM: every dropout probability (hidden and attention); -1 keeps the model's own
 
 
 def recipe_names() -> list[str]:
