@@ -9,7 +9,7 @@ Training runs only when ``--model`` holds no finished run (``training.json``), a
 reranker`` command in its own process; its settings are chosen on the train split (its dev check holds out
 train queries), never on test. Scores are cached per (query, document) in ``--work`` and the result file is
 rewritten after every row, so a rerun (or a second invocation for another backend) scores only what is
-missing and adds its rows to ``benchmarks/results/rerank.json``. ``--depths 20 50`` scores the cheaper depth
+missing and adds its rows to ``benchmarks/results/rerank.json``. ``--rows`` can score a cheaper depth
 first: on a loaded 2-core machine a depth of 50 over SciFact's 300 test queries is 15,000 pairs.
 """
 
@@ -177,9 +177,12 @@ def main() -> None:
     parser.add_argument(
         "--backend-label", default=None, help="the rows' backend name (default: torch / onnx)"
     )
-    parser.add_argument("--datasets", nargs="+", default=["scifact", "msmarco"], choices=list(SETS))
-    parser.add_argument("--modes", nargs="+", default=["hybrid", "dense"], choices=["hybrid", "dense"])
-    parser.add_argument("--depths", nargs="+", type=int, default=[50], help="candidates reranked, in order")
+    parser.add_argument(
+        "--rows",
+        nargs="+",
+        default=[f"{d}:{m}:50" for d in SETS for m in ("hybrid", "dense")],
+        help="DATASET:MODE:CANDIDATES, scored in this order (each row is written when done)",
+    )
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "rerank-benchmark")
     parser.add_argument("--out", type=Path, default=RESULTS / "rerank.json")
     args = parser.parse_args()
@@ -197,29 +200,33 @@ def main() -> None:
         result = {"model": str(args.model), "rows": []}
     result |= {"training": summary(record), "commands": sorted(set(result.get("commands", [])) | {command()})}
     result.setdefault("load_average_1min_samples", []).append(load_average()[0])
-    for depth in args.depths:
-        for dataset in args.datasets:
-            for mode in args.modes:
-                queries, qrels, candidates, info = first_stage_runs(SETS[dataset], mode, depth)
-                row = {"dataset": dataset, "mode": mode, "candidates": depth, "backend": backend, **info}
-                row |= rerank_row(cache, queries, qrels, candidates, depth)
-                key = (dataset, mode, depth, backend)
-                result["rows"] = [
-                    r
-                    for r in result["rows"]
-                    if (r["dataset"], r["mode"], r["candidates"], r["backend"]) != key
-                ]
-                result["rows"].append(row)
-                result["load_average_1min_samples"].append(load_average()[0])
-                args.out.write_text(json.dumps(result, indent=2) + "\n")
-                print(
-                    f"{dataset:8} {mode:6} top {depth:3} {backend:10} nDCG@10 {row['first_stage']['ndcg@10']:.4f} -> "
-                    f"{row['reranked']['ndcg@10']:.4f}  ({row['pairs_scored_now']} pairs, {row['seconds']} s)",
-                    flush=True,
-                )
+    for spec in args.rows:
+        dataset, mode, depth = parse_row(spec)
+        queries, qrels, candidates, info = first_stage_runs(SETS[dataset], mode, depth)
+        row = {"dataset": dataset, "mode": mode, "candidates": depth, "backend": backend, **info}
+        row |= rerank_row(cache, queries, qrels, candidates, depth)
+        key = (dataset, mode, depth, backend)
+        result["rows"] = [
+            r for r in result["rows"] if (r["dataset"], r["mode"], r["candidates"], r["backend"]) != key
+        ]
+        result["rows"].append(row)
+        result["load_average_1min_samples"].append(load_average()[0])
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(
+            f"{dataset:8} {mode:6} top {depth:3} {backend:10} nDCG@10 {row['first_stage']['ndcg@10']:.4f} -> "
+            f"{row['reranked']['ndcg@10']:.4f}  ({row['pairs_scored_now']} pairs, {row['seconds']} s)",
+            flush=True,
+        )
     result["wall_time_s_last_invocation"] = round(time.perf_counter() - started, 1)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written: {args.out}")
+
+
+def parse_row(spec: str) -> tuple[str, str, int]:
+    dataset, mode, depth = spec.split(":")
+    if dataset not in SETS or mode not in ("hybrid", "dense"):
+        raise SystemExit(f"--rows {spec!r}: DATASET is one of {', '.join(SETS)}, MODE hybrid or dense")
+    return dataset, mode, int(depth)
 
 
 def summary(record: dict) -> dict:
