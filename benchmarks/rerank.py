@@ -61,7 +61,7 @@ def first_stage_runs(data: Path, mode: str, depth: int) -> tuple[dict, dict, dic
 
     encoder = load_encoder(None, backend="auto")
     index_dir = default_index_dir(data, encoder, encoder.backend.name)
-    build_if_needed(index_dir, corpus_file(data), encoder, BuildOptions(show_progress=False))
+    build_if_needed(index_dir, corpus_file(data), encoder, BuildOptions(show_progress=False, resume=True))
     qrels = load_qrels(data, "test")
     queries = {q: text for q, text in load_queries(data).items() if q in qrels}
     index = SearchIndex.open(index_dir, encoder, create=False, read_only=True)

@@ -93,7 +93,9 @@ def open_first_stage(config: RerankConfig, corpus: Path, work: Path, encoder: An
     if config.index:
         return SearchIndex.open(Path(config.index), encoder, create=False, read_only=True)
     folder = work / "index"
-    build_if_needed(folder, corpus, encoder, BuildOptions(show_progress=True))
+    build_if_needed(
+        folder, corpus, encoder, BuildOptions(show_progress=True, resume=True)
+    )  # a killed run keeps its chunks
     return SearchIndex.open(folder, encoder, create=False)
 
 
