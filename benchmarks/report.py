@@ -1009,7 +1009,9 @@ def rerank(page: Page) -> None:
         f"({training['epochs']} epochs) in {training['train_seconds'] / 60:.1f} min of a "
         f"{recipe['max_time_minutes']:.0f}-minute budget; dev ({dev.get('queries', 0)} held-out train "
         f"queries, top {dev.get('candidates', 0)}): {dev.get('first_stage_ndcg@10', '')} -> "
-        f"{dev.get('reranked_ndcg@10', '')}. Load average during the runs: "
+        f"{dev.get('reranked_ndcg@10', '')}. Negatives: {training['data']['mining']['negatives']} mined, "
+        f"{training['data']['mining']['guarded']} skipped by the guard. First stage: the bundled encoder on "
+        f"{data['rows'][0]['first_stage_backend'] if data['rows'] else ''}. Load average during the runs: "
         f"{min(data['load_average_1min_samples'])}-{max(data['load_average_1min_samples'])} on 2 cores.",
         table(
             [
