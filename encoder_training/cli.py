@@ -1,5 +1,6 @@
 """Sub-commands of the training stage, registered into the groups of ``app.cli``: pre-training
-(``cloze train tokenizer|pretrain``), fine-tuning (``cloze train finetune``), adaptation
+(``cloze train tokenizer|pretrain``), fine-tuning (``cloze train finetune``), rerankers
+(``cloze train reranker``), adaptation
 (``cloze adapt``) and every evaluator (``cloze eval sts|mlm|lama|beir``)."""
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from encoder_training.adaptation import cli as adaptation_cli
 from encoder_training.evaluation import cli as evaluation_cli
 from encoder_training.finetuning import cli as finetuning_cli
 from encoder_training.pretraining import cli as pretraining_cli
+from encoder_training.reranking import cli as reranking_cli
 
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     pretraining_cli.register(groups)
     finetuning_cli.register(groups)
     adaptation_cli.register(groups)
+    reranking_cli.register(groups)
     evaluation_cli.register(groups)

@@ -1,0 +1,329 @@
+"""``cloze train reranker``: judged queries in, a sentence-transformers ``CrossEncoder`` folder out.
+
+1. the judged queries (BEIR folder + split, or JSONL pairs + corpus), a few held out as a dev set;
+2. an index of the corpus built with the bundled encoder (the service's own first stage) in ``OUT.work``,
+   or an existing one (``--index``), searched in hybrid mode to mine hard negatives (``mining``);
+3. the sentence-transformers cross-encoder trainer under a wall-clock budget with checkpoints (a rerun
+   resumes), starting from any BERT-style folder (default: the bundled encoder's weights, new head);
+4. the dev check: the held-out queries' first-stage top N reranked, nDCG@10 before and after, written into
+   ``training.json`` and the model card (``README.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from encoder_runtime.model_dir import fingerprint, resolve_model_path
+from encoder_training.adaptation.timing import ResumableTimeBox, RunState, train_resuming
+from encoder_training.pretraining.train import budget_schedule
+from encoder_training.reranking.judged import JudgedQuery, read_beir, read_pairs
+from encoder_training.reranking.mining import MiningSettings, first_stage, mine_negatives, training_rows
+from encoder_training.reranking.scoring import cross_encoder_scorer, mean_ndcg, rerank
+from index.builder import BuildOptions, build_if_needed
+from index.search_index import SearchIndex
+
+log = logging.getLogger(__name__)
+LOSSES = ("bce", "mnrl")
+TRAINING_RECORD = "training.json"
+MINED = "mined.json"
+
+
+@dataclass
+class RerankConfig:
+    """Everything that decides the result; stored verbatim in ``training.json``."""
+
+    out: str
+    beir: str | None = None
+    split: str = "train"
+    pairs: str | None = None
+    corpus: str | None = None
+    model: str = ""  # cross-encoder start: any BERT-style folder; "" = the bundled encoder's weights
+    encoder: str = ""  # the first stage's encoder (mining and the dev check); "" = the bundled one
+    backend: str = "auto"
+    index: str | None = None  # an existing index over the corpus, opened read-only
+    loss: str = "bce"
+    num_negatives: int = 7
+    range_min: int = 0
+    range_max: int = 30
+    relative_margin: float = 0.05
+    max_length: int = 256
+    batch_size: int = 16
+    learning_rate: float = 3e-5
+    warmup_steps: int = 30
+    max_time_minutes: float = 60.0
+    max_steps: int = 0  # 0: the clock ends training
+    save_steps: int = 50
+    dev_queries: int = 50
+    dev_candidates: int = 30
+    seed: int = 42
+
+    def mining(self) -> MiningSettings:
+        return MiningSettings(self.num_negatives, self.range_min, self.range_max, self.relative_margin)
+
+
+def work_dir(out: Path) -> Path:
+    return out.with_name(out.name + ".work")
+
+
+def load_judged(config: RerankConfig, work: Path) -> tuple[list[JudgedQuery], Path]:
+    if bool(config.beir) == bool(config.pairs):
+        raise ValueError("give either a BEIR folder (--beir) or judged pairs (--pairs), not both")
+    if config.beir:
+        return read_beir(Path(config.beir), config.split)
+    return read_pairs(Path(config.pairs or ""), Path(config.corpus) if config.corpus else None, work)
+
+
+def split_dev(queries: list[JudgedQuery], dev_queries: int, seed: int) -> tuple[list[JudgedQuery], list]:
+    """A seeded hold-out of queries whose positives have corpus ids (the dev check scores by id); at most a
+    fifth of the queries, so a small set still trains on most of its judgements."""
+    eligible = [q for q in queries if q.positive_ids()]
+    count = min(dev_queries, len(queries) // 5, len(eligible))
+    dev = random.Random(seed).sample(eligible, count) if count > 0 else []
+    held = {q.query_id for q in dev}
+    return [q for q in queries if q.query_id not in held], dev
+
+
+def open_first_stage(config: RerankConfig, corpus: Path, work: Path, encoder: Any) -> SearchIndex:
+    if config.index:
+        return SearchIndex.open(Path(config.index), encoder, create=False, read_only=True)
+    folder = work / "index"
+    build_if_needed(
+        folder, corpus, encoder, BuildOptions(show_progress=True, resume=True)
+    )  # a killed run keeps its chunks
+    return SearchIndex.open(folder, encoder, create=False)
+
+
+def prepare(config: RerankConfig, work: Path) -> dict[str, Any]:
+    """Mined training rows and the dev set's first-stage candidates, cached in ``work/mined.json`` (a resumed
+    run trains on exactly the same rows)."""
+    cached = work / MINED
+    if cached.is_file():
+        return json.loads(cached.read_text())
+    from encoder_runtime import load_encoder
+
+    queries, corpus = load_judged(config, work)
+    train_queries, dev = split_dev(queries, config.dev_queries, config.seed)
+    encoder = load_encoder(config.encoder or None, backend=config.backend)
+    started = time.perf_counter()
+    index = open_first_stage(config, corpus, work, encoder)
+    try:
+        index.wait_for_lexical()
+        indexed = time.perf_counter()
+        mined, stats = mine_negatives(train_queries, index, encoder, config.mining())
+        hits, _ = first_stage(index, encoder, [q.text for q in dev], config.dev_candidates)
+    finally:
+        index.close()
+    prepared = {
+        "rows": training_rows(mined, config.loss, config.seed),
+        "dev": [
+            {
+                "query": q.text,
+                "relevant": dict.fromkeys(q.positive_ids(), 1),
+                "candidates": [[h.id, h.text] for h in h_],
+            }
+            for q, h_ in zip(dev, hits, strict=True)
+        ],
+        "record": {
+            "corpus": str(corpus),
+            "first_stage": {
+                "encoder": encoder.info.model_id,
+                "backend": encoder.backend.name,
+                "mode": "hybrid",
+            },
+            "queries": len(queries),
+            "train_queries": len(train_queries),
+            "dev_queries": len(dev),
+            "positives": sum(len(q.positives) for q in train_queries),
+            "mining": stats,
+            "index_seconds": round(indexed - started, 1),
+            "mining_seconds": round(time.perf_counter() - indexed, 1),
+        },
+    }
+    work.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(prepared))
+    return prepared
+
+
+def build_cross_encoder(model: str, max_length: int):
+    """Any BERT-style folder (a sentence-transformers bi-encoder included) becomes a one-logit cross-encoder;
+    a CrossEncoder folder loads as it is (further training)."""
+    from sentence_transformers.cross_encoder import CrossEncoder
+
+    return CrossEncoder(
+        str(resolve_model_path(model)), num_labels=1, max_length=max_length, local_files_only=True
+    )
+
+
+def make_loss(name: str, model, rows: list[dict[str, Any]]):
+    import torch
+    from sentence_transformers.cross_encoder import losses
+
+    if name == "bce":
+        positives = sum(1 for row in rows if row["label"] > 0)
+        weight = (len(rows) - positives) / max(
+            1, positives
+        )  # balance the classes, as ST's reranker recipe does
+        return losses.BinaryCrossEntropyLoss(model, pos_weight=torch.tensor(max(1.0, weight)))
+    if name == "mnrl":
+        return losses.MultipleNegativesRankingLoss(model)
+    raise ValueError(f"unknown loss {name!r}; choose one of {', '.join(LOSSES)}")
+
+
+def budget_trainer_class():
+    from sentence_transformers.cross_encoder import CrossEncoderTrainer
+
+    class BudgetCrossEncoderTrainer(CrossEncoderTrainer):
+        """The learning rate decays to zero at the end of the wall-clock budget (``budget_schedule``)."""
+
+        def __init__(self, *args, time_box: ResumableTimeBox, warmup: int, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.time_box, self.warmup = time_box, warmup
+
+        def create_scheduler(self, num_training_steps: int, optimizer=None):
+            if self.lr_scheduler is None:
+                self.lr_scheduler = budget_schedule(optimizer or self.optimizer, self.warmup, self.time_box)
+            return self.lr_scheduler
+
+    return BudgetCrossEncoderTrainer
+
+
+def fit(
+    config: RerankConfig, model, rows: list[dict[str, Any]], work: Path, state: RunState
+) -> dict[str, Any]:
+    from datasets import Dataset
+    from sentence_transformers.base.sampler import BatchSamplers
+    from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments
+
+    if not rows:
+        raise ValueError("no training rows: no judged query had a positive")
+    time_box = ResumableTimeBox(config.max_time_minutes, state, "train")
+    args = CrossEncoderTrainingArguments(
+        output_dir=str(work / "checkpoints"),
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        max_steps=config.max_steps or 1_000_000,  # else the clock stops it
+        batch_sampler=BatchSamplers.NO_DUPLICATES if config.loss == "mnrl" else BatchSamplers.BATCH_SAMPLER,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=1,
+        logging_steps=10,
+        report_to="none",
+        seed=config.seed,
+    )
+    trainer = budget_trainer_class()(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        loss=make_loss(config.loss, model, rows),
+        callbacks=[time_box],
+        time_box=time_box,
+        warmup=config.warmup_steps,
+    )
+    checkpoints = sorted((work / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    result, seconds = train_resuming(trainer, time_box, work)
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return {
+        "steps": result.global_step,
+        "epochs": round(result.global_step * config.batch_size / len(rows), 2),
+        "train_seconds": round(state.spent("train"), 1),
+        "seconds_this_run": round(seconds, 1),
+        "resumed_from": checkpoints[-1].name if checkpoints else None,
+        "first_loss": losses[0] if losses else None,
+        "final_loss": losses[-1] if losses else None,
+    }
+
+
+def dev_check(model, dev: list[dict[str, Any]], depth: int) -> dict[str, Any]:
+    """nDCG@10 of the held-out queries: the first stage's order, and its top ``depth`` reranked."""
+    if not dev:
+        return {}
+    scorer = cross_encoder_scorer(model)
+    relevant = {str(n): item["relevant"] for n, item in enumerate(dev)}
+    before = {str(n): [doc for doc, _ in item["candidates"]] for n, item in enumerate(dev)}
+    after = {str(n): rerank(scorer, item["query"], item["candidates"], depth) for n, item in enumerate(dev)}
+    return {
+        "queries": len(dev),
+        "candidates": depth,
+        "first_stage_ndcg@10": round(mean_ndcg(before, relevant), 4),
+        "reranked_ndcg@10": round(mean_ndcg(after, relevant), 4),
+    }
+
+
+def train_reranker(config: RerankConfig) -> Path:
+    """Train (or resume) and save ``config.out``; a folder that already holds a finished run is left as is."""
+    out = Path(config.out)
+    if (out / TRAINING_RECORD).is_file():
+        log.info("%s already holds a trained reranker; nothing to do", out)
+        return out
+    work = work_dir(out)
+    state = RunState(work)
+    prepared = prepare(config, work)
+    model = build_cross_encoder(config.model, config.max_length)
+    training = fit(config, model, prepared["rows"], work, state)
+    started = time.perf_counter()
+    dev = dev_check(model, prepared["dev"], config.dev_candidates)
+    model.save(str(out))
+    base = resolve_model_path(config.model)
+    record = {
+        "recipe": asdict(config),
+        "base_model": str(base),
+        "base_fingerprint": fingerprint(base),
+        "data": prepared["record"],
+        "rows": len(prepared["rows"]),
+        "training": training,
+        "dev": dev | ({"seconds": round(time.perf_counter() - started, 1)} if dev else {}),
+    }
+    (out / TRAINING_RECORD).write_text(json.dumps(record, indent=2))
+    (out / "README.md").write_text(model_card(out, record))
+    return out
+
+
+def model_card(out: Path, record: dict[str, Any]) -> str:
+    recipe, data, training, dev = record["recipe"], record["data"], record["training"], record["dev"]
+    mining = data["mining"]
+    lines = [
+        f"# {out.name}",
+        "",
+        "A cross-encoder reranker (sentence-transformers `CrossEncoder`, one logit: higher is more relevant) "
+        "trained by `cloze train reranker`.",
+        "",
+        "## Training",
+        f"- start: `{record['base_model']}` (fingerprint `{record['base_fingerprint'][:12]}`), a new one-logit head",
+        f"- judged queries: {data['queries']} from `{recipe['beir'] or recipe['pairs']}`"
+        + (f" split `{recipe['split']}`" if recipe["beir"] else "")
+        + f"; {data['train_queries']} trained on, {data['dev_queries']} held out as dev",
+        f"- hard negatives: the first stage's hybrid top {recipe['range_max']} (`{data['first_stage']['encoder']}`, "
+        f"{data['first_stage']['backend']}), up to {recipe['num_negatives']} a query; judged positives excluded "
+        f"({mining['positives']}), {mining['guarded']} skipped by the false-negative guard (dense score above "
+        f"{1 - recipe['relative_margin']:.2f} x the positive's), {mining['negatives']} kept",
+        f"- loss `{recipe['loss']}`, {record['rows']} rows, batch {recipe['batch_size']}, lr {recipe['learning_rate']}, "
+        f"max length {recipe['max_length']} tokens",
+        f"- {training['steps']} steps ({training['epochs']} epochs) in {training['train_seconds']} s "
+        f"(budget {recipe['max_time_minutes']} min); loss {training['first_loss']} -> {training['final_loss']}",
+    ]
+    if dev:
+        lines += [
+            "",
+            "## Measured",
+            f"Dev ({dev['queries']} held-out judged queries), nDCG@10: first stage alone "
+            f"{dev['first_stage_ndcg@10']}, its top {dev['candidates']} reranked {dev['reranked_ndcg@10']}.",
+        ]
+    lines += [
+        "",
+        "## Use",
+        "```python",
+        "from sentence_transformers import CrossEncoder",
+        f'model = CrossEncoder("{out}")',
+        'scores = model.predict([("query", "passage one"), ("query", "passage two")])',
+        "```",
+        "",
+        "Full details: `training.json`.",
+        "",
+    ]
+    return "\n".join(lines)
