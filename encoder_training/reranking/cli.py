@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import fields
 
-from encoder_training.reranking.train import LOSSES, RerankConfig
+from encoder_training.reranking.config import LOSSES, RerankConfig
 
 HELP = {
     "out": "output CrossEncoder folder (work files go to OUT.work; rerun to resume)",

@@ -15,13 +15,14 @@ import json
 import logging
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from encoder_runtime.model_dir import fingerprint, resolve_model_path
 from encoder_training.adaptation.timing import ResumableTimeBox, RunState, train_resuming
 from encoder_training.pretraining.train import budget_schedule
+from encoder_training.reranking.config import LOSSES, RerankConfig
 from encoder_training.reranking.judged import JudgedQuery, read_beir, read_pairs
 from encoder_training.reranking.mining import MiningSettings, first_stage, mine_negatives, training_rows
 from encoder_training.reranking.scoring import cross_encoder_scorer, mean_ndcg, rerank
@@ -29,42 +30,12 @@ from index.builder import BuildOptions, build_if_needed
 from index.search_index import SearchIndex
 
 log = logging.getLogger(__name__)
-LOSSES = ("bce", "mnrl")
 TRAINING_RECORD = "training.json"
 MINED = "mined.json"
 
 
-@dataclass
-class RerankConfig:
-    """Everything that decides the result; stored verbatim in ``training.json``."""
-
-    out: str
-    beir: str | None = None
-    split: str = "train"
-    pairs: str | None = None
-    corpus: str | None = None
-    model: str = ""  # cross-encoder start: any BERT-style folder; "" = the bundled encoder's weights
-    encoder: str = ""  # the first stage's encoder (mining and the dev check); "" = the bundled one
-    backend: str = "auto"
-    index: str | None = None  # an existing index over the corpus, opened read-only
-    loss: str = "bce"
-    num_negatives: int = 7
-    range_min: int = 0
-    range_max: int = 30
-    relative_margin: float = 0.05
-    max_length: int = 256
-    batch_size: int = 16
-    learning_rate: float = 3e-5
-    warmup_steps: int = 30
-    max_time_minutes: float = 60.0
-    max_steps: int = 0  # 0: the clock ends training
-    save_steps: int = 50
-    dev_queries: int = 50
-    dev_candidates: int = 30
-    seed: int = 42
-
-    def mining(self) -> MiningSettings:
-        return MiningSettings(self.num_negatives, self.range_min, self.range_max, self.relative_margin)
+def mining_settings(config: RerankConfig) -> MiningSettings:
+    return MiningSettings(config.num_negatives, config.range_min, config.range_max, config.relative_margin)
 
 
 def work_dir(out: Path) -> Path:
@@ -115,7 +86,7 @@ def prepare(config: RerankConfig, work: Path) -> dict[str, Any]:
     try:
         index.wait_for_lexical()
         indexed = time.perf_counter()
-        mined, stats = mine_negatives(train_queries, index, encoder, config.mining())
+        mined, stats = mine_negatives(train_queries, index, encoder, mining_settings(config))
         hits, _ = first_stage(index, encoder, [q.text for q in dev], config.dev_candidates)
     finally:
         index.close()
