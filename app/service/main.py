@@ -79,8 +79,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engines.bound(settings.max_pending)
     app.state.engines.read_only = settings.index_read_only  # after Engines(): its __init__ resets it
     install_error_handlers(app)
-    for module in (inference, rerank, meta, playground, collections, snapshots):
+    for module in (inference, rerank, meta, playground, collections):
         app.include_router(module.router)
+    app.include_router(snapshots.router, dependencies=[Depends(collections.collection_in_path)])
     for module in (search, documents, jobs):  # a collection's routes; without the prefix, default's
         app.include_router(module.router)
         app.include_router(
