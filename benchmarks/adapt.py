@@ -133,6 +133,12 @@ def main() -> None:
     parser.add_argument("--teacher", help="a CrossEncoder folder for the teacher variant")
     parser.add_argument("--modes", nargs="+", default=["dense", "hybrid"], choices=["dense", "hybrid"])
     parser.add_argument("--no-sts", action="store_true", help="skip STS-B (time)")
+    parser.add_argument(
+        "--backend",
+        default="torch",
+        choices=["torch", "onnx-int8"],
+        help="the scores' backend (int8: faster)",
+    )
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "adapt-benchmark")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -145,11 +151,12 @@ def main() -> None:
         "command": command(),
         "minutes": args.minutes,
         "split": args.split,
+        "backend": args.backend,
         "scifact": {},
     }
 
     def scores(model: str) -> dict:
-        values = {mode: beir(model, SCIFACT, mode, args.split, "torch", log) for mode in args.modes}
+        values = {mode: beir(model, SCIFACT, mode, args.split, args.backend, log) for mode in args.modes}
         loads.append(load_average()[0])
         return values if args.no_sts else values | {"sts_b_test": sts(model, log)}
 

@@ -127,10 +127,19 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def wrk(url: str, route: str, bodies: Path, connections: int, seconds: int, script: Path, pid: int) -> dict:
+def wrk(
+    url: str,
+    route: str,
+    bodies: Path,
+    connections: int,
+    seconds: int,
+    script: Path,
+    pid: int,
+    timeout: str = "10s",
+) -> dict:
     server_cpu, wrk_cpu = cpu_seconds(pid), children_cpu()
     out = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", str(script), url],
+        ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--timeout", timeout, "-s", str(script), url],
         env={**os.environ, "BODIES": str(bodies), "ROUTE": route},
         capture_output=True,
         text=True,

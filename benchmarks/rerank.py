@@ -3,7 +3,8 @@
 candidates reranked, for hybrid and dense first stages, on the torch (fp32) model and on ONNX files.
 
     python benchmarks/rerank.py --train-minutes 60 --model /work/rerank-models/scifact-minilm
-    python benchmarks/rerank.py --model DIR --onnx DIR/onnx/model_int8.onnx --backend-label onnx-int8
+    python benchmarks/rerank.py --model DIR --onnx DIR/onnx/rerank_int8.onnx --backend-label onnx-int8
+    python benchmarks/rerank.py --model DIR --latency   # /search with and without rerank, under wrk
 
 Training runs only when ``--model`` holds no finished run (``training.json``), as a real ``cloze train
 reranker`` command in its own process; its settings are chosen on the train split (its dev check holds out
@@ -11,6 +12,10 @@ train queries), never on test. Scores are cached per (query, document) in ``--wo
 rewritten after every row, so a rerun (or a second invocation for another backend) scores only what is
 missing and adds its rows to ``benchmarks/results/rerank.json``. ``--rows`` can score a cheaper depth
 first: on a loaded 2-core machine a depth of 50 over SciFact's 300 test queries is 15,000 pairs.
+
+``--latency`` serves the SciFact index with the model as ``CLOZE_RERANK_MODELS`` (the service's default
+backend: ONNX int8 when the folder was exported) and drives ``POST /search`` (hybrid, top 10) with Debian's
+``wrk`` at one connection and at sixteen, without rerank and with ``rerank: {"candidates": N}``, side by side.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +40,7 @@ from harness.provenance import command, load_average  # noqa: E402
 DATA = Path(os.environ.get("CLOZE_DATA_DIR", ROOT.parent / "shared" / "data"))
 RESULTS = ROOT / "benchmarks" / "results"
 SETS = {"scifact": DATA / "beir-scifact", "msmarco": DATA / "beir-msmarco-subset"}
+DEV = "scifact-dev"  # the train queries `cloze train reranker` held out (its OUT.work/mined.json)
 
 
 def train(model: Path, minutes: float, extra: list[str], log: Path) -> None:
@@ -54,14 +61,12 @@ def first_stage_runs(data: Path, mode: str, depth: int) -> tuple[dict, dict, dic
     """The test queries' first-stage top 100 (ids and texts), over the index ``cloze eval beir`` caches for the
     bundled encoder on the service's default backend."""
     from encoder_runtime import load_encoder
-    from encoder_training.evaluation.beir import corpus_file, default_index_dir, load_qrels, load_queries
+    from encoder_training.evaluation.beir import load_qrels, load_queries
     from encoder_training.reranking.mining import first_stage
-    from index.builder import BuildOptions, build_if_needed
     from index.search_index import SearchIndex
 
     encoder = load_encoder(None, backend="auto")
-    index_dir = default_index_dir(data, encoder, encoder.backend.name)
-    build_if_needed(index_dir, corpus_file(data), encoder, BuildOptions(show_progress=False, resume=True))
+    index_dir = first_stage_index(data, encoder)
     qrels = load_qrels(data, "test")
     queries = {q: text for q, text in load_queries(data).items() if q in qrels}
     index = SearchIndex.open(index_dir, encoder, create=False, read_only=True)
@@ -142,17 +147,31 @@ def scorer_for(args: argparse.Namespace, max_length: int):
     return cross_encoder_scorer(CrossEncoder(str(args.model), local_files_only=True), batch_size=32)
 
 
-def rerank_row(cache: ScoreCache, queries, qrels, candidates, depth: int) -> dict[str, Any]:
+BLEND_WEIGHTS = tuple(round(w / 10, 1) for w in range(11))
+
+
+def blended_order(scores: np.ndarray, weight: float, k: int = 60) -> np.ndarray:
+    """Positions in the order of a weighted reciprocal-rank fusion of the reranker's ranking (``weight``) and
+    the first stage's (the candidates' own order): 1.0 is the reranker alone, 0.0 the first stage."""
+    rerank_rank = np.empty(len(scores), dtype=np.int64)
+    rerank_rank[np.argsort(-scores, kind="stable")] = np.arange(1, len(scores) + 1)
+    fused = weight / (k + rerank_rank) + (1 - weight) / (k + np.arange(1, len(scores) + 1))
+    return np.argsort(-fused, kind="stable")
+
+
+def rerank_row(cache: ScoreCache, dataset: str, queries, qrels, candidates, depth: int) -> dict[str, Any]:
     from encoder_training.evaluation.beir import ndcg_per_query, paired_difference, score_run
 
     started, pairs_before = time.perf_counter(), len(cache.scores)
     before = {q: [d for d, _ in candidates[q]][:100] for q in queries}
-    after = {}
+    runs: dict[float, dict[str, list[str]]] = {w: {} for w in BLEND_WEIGHTS}
     for q, text in queries.items():
-        head = candidates[q][:depth]
-        order = np.argsort(-cache.score(q, text, head), kind="stable")
-        after[q] = ([head[i][0] for i in order] + [d for d, _ in candidates[q][depth:]])[:100]
+        head, tail = candidates[q][:depth], [d for d, _ in candidates[q][depth:]]
+        scores = cache.score(f"{dataset}/{q}", text, head)  # query ids of two sets may meet
+        for weight, run in runs.items():
+            run[q] = ([head[i][0] for i in blended_order(scores, weight)] + tail)[:100]
     cache.save()
+    after = runs[1.0]
     first, reranked = score_run(before, qrels), score_run(after, qrels)
     return {
         "first_stage": {k: round(v, 4) for k, v in first.items()},
@@ -160,6 +179,7 @@ def rerank_row(cache: ScoreCache, queries, qrels, candidates, depth: int) -> dic
         "paired_vs_first_stage": paired_difference(
             ndcg_per_query(after, qrels), ndcg_per_query(before, qrels)
         ),
+        "blend_ndcg@10": {str(w): round(score_run(run, qrels)["ndcg@10"], 4) for w, run in runs.items()},
         "queries": len(after),
         "pairs_scored_now": len(cache.scores) - pairs_before,
         "seconds": round(time.perf_counter() - started, 1),
@@ -183,6 +203,11 @@ def main() -> None:
         default=[f"{d}:{m}:50" for d in SETS for m in ("hybrid", "dense")],
         help="DATASET:MODE:CANDIDATES, scored in this order (each row is written when done)",
     )
+    parser.add_argument(
+        "--latency", action="store_true", help="measure /search with and without rerank instead of rows"
+    )
+    parser.add_argument("--latency-candidates", type=int, default=50)
+    parser.add_argument("--latency-seconds", type=int, default=40, help="wrk's duration per setting")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "rerank-benchmark")
     parser.add_argument("--out", type=Path, default=RESULTS / "rerank.json")
     args = parser.parse_args()
@@ -190,6 +215,13 @@ def main() -> None:
     started = time.perf_counter()
     train(args.model, args.train_minutes, args.train_args.split(), args.work / "train.log")
     record = json.loads((args.model / "training.json").read_text())
+    if args.latency:
+        result = json.loads(args.out.read_text()) if args.out.is_file() else {"model": str(args.model)}
+        result["latency"] = latency(args.model, args.latency_candidates, args.latency_seconds, args.work)
+        result["latency"]["command"] = command()
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"written: {args.out}")
+        return
     backend = args.backend_label or ("onnx" if args.onnx else "torch")
     cache = ScoreCache(
         args.work / f"scores-{args.model.name}-{backend}.json",
@@ -202,9 +234,12 @@ def main() -> None:
     result.setdefault("load_average_1min_samples", []).append(load_average()[0])
     for spec in args.rows:
         dataset, mode, depth = parse_row(spec)
-        queries, qrels, candidates, info = first_stage_runs(SETS[dataset], mode, depth)
+        if dataset == DEV:
+            queries, qrels, candidates, info = dev_runs(args.model, depth)
+        else:
+            queries, qrels, candidates, info = first_stage_runs(SETS[dataset], mode, depth)
         row = {"dataset": dataset, "mode": mode, "candidates": depth, "backend": backend, **info}
-        row |= rerank_row(cache, queries, qrels, candidates, depth)
+        row |= rerank_row(cache, dataset, queries, qrels, candidates, depth)
         key = (dataset, mode, depth, backend)
         result["rows"] = [
             r for r in result["rows"] if (r["dataset"], r["mode"], r["candidates"], r["backend"]) != key
@@ -222,10 +257,86 @@ def main() -> None:
     print(f"written: {args.out}")
 
 
+def latency(model: Path, candidates: int, seconds: int, work: Path) -> dict[str, Any]:
+    """p50 / p99 of ``/search`` with and without rerank, one server, the arms interleaved per concurrency."""
+    from benchmarks.http_throughput import LUA, write_bodies, wrk
+    from encoder_training.evaluation.beir import load_qrels, load_queries
+    from harness.servers import serve_process
+
+    index = first_stage_index(SETS["scifact"])
+    qrels = load_qrels(SETS["scifact"], "test")
+    texts = [text for q, text in load_queries(SETS["scifact"]).items() if q in qrels]
+    plain = {"mode": "hybrid", "top_k": 10}
+    arms = {
+        "hybrid": write_bodies(work, "plain", [{"query": t, **plain} for t in texts]),
+        f"hybrid+rerank{candidates}": write_bodies(
+            work, "rerank", [{"query": t, **plain, "rerank": {"candidates": candidates}} for t in texts]
+        ),
+    }
+    script = work / "search.lua"
+    script.write_text(LUA)
+    env = {
+        "CLOZE_INDEX": str(index),
+        "CLOZE_RERANK_MODELS": f"default={model}",
+        "CLOZE_LOG_LEVEL": "warning",
+        "CLOZE_INDEX_READ_ONLY": "true",
+    }
+    rows = []
+    with serve_process(env, work / "server.log", timeout=600) as (url, process):
+        served = httpx.get(url + "/models", timeout=30).json()["rerank_models"]
+        for body in arms.values():  # warm-up: the first requests load sessions and fill caches
+            httpx.post(url + "/search", content=body.read_text().splitlines()[0], timeout=120,
+                       headers={"Content-Type": "application/json"})  # fmt: skip
+        for connections in (1, 16):
+            for arm, bodies in arms.items():
+                row = wrk(url, "/search", bodies, connections, seconds, script, process.pid, timeout="120s")
+                rows.append({"arm": arm, "connections": connections, **row})
+                print(
+                    f"{arm:18} c={connections:<3} {row['requests_per_s']:6.1f} req/s  p50 {row['p50_ms']:8.1f} ms"
+                    f"  p99 {row['p99_ms']:8.1f} ms  errors {row['errors_total']}  load {row['load'][0]}",
+                    flush=True,
+                )
+    return {"reranker": served, "candidates": candidates, "seconds_per_setting": seconds, "rows": rows}
+
+
+def first_stage_index(data: Path, encoder: Any = None) -> Path:
+    """The index ``cloze eval beir`` caches for the bundled encoder on the service's default backend."""
+    from encoder_runtime import load_encoder
+    from encoder_training.evaluation.beir import corpus_file, default_index_dir
+    from index.builder import BuildOptions, build_if_needed
+
+    encoder = encoder or load_encoder(None, backend="auto")
+    index_dir = default_index_dir(data, encoder, encoder.backend.name)
+    build_if_needed(index_dir, corpus_file(data), encoder, BuildOptions(show_progress=False, resume=True))
+    return index_dir
+
+
+def dev_runs(model: Path, depth: int) -> tuple[dict, dict, dict, dict]:
+    """The train queries the training held out as its dev set, with the hybrid candidates it stored: where a
+    setting (the blend weight) is chosen, never on test."""
+    prepared = json.loads((Path(f"{model}.work") / "mined.json").read_text())
+    dev = prepared["dev"]
+    if len(dev[0]["candidates"]) < depth:
+        raise SystemExit(
+            f"the dev set holds {len(dev[0]['candidates'])} candidates a query, fewer than {depth}"
+        )
+    queries = {f"dev{n}": item["query"] for n, item in enumerate(dev)}
+    qrels = {f"dev{n}": item["relevant"] for n, item in enumerate(dev)}
+    candidates = {f"dev{n}": [tuple(c) for c in item["candidates"]] for n, item in enumerate(dev)}
+    info = {"first_stage_backend": prepared["record"]["first_stage"]["backend"], "index": "the training's"}
+    return queries, qrels, candidates, info
+
+
 def parse_row(spec: str) -> tuple[str, str, int]:
     dataset, mode, depth = spec.split(":")
-    if dataset not in SETS or mode not in ("hybrid", "dense"):
-        raise SystemExit(f"--rows {spec!r}: DATASET is one of {', '.join(SETS)}, MODE hybrid or dense")
+    if (
+        dataset not in (*SETS, DEV)
+        or mode not in ("hybrid", "dense")
+        or (dataset == DEV and mode != "hybrid")
+    ):
+        raise SystemExit(
+            f"--rows {spec!r}: DATASET is one of {', '.join((*SETS, DEV))}, MODE hybrid or dense ({DEV}: hybrid)"
+        )
     return dataset, mode, int(depth)
 
 
@@ -253,6 +364,7 @@ def summary(record: dict) -> dict:
         "steps": training["steps"],
         "epochs": training["epochs"],
         "train_seconds": training["train_seconds"],
+        "loss": [training.get("first_loss"), training.get("final_loss")],
         "dev": record["dev"],
     }
 

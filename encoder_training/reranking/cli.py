@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import fields
 
 from encoder_training.reranking.config import LOSSES, RerankConfig
@@ -64,7 +65,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 
 
 def _train_reranker(args: argparse.Namespace) -> None:
-    from encoder_training.reranking.train import TRAINING_RECORD, train_reranker
+    from encoder_training.reranking.train import TRAINING_RECORD, dev_warning, train_reranker
 
     config = RerankConfig(**{f.name: getattr(args, f.name) for f in fields(RerankConfig)})
     try:
@@ -72,4 +73,6 @@ def _train_reranker(args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise SystemExit(f"cloze train reranker: {exc}") from exc
     record = json.loads((out / TRAINING_RECORD).read_text())
+    if warning := dev_warning(record["dev"]):
+        print(f"cloze train reranker: warning: {warning}", file=sys.stderr)
     print(json.dumps({"out": str(out), "training": record["training"], "dev": record["dev"]}))

@@ -218,12 +218,27 @@ def dev_check(model, dev: list[dict[str, Any]], depth: int) -> dict[str, Any]:
     relevant = {str(n): item["relevant"] for n, item in enumerate(dev)}
     before = {str(n): [doc for doc, _ in item["candidates"]] for n, item in enumerate(dev)}
     after = {str(n): rerank(scorer, item["query"], item["candidates"], depth) for n, item in enumerate(dev)}
+    first, reranked = round(mean_ndcg(before, relevant), 4), round(mean_ndcg(after, relevant), 4)
     return {
         "queries": len(dev),
         "candidates": depth,
-        "first_stage_ndcg@10": round(mean_ndcg(before, relevant), 4),
-        "reranked_ndcg@10": round(mean_ndcg(after, relevant), 4),
+        "first_stage_ndcg@10": first,
+        "reranked_ndcg@10": reranked,
+        "reranking_helps": reranked > first,
     }
+
+
+def dev_warning(dev: dict[str, Any]) -> str | None:
+    """What to tell the user when reranking lowered the held-out queries' nDCG@10 (None when it did not)."""
+    if not dev or dev["reranked_ndcg@10"] > dev["first_stage_ndcg@10"]:
+        return None
+    return (
+        f"on {dev['queries']} held-out judged queries this reranker does not beat the first stage "
+        f"(nDCG@10 {dev['first_stage_ndcg@10']} alone, {dev['reranked_ndcg@10']} with its top "
+        f"{dev['candidates']} reranked): serving it would not improve search. Train longer "
+        "(--max-time-minutes; a GPU does in minutes what a CPU does in hours) or start from a cross-encoder "
+        "already trained on more judged queries (--model)."
+    )
 
 
 def train_reranker(config: RerankConfig) -> Path:
@@ -285,6 +300,8 @@ def model_card(out: Path, record: dict[str, Any]) -> str:
             f"Dev ({dev['queries']} held-out judged queries), nDCG@10: first stage alone "
             f"{dev['first_stage_ndcg@10']}, its top {dev['candidates']} reranked {dev['reranked_ndcg@10']}.",
         ]
+        if warning := dev_warning(dev):
+            lines += ["", f"**Not an improvement:** {warning}"]
     lines += [
         "",
         "## Use",

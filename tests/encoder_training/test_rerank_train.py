@@ -152,3 +152,31 @@ def test_train_reranker_writes_a_cross_encoder_and_resumes(
     # a finished folder is left as it is
     main([*argv, "--max-steps", "6"])
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["training"]["steps"] == 4
+
+
+def test_a_reranker_that_loses_to_the_first_stage_on_dev_is_called_out(tmp_path: Path) -> None:
+    from encoder_training.reranking.train import dev_warning, model_card
+
+    worse = {"queries": 100, "candidates": 20, "first_stage_ndcg@10": 0.7433, "reranked_ndcg@10": 0.4053}
+    better = worse | {"reranked_ndcg@10": 0.7612}
+    tie = worse | {"reranked_ndcg@10": 0.7433}
+    assert dev_warning(better) is None and dev_warning({}) is None
+    for dev in (worse, tie):
+        warning = dev_warning(dev)
+        assert warning is not None and "0.7433" in warning and "does not beat the first stage" in warning
+    record = {
+        "recipe": {
+            "beir": "beir", "pairs": None, "split": "train", "range_max": 30, "num_negatives": 4,
+            "relative_margin": 0.05, "loss": "bce", "batch_size": 16, "learning_rate": 3e-5, "max_length": 256,
+            "max_time_minutes": 60.0,
+        },
+        "base_model": "start", "base_fingerprint": "0" * 16, "rows": 10,
+        "data": {
+            "queries": 12, "train_queries": 10, "dev_queries": 2,
+            "first_stage": {"encoder": "e", "backend": "torch"},
+            "mining": {"positives": 1, "guarded": 2, "negatives": 3},
+        },
+        "training": {"steps": 5, "epochs": 1.0, "train_seconds": 9.0, "first_loss": 1.1, "final_loss": 1.0},
+    }  # fmt: skip
+    assert "Not an improvement" in model_card(tmp_path, record | {"dev": worse})
+    assert "Not an improvement" not in model_card(tmp_path, record | {"dev": better})
