@@ -138,8 +138,19 @@ def wrk(
     timeout: str = "10s",
 ) -> dict:
     server_cpu, wrk_cpu = cpu_seconds(pid), children_cpu()
+    threads = min(2, connections)  # wrk needs a connection per thread
+    argv = [
+        "wrk",
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{seconds}s",
+        "--timeout",
+        timeout,
+        "-s",
+        str(script),
+    ]
     out = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--timeout", timeout, "-s", str(script), url],
+        [*argv, url],
         env={**os.environ, "BODIES": str(bodies), "ROUTE": route},
         capture_output=True,
         text=True,

@@ -1150,6 +1150,7 @@ def rerank_latency(latency: dict | None, name: str) -> list[str]:
         [
             row["arm"],
             row["connections"],
+            row["requests"],
             num(row["requests_per_s"], 1),
             num(row["p50_ms"], 0),
             num(row["p99_ms"], 0),
@@ -1162,7 +1163,9 @@ def rerank_latency(latency: dict | None, name: str) -> list[str]:
         f'Latency of `POST /search` (SciFact, hybrid, top 10) without and with `rerank: {{"candidates": '
         f"{latency['candidates']}}}` (reranker on {backends}), one server, wrk for "
         f"{latency['seconds_per_setting']} s per row:",
-        table(["search", "connections", "requests/s", "p50 ms", "p99 ms", "errors", "load"], rows),
+        table(
+            ["search", "connections", "requests", "requests/s", "p50 ms", "p99 ms", "errors", "load"], rows
+        ),
         f"Command: {ran(latency['command'], name)}",
     ]
 
