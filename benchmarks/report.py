@@ -213,7 +213,9 @@ def search_latency(page: Page) -> None:
     page.section(
         "Search latency",
         f"`POST /search` on a real server over the SciFact index ({data['documents']:,} documents, "
-        f"{data['backend']}), SciFact's queries, an httpx client on the same cores.",
+        f"{data['backend']}), SciFact's queries, an httpx client on the same cores. The figures are one "
+        "machine's on one day: the 2-core machines differ several-fold in speed from one session to the next, "
+        "so compare only figures measured side by side.",
         table(
             [key.replace("_ms", " ms").replace("_", " ") for key in columns],
             [[cell(row.get(key, "")) for key in columns] for row in rows],
