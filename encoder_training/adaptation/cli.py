@@ -28,6 +28,8 @@ HELP = {
     ),
     "interpolate": "weight of the adapted model against the starting one (1.0: no interpolation)",
     "mine_negatives": "mine hard negatives (true/false)",
+    "prep_fraction": "share of the budget mining and the starting encoder's embeddings may take; beyond it, a "
+    "random subset of the pairs that fits is trained on",
     "max_steps_per_stage": "also end each training stage after this many steps: a short run that does the same "
     "work on any machine",
     "guard_pairs": (

@@ -34,6 +34,59 @@ MINED = "mined.jsonl"
 TEACHER = "teacher.pt"
 
 
+def fit_estimate(
+    model, pairs: list[dict[str, str]], config: AdaptConfig, seconds: float, with_targets: bool
+) -> dict:
+    """How many of ``pairs`` mining (and, ``with_targets``, the starting encoder's embeddings of their texts)
+    can take in ``seconds``: all of them, or fewer, from the time a sample of their texts takes to embed at
+    each window (``kept``, with the estimate behind it)."""
+    import random
+    import time
+
+    sample = random.Random(config.seed).sample(pairs, min(16, len(pairs)))
+    texts = [pair[column] for pair in sample for column in ("anchor", "positive")]
+    windows = ([config.mine_max_seq_length] if config.mine_negatives else []) + (
+        [config.max_seq_length] if with_targets else []
+    )
+    per_pair = 0.0
+    for window in windows:
+        previous, model.max_seq_length = model.max_seq_length, window
+        try:
+            model.encode(
+                texts[:2], show_progress_bar=False
+            )  # the first call's one-off costs are not per text
+            began = time.perf_counter()
+            model.encode(texts, batch_size=len(texts), show_progress_bar=False)
+            per_pair += 2 * (time.perf_counter() - began) / len(texts)  # an anchor and a positive a pair
+        finally:
+            model.max_seq_length = previous
+    fits = len(pairs) if per_pair == 0 else max(int(seconds / per_pair), 2 * config.contrastive_batch_size)
+    kept = min(fits, len(pairs))
+    if kept < len(pairs):
+        log.warning(
+            "embedding the texts of all %d pairs would take about %.0f min here, more than the %.0f min "
+            "--prep-fraction leaves: training on %d pairs picked at random; raise --max-time-minutes to use "
+            "them all",
+            len(pairs), per_pair * len(pairs) / 60, seconds / 60, kept,
+        )  # fmt: skip
+    return {
+        "pairs": len(pairs),
+        "kept": kept,
+        "estimate_seconds": round(per_pair * len(pairs), 1),
+        "allowed_seconds": round(seconds, 1),
+    }
+
+
+def sample_pairs(pairs: list[dict[str, str]], kept: int, seed: int) -> list[dict[str, str]]:
+    """``kept`` of ``pairs`` picked at random (the same ones on a resume), in their order."""
+    import random
+
+    if kept >= len(pairs):
+        return pairs
+    chosen = set(random.Random(seed).sample(range(len(pairs)), kept))
+    return [pair for number, pair in enumerate(pairs) if number in chosen]
+
+
 def mine(config: AdaptConfig, model, pairs: list[dict[str, str]], work: Path):
     """(anchor, positive, negative_1..n) rows, one per pair; cached in ``work/mined.jsonl`` so a resume does not re-mine."""
     from datasets import Dataset

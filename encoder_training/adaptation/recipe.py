@@ -3,7 +3,8 @@
 A default comes from the paper named beside it, from time, or from a run scored on SciFact's train queries
 (and the MS MARCO subset) against an alternative; SciFact's test queries chose nothing. Each such choice is
 one line of docs/design-decisions.md, with its figures and command; docs/adapt.md says what the recipe buys.
-Not measured: the contrastive batch size, the mining range and margin.
+Not measured: the contrastive batch size, the mining range and margin, the preparation's share of the
+budget.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ class AdaptConfig:
     # 2 lost on SciFact train, each step dearer (docs/design-decisions.md)
     num_negatives: int = 1
     mine_max_seq_length: int = 128  # mining embeds the corpus once; half the window halves that time
+    # share of the budget that mining and the starting encoder's embeddings (the distillation targets) may take:
+    # both grow with the pairs, so where all of them would take longer (a slow machine, a big corpus), a random
+    # subset that fits is trained on, sized by timing a sample first
+    prep_fraction: float = 0.3
     general_pairs: list[str] = field(default_factory=list)  # optional general pairs mixed in (forgetting)
     # 5e-5 tied on SciFact train (docs/design-decisions.md)
     contrastive_learning_rate: float = 3e-5

@@ -22,7 +22,14 @@ from pathlib import Path
 
 from encoder_runtime.model_dir import fingerprint, resolve_model_path
 from encoder_training.adaptation import cross_teacher, guard
-from encoder_training.adaptation.contrastive import mine, run_contrastive, teacher_embeddings, text_columns
+from encoder_training.adaptation.contrastive import (
+    fit_estimate,
+    mine,
+    run_contrastive,
+    sample_pairs,
+    teacher_embeddings,
+    text_columns,
+)
 from encoder_training.adaptation.corpus import make_pairs, read_passages
 from encoder_training.adaptation.lexical_teacher import LexicalTeacher
 from encoder_training.adaptation.mlm import run_mlm
@@ -114,6 +121,8 @@ def validate(config: AdaptConfig) -> None:
         raise ValueError("--teacher trains the contrastive stage: keep it in --stages")
     if not 0.0 < config.teacher_fraction < 1.0:
         raise ValueError("--teacher-fraction must be in (0, 1)")
+    if not 0.0 < config.prep_fraction < 1.0:
+        raise ValueError("--prep-fraction must be in (0, 1)")
 
 
 def start_check(model, held: guard.HeldOut, cross, config: AdaptConfig, work: Path, state: RunState) -> dict:
@@ -206,12 +215,20 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
     teacher = lexical = margins = None
     if "contrastive" in config.stages:
         mine_started = started  # reading the corpus counts too
+        margins_alone = bool(config.teacher) and config.teacher_mode == "instead"  # no MNRL to distil into
+        targets = bool(config.distill_weight or config.lexical_teacher_weight) and not margins_alone
+        if not state.is_done("mine"):
+            if not state.is_done("fit"):
+                allowed = config.prep_fraction * budget - (time.perf_counter() - started)
+                state.finish("fit", fit_estimate(model, pairs, config, allowed, targets))
+            pairs = sample_pairs(pairs, state.record("fit")["kept"], config.seed)
+        if state.is_done("fit"):
+            records["fit"] = state.record("fit")
         train = mine(config, model, pairs, work)
         records["mine"] = state.finish_timed(
             "mine", time.perf_counter() - mine_started, lambda spent: mine_record(pairs, train, spent)
         )
-        margins_alone = bool(config.teacher) and config.teacher_mode == "instead"  # no MNRL to distil into
-        if (config.distill_weight or config.lexical_teacher_weight) and not margins_alone:
+        if targets:
             # the starting encoder's embeddings, timed
             teacher_started = time.perf_counter()
             teacher = teacher_embeddings(model, train, config.max_seq_length, work)

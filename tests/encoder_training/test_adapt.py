@@ -155,6 +155,7 @@ def test_adapt_cli_runs_both_stages_within_budget_and_resumes(
     assert stages["documents"] == 24
     # a fifth of the 24 pairs is held out for the result check, never trained on
     assert stages["mine"]["rows"] == stages["mine"]["pairs"] == 20 and stages["mine"]["negative_columns"] == 1
+    assert stages["fit"]["kept"] == stages["fit"]["pairs"] == 20  # a tiny model embeds them all in its share
     assert summary["guard"]["held_out_pairs"] == 4 and stages["guard_start"]["score"]["ndcg@10"] > 0
     assert stages["mlm"]["head"] == "own" and stages["mlm"]["steps"] > 0
     assert stages["contrastive"]["steps"] > 0
@@ -219,6 +220,48 @@ def test_an_index_folder_gives_the_same_passages_as_its_corpus(tiny_bert: Path, 
     encoder = load_encoder(str(tiny_bert), backend="torch")
     build_from_input(tmp_path / "index", corpus_path, encoder, BuildOptions(show_progress=False))
     assert read_passages(tmp_path / "index") == read_passages(corpus_path)
+
+
+class SlowEncoder:
+    """Embeds at a fixed cost a text per window token, as a slow machine would."""
+
+    def __init__(self, seconds_per_token: float):
+        self.seconds_per_token = seconds_per_token
+        self.max_seq_length = 128
+        self.windows: list[int] = []
+
+    def encode(self, texts, **_) -> np.ndarray:
+        import time
+
+        self.windows.append(self.max_seq_length)
+        time.sleep(len(texts) * self.max_seq_length * self.seconds_per_token)
+        return np.zeros((len(texts), 4), np.float32)
+
+
+def test_mining_and_targets_are_sized_to_their_share_of_the_budget(caplog: pytest.LogCaptureFixture) -> None:
+    from encoder_training.adaptation.contrastive import fit_estimate, sample_pairs
+    from encoder_training.adaptation.recipe import AdaptConfig
+
+    pairs = [{"anchor": f"a{i}", "positive": f"p{i}"} for i in range(1000)]
+    config = AdaptConfig(mine_max_seq_length=128, max_seq_length=256, contrastive_batch_size=8)
+    model = SlowEncoder(seconds_per_token=1e-5)  # a pair: 2 texts x (128 + 256) tokens = 7.68 ms
+    with caplog.at_level(logging.WARNING):
+        record = fit_estimate(model, pairs, config, seconds=1.5, with_targets=True)
+    assert set(model.windows) == {128, 256} and model.max_seq_length == 128  # both timed, window restored
+    assert record["pairs"] == 1000 and 100 <= record["kept"] <= 195  # 1.5 s / 7.68 ms, less any overhead
+    assert record["estimate_seconds"] >= 7.6 and "raise --max-time-minutes" in caplog.text
+    kept = sample_pairs(pairs, record["kept"], seed=1)
+    # the same pairs on a resume, in their order
+    assert len(kept) == record["kept"] and kept == sample_pairs(pairs, record["kept"], seed=1)
+    positions = [pairs.index(pair) for pair in kept]
+    assert positions == sorted(positions)
+    # time to spare: every pair; no targets to embed: the mining window alone is timed
+    model.windows.clear()
+    ample = fit_estimate(model, pairs, config, seconds=60, with_targets=False)
+    assert ample["kept"] == 1000 and set(model.windows) == {128}
+    assert sample_pairs(pairs, ample["kept"], seed=1) is pairs
+    # never fewer than two contrastive batches, however slow the machine
+    assert fit_estimate(model, pairs, config, seconds=0.0, with_targets=True)["kept"] == 16
 
 
 def test_pairs_without_a_mined_negative_get_a_random_passage(tmp_path: Path) -> None:
