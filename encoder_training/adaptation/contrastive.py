@@ -14,6 +14,8 @@ the weight interpolation of ``run.interpolate`` acts after it.
 from __future__ import annotations
 
 import logging
+import random
+import time
 from pathlib import Path
 
 import torch
@@ -40,9 +42,6 @@ def fit_estimate(
     """How many of ``pairs`` mining (and, ``with_targets``, the starting encoder's embeddings of their texts)
     can take in ``seconds``: all of them, or fewer, from the time a sample of their texts takes to embed at
     each window (``kept``, with the estimate behind it)."""
-    import random
-    import time
-
     sample = random.Random(config.seed).sample(pairs, min(16, len(pairs)))
     texts = [pair[column] for pair in sample for column in ("anchor", "positive")]
     windows = ([config.mine_max_seq_length] if config.mine_negatives else []) + (
@@ -52,9 +51,8 @@ def fit_estimate(
     for window in windows:
         previous, model.max_seq_length = model.max_seq_length, window
         try:
-            model.encode(
-                texts[:2], show_progress_bar=False
-            )  # the first call's one-off costs are not per text
+            # the first call's one-off costs are not per text
+            model.encode(texts[:2], show_progress_bar=False)
             began = time.perf_counter()
             model.encode(texts, batch_size=len(texts), show_progress_bar=False)
             per_pair += 2 * (time.perf_counter() - began) / len(texts)  # an anchor and a positive a pair
@@ -79,8 +77,6 @@ def fit_estimate(
 
 def sample_pairs(pairs: list[dict[str, str]], kept: int, seed: int) -> list[dict[str, str]]:
     """``kept`` of ``pairs`` picked at random (the same ones on a resume), in their order."""
-    import random
-
     if kept >= len(pairs):
         return pairs
     chosen = set(random.Random(seed).sample(range(len(pairs)), kept))
@@ -122,8 +118,6 @@ def mine(config: AdaptConfig, model, pairs: list[dict[str, str]], work: Path):
 def fill_unmined(pairs: list[dict[str, str]], mined, num_negatives: int, seed: int):
     """Pairs for which no candidate passed the guard come back with random passages as negatives (what
     in-batch negatives are anyway), so mining never shrinks the training set."""
-    import random
-
     from datasets import Dataset
 
     if len(pairs) < 2:

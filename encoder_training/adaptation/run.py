@@ -125,6 +125,14 @@ def validate(config: AdaptConfig) -> None:
         raise ValueError("--prep-fraction must be in (0, 1)")
 
 
+def pairs_within(seconds: float, model, pairs: list[dict[str, str]], config, state: RunState, targets: bool):
+    """The pairs whose mining and targets fit in ``seconds`` (``fit_estimate``), decided once a run, so a
+    resume mines the same ones."""
+    if not state.is_done("fit"):
+        state.finish("fit", fit_estimate(model, pairs, config, seconds, targets))
+    return sample_pairs(pairs, state.record("fit")["kept"], config.seed)
+
+
 def start_check(model, held: guard.HeldOut, cross, config: AdaptConfig, work: Path, state: RunState) -> dict:
     """The starting encoder's held-out scores (and, with a cross-encoder, the teacher's grades of each
     held-out anchor's candidates, kept in ``work`` for a resume); ``eval_seconds`` sizes the final check."""
@@ -218,10 +226,8 @@ def adapt(config: AdaptConfig, keep_work: bool = False) -> Path:
         margins_alone = bool(config.teacher) and config.teacher_mode == "instead"  # no MNRL to distil into
         targets = bool(config.distill_weight or config.lexical_teacher_weight) and not margins_alone
         if not state.is_done("mine"):
-            if not state.is_done("fit"):
-                allowed = config.prep_fraction * budget - (time.perf_counter() - started)
-                state.finish("fit", fit_estimate(model, pairs, config, allowed, targets))
-            pairs = sample_pairs(pairs, state.record("fit")["kept"], config.seed)
+            allowed = config.prep_fraction * budget - (time.perf_counter() - started)
+            pairs = pairs_within(allowed, model, pairs, config, state, targets)
         if state.is_done("fit"):
             records["fit"] = state.record("fit")
         train = mine(config, model, pairs, work)
