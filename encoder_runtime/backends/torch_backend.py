@@ -6,6 +6,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,38 @@ from encoder_runtime.backends.modules import load_module, masked_lm_parts
 
 log = logging.getLogger(__name__)
 
+# Which device's pass layout to use, whatever the device: ``cuda`` runs the GPU's layout on a CPU, so the
+# service's path to a GPU pass can be profiled on a machine without one (benchmarks/http_throughput.py).
+LAYOUT_VARIABLE = "CLOZE_TORCH_PASSES"
+
+
+@dataclass(frozen=True)
+class PassLayout:
+    """How passes run on a device: side by side or one at a time, and their budget."""
+
+    parallel_passes: int
+    threads_per_pass: int | None  # None: torch's own intra-op threads
+    batch_tokens: int
+
+
+def pass_layout(kind: str, threads: int = 0) -> PassLayout:
+    """On a CPU, as for ONNX Runtime: one single-threaded pass per core. A pass split over the cores stalls
+    whenever the event loop or the tokeniser takes one of them (benchmarks/results/embed_throughput.json,
+    torch rows; the split-pass figures are in docs/benchmarks.md). A CPU pass of 1,024 padded tokens embeds
+    SciFact documents 12% faster than one of 8,192 with 45% of the memory; 512 was 8% slower
+    (docs/design-decisions.md). A GPU takes one pass at a time."""
+    if kind == "cpu":
+        return PassLayout(threads or os.cpu_count() or 1, 1, 1024)
+    return PassLayout(1, None, 8192)
+
+
+def layout_kind(device: torch.device) -> str:
+    """The device's own layout, unless ``CLOZE_TORCH_PASSES`` names another (``cpu`` or ``cuda``)."""
+    kind = os.environ.get(LAYOUT_VARIABLE, "").strip() or device.type
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"{LAYOUT_VARIABLE}={kind!r}: expected 'cpu' or 'cuda'")
+    return kind
+
 
 class TorchBackend:
     name = "torch"
@@ -24,15 +57,10 @@ class TorchBackend:
 
     def __init__(self, path: Path, task: Task, input_names: tuple[str, ...], device: str, threads: int = 0):
         self.device = torch.device(device)
-        # On a CPU, as for ONNX Runtime: one single-threaded pass per core. A pass split over the cores stalls
-        # whenever the event loop or the tokeniser takes one of them (benchmarks/results/embed_throughput.json,
-        # torch rows; the split-pass figures are in docs/benchmarks.md). A lone batch runs single-threaded too.
-        on_cpu = self.device.type == "cpu"
-        self.parallel_passes = (threads or os.cpu_count() or 1) if on_cpu else 1
-        self._threads_per_pass = 1 if on_cpu else None
-        # A CPU pass of 1,024 padded tokens embeds SciFact documents 12% faster than one of 8,192 with
-        # 45% of the memory; 512 was 8% slower (docs/design-decisions.md). CUDA: not measured.
-        self.batch_tokens = 1024 if on_cpu else 8192
+        self.layout = pass_layout(layout_kind(self.device), threads)
+        self.parallel_passes = self.layout.parallel_passes
+        self._threads_per_pass = self.layout.threads_per_pass
+        self.batch_tokens = self.layout.batch_tokens
         self.input_names = input_names
         module = load_module(path, task, input_names).to(self.device)
         if self.device.type == "cuda":

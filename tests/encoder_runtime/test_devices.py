@@ -42,3 +42,24 @@ def test_explicit_onnx_without_onnxruntime_is_a_clear_error():
 
     with pytest.raises(RuntimeError, match="needs onnxruntime"):
         resolve_backend_name("onnx-int8", "embed", "cpu", has_onnxruntime=False)
+
+
+def test_the_gpu_pass_layout_can_run_on_a_cpu(monkeypatch):
+    """``CLOZE_TORCH_PASSES=cuda`` gives a CPU the GPU's layout (one pass at a time on torch's threads), so the
+    service's path to a GPU pass can be profiled without a GPU; anything else is refused by name."""
+    import pytest
+    import torch
+
+    from encoder_runtime.backends.torch_backend import LAYOUT_VARIABLE, layout_kind, pass_layout
+
+    cpu = torch.device("cpu")
+    monkeypatch.delenv(LAYOUT_VARIABLE, raising=False)
+    assert layout_kind(cpu) == "cpu"
+    assert pass_layout("cpu", threads=3).parallel_passes == 3
+    monkeypatch.setenv(LAYOUT_VARIABLE, "cuda")
+    assert layout_kind(cpu) == "cuda"
+    gpu = pass_layout("cuda", threads=3)
+    assert (gpu.parallel_passes, gpu.threads_per_pass) == (1, None)
+    monkeypatch.setenv(LAYOUT_VARIABLE, "tpu")
+    with pytest.raises(ValueError, match=LAYOUT_VARIABLE):
+        layout_kind(cpu)
