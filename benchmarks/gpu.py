@@ -148,7 +148,7 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def service_budget() -> tuple[int | None, int, str]:
+def service_budget() -> tuple[int | None, int | None, str]:
     """(max_batch_tokens, max_batch_size) as the service reads them, and where they came from."""
     try:
         from app.settings import Settings
@@ -156,7 +156,7 @@ def service_budget() -> tuple[int | None, int, str]:
         settings = Settings()
         return settings.max_batch_tokens, settings.max_batch_size, "app.settings.Settings"
     except ImportError as exc:  # pydantic-settings not installed: the fields' defaults
-        return None, 64, f"defaults (app.settings not importable: {exc})"
+        return None, None, f"defaults (app.settings not importable: {exc})"
 
 
 def missing(modules: tuple[str, ...]) -> list[str]:
@@ -302,7 +302,7 @@ def part_embed(args, cuda: bool, sentences: list[str], source: str) -> dict:
     lengths = [len(item) for item in items]
     sweep = []
     for budget in SWEEP:
-        gpu.max_batch_tokens, gpu.max_batch_size = budget, max(size, budget // 8)
+        gpu.max_batch_tokens, gpu.max_batch_size = budget, max(size or 0, budget // 8)
         gpu.embed_encoded(items[:2048])  # warm-up at this shape
         seconds = timed_runs(lambda: gpu.embed_encoded(items), repeats)
         sweep.append(

@@ -103,15 +103,21 @@ class MicroBatcher:
 
     @classmethod
     def for_runtime(
-        cls, runtime: TokenizedRuntime, max_batch_tokens: int | None = None, **settings: Any
+        cls,
+        runtime: TokenizedRuntime,
+        max_batch_tokens: int | None = None,
+        max_batch_size: int | None = None,
+        **settings: Any,
     ) -> MicroBatcher:
         """A batcher over ``runtime``, shaped as its backend runs best (passes side by side, padding bound,
-        and the backend's own token budget unless ``max_batch_tokens`` sets one)."""
+        and the backend's own budget of tokens and texts unless ``max_batch_tokens``/``max_batch_size`` set
+        one)."""
         backend = runtime.backend
         return cls(
             runtime.encode,
             runtime.run,
             max_batch_tokens=max_batch_tokens or backend.batch_tokens,
+            max_batch_size=max_batch_size or backend.batch_size,
             parallel_passes=backend.parallel_passes,
             max_padding=backend.max_padding,
             padding_tokens=backend.padding_tokens,

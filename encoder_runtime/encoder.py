@@ -37,9 +37,11 @@ class EncoderRuntime(TokenizedRuntime):
     def run(self, items: list[Encoded]) -> list[np.ndarray]:
         """One padded forward pass over ``items``; pooled, not yet normalised (callers choose)."""
         inputs = self.tokenizer.pad(items)
+        on_device = getattr(self.backend, "pooled", None)  # torch pools where the pass ran
+        if on_device is not None:
+            return list(on_device(inputs, self.info.pooling))
         states = self.backend(inputs)
-        pooled = pool(states, inputs["attention_mask"], self.info.pooling).astype(np.float32)
-        return list(pooled)
+        return list(pool(states, inputs["attention_mask"], self.info.pooling).astype(np.float32))
 
     def finish(self, vectors: list[np.ndarray], normalize: bool | None = None) -> np.ndarray:
         if not vectors:
@@ -66,7 +68,7 @@ def load_encoder(
     threads: int = 0,
     onnx_cache: Path | None = None,
     max_batch_tokens: int | None = None,
-    max_batch_size: int = 64,
+    max_batch_size: int | None = None,
 ) -> EncoderRuntime:
 
     info = ModelInfo.read(resolve_model_path(model))
