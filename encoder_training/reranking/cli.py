@@ -31,6 +31,8 @@ HELP = {
     "save_steps": "checkpoint every N steps (what a rerun resumes from)",
     "dev_queries": "judged queries held out for the dev check (at most a fifth)",
     "dev_candidates": "first-stage candidates the dev check reranks",
+    "min_epochs": "refuse to train when the budget buys fewer epochs than this (a few steps are timed first)",
+    "force": "train even when the budget buys fewer than --min-epochs",
 }
 
 
@@ -56,7 +58,9 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
             kwargs.update(choices=LOSSES, default=default)
         elif field.name == "backend":
             kwargs.update(choices=["auto", "torch", "onnx", "onnx-int8"], default=default)
-        elif isinstance(default, (int, float)) and not isinstance(default, bool):
+        elif isinstance(default, bool):
+            kwargs.update(action="store_true", default=default)
+        elif isinstance(default, (int, float)):
             kwargs.update(type=type(default), default=default)
         else:
             kwargs["default"] = default

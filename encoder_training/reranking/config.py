@@ -35,3 +35,5 @@ class RerankConfig:
     dev_queries: int = 50
     dev_candidates: int = 30
     seed: int = 42
+    min_epochs: float = 1.0  # refuse a budget that buys fewer (timed before training), unless ``force``
+    force: bool = False
