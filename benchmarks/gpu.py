@@ -54,7 +54,6 @@ import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -75,7 +74,7 @@ CONNECTIONS = 64
 # Token budgets tried on CUDA; the size limit is lifted (tokens // 8) so the token budget is what binds.
 SWEEP = (2048, 4096, 8192, 16384, 32768, 65536)
 # What each part may take, in seconds; together with pip's install they fit one 10-minute device call.
-BUDGETS = {"device": 120, "embed": 120, "http": 120, "pretrain": 75, "adapt": 330}
+BUDGETS = {"device": 120, "embed": 120, "http": 240, "pretrain": 75, "adapt": 330}
 SERVICE_PACKAGES = (
     "fastapi",
     "starlette",
@@ -267,6 +266,8 @@ def rate(runtime, sentences: list[str], repeats: int) -> dict:
         "parallel_passes": runtime.backend.parallel_passes,
         "sentences_per_s": len(sentences) / statistics.median(whole),
         "forward_sentences_per_s": len(sentences) / statistics.median(forward),
+        # tokenising included against the passes alone (texts are tokenised a chunk ahead of the passes)
+        "tokenised_to_forward": statistics.median(forward) / statistics.median(whole),
         "runs_s": [round(s, 4) for s in whole],
     }
 
@@ -278,22 +279,27 @@ def part_embed(args, cuda: bool, sentences: list[str], source: str) -> dict:
     from encoder_runtime.tokenization import plan_batches
 
     tokens, size, budget_from = service_budget()
-    repeats = 1 if args.quick else 3
+    repeats = 1 if args.quick or args.dry_run else 3
     out: dict = {
         "sentences": len(sentences),
         "source": source,
         "mean_words": float(np.mean([len(s.split()) for s in sentences])),
         "service_budget_from": budget_from,
     }
-    cpu = load_encoder(backend="onnx-int8", device="cpu", max_batch_tokens=tokens, max_batch_size=size)
-    out["cpu_onnx_int8"] = rate(cpu, sentences, repeats)
-    reference = load_encoder(backend="torch", device="cpu").embed(sentences[:256]) if cuda else None
-    del cpu
-    if not cuda:
+    if args.cpu_arm:
+        cpu = load_encoder(backend="onnx-int8", device="cpu", max_batch_tokens=tokens, max_batch_size=size)
+        out["cpu_onnx_int8"] = rate(cpu, sentences, repeats)
+        del cpu
+    gpu_arms = cuda or args.dry_run
+    model = dry_run_model(args) if gpu_arms else None
+    reference = (
+        load_encoder(model, backend="torch", device="cpu").embed(sentences[:256]) if gpu_arms else None
+    )
+    if not gpu_arms:
         out["cuda_torch_fp16"] = {"skipped": "no CUDA"}
         out["cuda_token_sweep"] = {"skipped": "no CUDA"}
         return out
-    gpu = load_encoder(backend="torch", device="cuda", max_batch_tokens=tokens, max_batch_size=size)
+    gpu = load_encoder(model, backend="torch", device="cuda", max_batch_tokens=tokens, max_batch_size=size)
     out["cuda_torch_fp16"] = rate(gpu, sentences, repeats)
     out["cuda_torch_fp16"]["cosine_to_cpu_fp32_min"] = float(
         (gpu.embed(sentences[:256]) * reference).sum(axis=1).min()
@@ -325,7 +331,9 @@ def part_embed(args, cuda: bool, sentences: list[str], source: str) -> dict:
 
 
 def part_http(args, cuda: bool, sentences: list[str]) -> dict:
-    if not cuda:
+    """``cloze serve`` under wrk, this checkout and ``--before``'s side by side (benchmarks/http_throughput.py's
+    ``compare_layouts``), against the same runtime in-process; the one-text arm profiled with py-spy."""
+    if not cuda and not args.dry_run:
         return {"skipped": "no CUDA"}
     wrk_path = Path(args.wrk) if args.wrk else (Path(shutil.which("wrk")) if shutil.which("wrk") else None)
     if wrk_path is None or not wrk_path.is_file():
@@ -340,77 +348,51 @@ def part_http(args, cuda: bool, sentences: list[str]) -> dict:
     os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
         filter(None, [wrk_dir, os.environ.get("LD_LIBRARY_PATH")])
     )
-    import httpx
-    import numpy as np
-
-    from benchmarks.http_throughput import LUA, offline_rate, write_bodies, wrk
+    from benchmarks.http_throughput import compare_layouts, offline_rate
     from encoder_runtime import load_encoder
-    from harness.servers import free_port, wait_until
+    from encoder_runtime.backends.torch_backend import LAYOUT_VARIABLE
 
-    tokens, size, _ = service_budget()
     texts = sentences[: min(len(sentences), 4096)]
-    runtime = load_encoder(backend="torch", device="cuda", max_batch_tokens=tokens, max_batch_size=size)
+    model = dry_run_model(args)
+    runtime = load_encoder(model, backend="torch", device="auto")
     runtime.embed(texts[:256])
-    in_process = offline_rate(runtime, texts, 3)
     work = Path(tempfile.mkdtemp(prefix="cloze-gpu-http-"))
-    script = work / "cycle.lua"
-    script.write_text(LUA)
-    per_request = {1: [{"inputs": s} for s in texts]}
-    per_request[256] = [{"inputs": texts[i : i + 256]} for i in range(0, len(texts) - 255, 256)]
-    bodies = {n: write_bodies(work, f"embed{n}", rows) for n, rows in per_request.items()}
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     env = {
-        **os.environ,
-        "CLOZE_INDEX": str(work / "index"),
         "CLOZE_BACKEND": "torch",
         "CLOZE_DEVICE": "auto",
+        LAYOUT_VARIABLE: "cuda",  # the device's own layout on a GPU; the GPU's on a CPU (--dry-run)
         # 64 connections of 256 texts each keep 16,384 texts in flight: above the 2,048 default, 429s
         "CLOZE_MAX_QUEUE": str(CONNECTIONS * 256 * 2),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        **({"CLOZE_MODEL": str(model)} if model else {}),
     }
-    log = work / "server.log"
+    checkouts = {"after": ROOT} if not args.before else {"before": Path(args.before), "after": ROOT}
+    connections = {1: 8, 256: 2} if args.dry_run else {1: CONNECTIONS, 256: CONNECTIONS}
     out: dict = {
-        "in_process": in_process,
-        "server_env": {k: env[k] for k in ("CLOZE_BACKEND", "CLOZE_MAX_QUEUE")},
+        "in_process": offline_rate(runtime, texts, 1 if args.dry_run else 3),
+        "server_env": env,
+        "load_generator": f"wrk -t2, {args.seconds} s an arm, loopback, connections per shape {connections}",
     }
-    with log.open("w") as handle:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
     try:
-        wait_until(url + "/readyz", server, log, 240)
-        served = np.array(httpx.post(url + "/embed", json={"inputs": texts[:8]}, timeout=60).json())
-        out["served_cosine_min"] = float((served * runtime.embed(texts[:8])).sum(axis=1).min())
-        arms = {}
-        for n, path in bodies.items():
-            try:
-                wrk(url, "/embed", path, CONNECTIONS, 3, script, server.pid)  # warm-up
-            except ZeroDivisionError:  # no request finished within the warm-up: the arm itself says more
-                pass
-            arm = wrk(url, "/embed", path, CONNECTIONS, args.seconds, script, server.pid)
-            arm["texts_per_request"] = n
-            arm["texts_per_s"] = arm["requests_per_s"] * n
-            arm["ratio_to_in_process"] = arm["texts_per_s"] / in_process["sentences_per_s"]
-            arms[f"/embed, {n} text{'s' if n > 1 else ''} a request"] = arm
-            print(f"  {n:>3} a request: {arm['texts_per_s']:,.0f} texts/s p99 {arm['p99_ms']} ms", flush=True)
-        out["arms"] = arms
-        out["load_generator"] = f"wrk -t2, {CONNECTIONS} connections, {args.seconds} s an arm, loopback"
-    except BaseException:
-        out["server_log_tail"] = log.read_text()[-3000:]
-        raise
+        out["served"] = compare_layouts(
+            checkouts, texts, env, args.seconds, connections, args.profile_seconds, work
+        )
     finally:
-        server.terminate()
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
         shutil.rmtree(work, ignore_errors=True)
+    for served in out["served"].values():
+        for arm in served["arms"].values():
+            arm["ratio_to_in_process"] = arm["texts_per_s"] / out["in_process"]["sentences_per_s"]
     return out
+
+
+def dry_run_model(args) -> Path | None:
+    """--dry-run serves a thin stand-in for the bundled encoder (harness.tiny_model.make_thin_encoder):
+    the same steps, quick on a CPU. None: the bundled encoder."""
+    if not args.dry_run:
+        return None
+    from encoder_runtime.model_dir import bundled_model_path
+    from harness.tiny_model import make_thin_encoder
+
+    return make_thin_encoder(Path(tempfile.mkdtemp(prefix="cloze-thin-")) / "model", bundled_model_path())
 
 
 # --- part 4 ---------------------------------------------------------------------------------------------
@@ -507,7 +489,7 @@ def cuda_steps(cfg, models: dict, blocks, steps: int) -> dict:
 
 
 def part_adapt(args, cuda: bool, seconds_left: float) -> dict:
-    if not cuda:
+    if not cuda and not args.dry_run:
         return {"skipped": "no CUDA"}
     scifact = Path(args.scifact) if args.scifact else SHARED / "beir-scifact"
     if not (scifact / "corpus.jsonl.gz").is_file():
@@ -616,6 +598,17 @@ def main() -> None:
         "--deadline-s", type=float, default=560, help="the whole run ends its last part by then"
     )
     parser.add_argument("--quick", action="store_true", help="200 sentences, one timed run: the CPU test")
+    parser.add_argument("--parts", default=",".join(BUDGETS), help="which parts to run, comma-separated")
+    parser.add_argument(
+        "--no-cpu-arm", dest="cpu_arm", action="store_false", help="part 2 without ONNX int8 on the CPU cores"
+    )
+    parser.add_argument("--before", help="part 3 serves this checkout too, beside this one (today's code)")
+    parser.add_argument("--profile-seconds", type=int, default=15, help="py-spy under part 3's one-text load")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run the GPU parts on the CPU with tiny sizes (the GPU's pass layout, a thin stand-in model)",
+    )
     parser.add_argument(
         "--prepare", type=Path, metavar="DIR", help="write the GPU machine's carry into DIR, then stop"
     )
@@ -626,11 +619,14 @@ def main() -> None:
     started = time.monotonic()
     deadline = started + args.deadline_s
     out = args.out or default_out()
-    count = 200 if args.quick else args.count
+    count = 200 if args.quick else 600 if args.dry_run else args.count  # a dry run sends 256-text requests
     cuda = cuda_available()
+    if args.dry_run:  # the GPU's pass layout on whatever runs this, and a short run
+        os.environ["CLOZE_TORCH_PASSES"] = "cuda"
+        args.seconds, args.profile_seconds = min(args.seconds, 3), min(args.profile_seconds, 2)
     result: dict = {
         "command": command(),
-        "issue": 49,
+        "issue": 56,
         "cuda": cuda,
         "note": None if cuda else "no CUDA: the GPU parts were skipped",
         "machine": {
@@ -649,8 +645,12 @@ def main() -> None:
         "pretrain": lambda: part_pretrain(args, cuda),
         "adapt": lambda: part_adapt(args, cuda, deadline - time.monotonic()),
     }
-    for name, fn in parts.items():
-        guarded(result, name, BUDGETS[name], deadline, fn, out)
+    chosen = args.parts.split(",")
+    unknown = set(chosen) - set(parts)
+    if unknown:
+        raise SystemExit(f"unknown parts {sorted(unknown)}; choose from {', '.join(parts)}")
+    for name in chosen:
+        guarded(result, name, BUDGETS[name], deadline, parts[name], out)
     result["wall_s"] = round(time.monotonic() - started, 1)
     result["machine"]["load_at_end"] = load_average()
     write(result, out)

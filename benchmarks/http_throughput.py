@@ -247,7 +247,12 @@ def compare_layouts(
     bodies = {n: write_bodies(work, f"embed{n}", rows) for n, rows in shapes.items()}
     out: dict = {}
     for name, checkout in checkouts.items():
-        server_env = {**env, "CLOZE_INDEX": str(work / f"index-{name}"), "PYTHONPATH": str(checkout)}
+        # the checkout first, then what else this process was given (carried packages, a model package)
+        others = [
+            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT
+        ]
+        path = os.pathsep.join([str(checkout), *others])
+        server_env = {**env, "CLOZE_INDEX": str(work / f"index-{name}"), "PYTHONPATH": path}
         arms: dict = {}
         with serve_process(server_env, work / f"{name}.log", timeout=600, checkout=checkout) as (url, server):
             for n, path in bodies.items():
