@@ -40,6 +40,7 @@ class PretrainConfig:
     save_steps: int = 500
     seed: int = 42
     heldout_fraction: float = 0.02
+    eval_steps: int = 0  # also score the held-out blocks every N steps (0: only at the end)
     init_from: str = ""  # an existing BERT folder ("bundled" = all-MiniLM-L6-v2) to continue from
     train_top_layers: int = 0  # with init_from: train only the top N layers and the MLM head (0 = all)
     max_time_minutes: float = 0.0  # stop after this long (0 = no limit), the learning rate reaching 0 then
