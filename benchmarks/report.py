@@ -963,49 +963,63 @@ def reliability(page: Page) -> None:
     )
 
 
-GPU = """**Blocked: no GPU machine was lent for issue 49, so no GPU figure exists.** The code picks CUDA (torch fp16;
-ONNX Runtime's CUDA provider when onnxruntime-gpu is installed) but has never run on one.
-`benchmarks/gpu.py` is the one prepared run for when a machine is lent (one H200, 16 cores, Python 3.12 with
-torch 2.11, transformers 5.17, sentence-transformers 6.0.1 and onnxruntime 1.30's CPU build; nothing can be
-fetched there). In under 10 minutes it writes one JSON file with five parts, each guarded and under its own
-time budget: the device `CLOZE_DEVICE=auto` picks and torch's dtype and ONNX Runtime's providers; in-process
-sentences/s (torch fp16 on CUDA, ONNX int8 on the CPU cores, and a sweep of CUDA token budgets); `cloze serve`
-under wrk against the same backend in-process, with p50/p99; the MLM step against `BertForMaskedLM`;
-`cloze adapt` on SciFact for 4 minutes. Without CUDA it reports `"cuda": false` and skips the GPU parts
-(`python benchmarks/gpu.py --quick`; `tests/test_gpu_benchmark.py`).
+GPU = """**Run once on an H100 (issue 49, `../shared/measurements/gpu-h100-2026-12-05.json`); the runs below are
+prepared and dry-run here, not yet run on a GPU (issues 56 and 61: blocked, no GPU machine was lent).** That
+run found the engine fast in-process (torch fp16 7,403 sentences/s at the service's budget, 19,594 forward-only
+at 16,384 tokens) and the service not: 246 texts/s one text a request, every 256-text request timed out.
 
-What the machine lacks travels with the call (at most 64 MiB with the tree): wheels for Python 3.12, the
-data, wrk, and the bundled model at fp16. In the checkout the session was started in:
+What the machine lacks travels with the calls, each under 64 MiB with the working tree (about 24 MiB): wheels
+for Python 3.12 with py-spy, the bundled encoder at fp16 in checked parts (`benchmarks/gpu_run/parts.py`),
+sentences, SciFact, wrk, today's code for the side by side, and the fill-mask corpus. Here, once:
 
 ```
-printf '/.whl/\\n/.gpu-carry/\\n/.gpu-model/\\n/.gpu-site/\\n' >> .git/info/exclude
-python benchmarks/gpu.py --prepare .gpu-carry        # sentences, SciFact, WikiText-2 valid; .gpu-model/
-python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \\
-  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl \\
-  faiss-cpu==1.15.1 fastapi==0.165.0 starlette==1.10.0 uvicorn==0.55.0 pydantic==2.14.4 \\
-  pydantic-core==2.50.5 pydantic-settings==2.16.3 python-dotenv==1.2.4 typing-inspection==0.4.5 \\
-  annotated-types==0.8.0 orjson==3.13.0 httptools==0.9.0 PyStemmer==3.1.0 datasets==5.2.0 dill==0.4.1 \\
-  multiprocess==0.70.19                                  # 24.4 MB (23.2 MiB)
-(cd /tmp && apt-get download wrk libluajit2-5.1-2 && dpkg -x wrk_*.deb wrk && dpkg -x libluajit2-*.deb wrk)
-mkdir -p .gpu-carry/wrk && cp /tmp/wrk/usr/bin/wrk /tmp/wrk/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2* .gpu-carry/wrk/
+benchmarks/gpu_run/prepare.sh        # .gpu-carry/{call1,call2,train}; prints each call's MiB with the tree
 ```
 
-Then on the GPU machine (the device tool; wrk also needs libssl 3, assumed present there):
+The served path (issue 56), three calls back to back, then `give_back`; `OUT` is the machine's:
 
-| call | carry | command |
-|---|---|---|
-| 1 | `.whl` | `python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .gpu-site .whl/*.whl` |
-| 2, timeout 600 s | `.gpu-model`, `.gpu-carry` (48 MiB) | `export PYTHONPATH=$PWD/.gpu-site:$PWD/.gpu-model HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1; python3 benchmarks/gpu.py --sentences .gpu-carry/sentences.txt.gz --scifact .gpu-carry/beir-scifact --text .gpu-carry/wiki.valid.raw.gz --wrk .gpu-carry/wrk/wrk` |
+| call | carry | timeout_s | command |
+|---|---|---|---|
+| 1 | `[".gpu-carry/call1"]` | 120 | `bash benchmarks/gpu_run/serve.sh install` |
+| 2 | `[".gpu-carry/call2"]` | 600 | `bash benchmarks/gpu_run/serve.sh measure` |
+| 3 | `[]` | 420 | `bash benchmarks/gpu_run/serve.sh adapt` |
 
-It writes `$OUT/gpu.json`; copy it to `benchmarks/results/gpu.json`. If the second call finds a fresh machine,
-parts 1, 2 and 4 still run and parts 3 and 5 record which packages were missing."""
+Call 2 writes `serve.json`: the CUDA token budget sweep (forward only) and tokenising ahead against the passes
+alone (`tokenised_to_forward`, target >= 0.8); `cloze serve` from today's code and from this checkout under
+wrk (64 connections, one text and 256 texts a request: texts/s, p50/p99, errors, server CPU per request, ratio
+to in-process), each profiled by py-spy for 15 s under the one-text load. Call 3 writes `adapt.json` (part 5:
+`cloze adapt` on SciFact for 2.5 minutes, dense nDCG@10 before and after). Copy both to `benchmarks/results/`.
+
+Training (issue 61), three calls back to back, then `give_back`:
+
+| call | carry | timeout_s | command |
+|---|---|---|---|
+| 1 | `[".gpu-carry/call1"]` | 120 | `bash benchmarks/gpu_run/serve.sh install` |
+| 2 | `[".gpu-carry/call2"]` | 120 | `bash benchmarks/gpu_run/serve.sh stage` |
+| 3 | `[".gpu-carry/train"]` | 600 | `bash benchmarks/gpu_run/train.sh` |
+
+Call 3 (`benchmarks/gpu_run/train.py`) resumes the fill-mask recipe from the shipped weights for 3 minutes
+(held-out loss every 300 steps) and trains `cloze train reranker` on SciFact train with the setting that won
+short runs on the train split's dev queries (loss, learning rate, the bundled or the fill-mask encoder as the
+start), for at most 4 epochs; both come back as `trained.partNN` (under 16 MiB each, with checksums) beside
+`train.json`. Then here, one command joins them, scores each beside what ships on data it neither trained nor
+chose settings on (`benchmarks/fill_mask_quality.py`; `benchmarks/rerank.py` on SciFact test and the MS MARCO
+subset, 50 candidates, fp32 and int8 within 0.01) and, with `--ship`, replaces the fill-mask delta where it wins:
+
+```
+python benchmarks/gpu_run/bring_back.py FILES_AT [--ship]    # -> benchmarks/results/gpu_training.json
+```
+
+Every step runs here first: `bash benchmarks/gpu_run/serve.sh install|measure|adapt --dry-run` and
+`bash benchmarks/gpu_run/train.sh --dry-run` (the CPU, the GPU's pass layout, a thin or tiny model, seconds-long
+budgets, a 120-document SciFact). `python benchmarks/gpu.py --quick` still runs without CUDA
+(`tests/test_gpu_benchmark.py`)."""
 
 
 def gpu(page: Page) -> None:
     data = load("gpu.json")
     if data is None:
-        page.section("The GPU path (issue 49): prepared, not yet run", GPU)
+        page.section("The GPU path", GPU)
         return
     page.section(
         "The GPU path (issue 49)",
