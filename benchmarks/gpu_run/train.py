@@ -77,15 +77,14 @@ def fill_mask(args, start: Path, work: Path, log: Path) -> dict:
         model, bundled_model_path(), args.out_dir / "fill-mask-delta", 6, {"recipe": metrics["config"]}
     )
     history = metrics["log_history"]
-    return {
-        "steps": metrics["steps"],
-        "train_seconds": metrics["train_seconds"],
-        "tokens_per_s": metrics["tokens_per_s"],
-        "heldout": metrics["heldout"],
-        "heldout_every": [{k: e[k] for k in ("step", "heldout_loss", "heldout_accuracy")} for e in history
-                          if "heldout_loss" in e],
-        "train_loss": [[e["step"], e["loss"]] for e in history if "loss" in e],
-    }  # fmt: skip
+    summary = {key: metrics[key] for key in ("steps", "train_seconds", "tokens_per_s", "heldout")}
+    summary["heldout_every"] = [
+        {key: entry[key] for key in ("step", "heldout_loss", "heldout_accuracy")}
+        for entry in history
+        if "heldout_loss" in entry
+    ]
+    summary["train_loss"] = [[entry["step"], entry["loss"]] for entry in history if "loss" in entry]
+    return summary
 
 
 def reranker(args, fill_mask_start: Path, work: Path, log: Path) -> dict:
