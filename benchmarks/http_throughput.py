@@ -258,11 +258,16 @@ def compare_layouts(
             for n, path in bodies.items():
                 args = (url, "/embed", path, connections[n], seconds, script, server.pid, "10s")
                 wrk(url, "/embed", path, connections[n], 3, script, server.pid, "10s")  # warm-up
+                embedded = embedded_texts(url)
                 if n == 1 and profile_seconds:
                     arm, profile = profiled_wrk(args, server.pid, profile_seconds, work / f"{name}.raw")
                     arm["profile"] = profile
                 else:
                     arm = wrk(*args)
+                arm["texts_embedded"] = embedded_texts(url) - embedded
+                arm["server_cpu_us_per_text_embedded"] = (
+                    arm["server_cpu_s"] / max(arm["texts_embedded"], 1) * 1e6
+                )
                 arm["connections"] = connections[n]
                 arm["texts_per_s"] = arm["requests_per_s"] * n
                 per_request = arm["server_cpu_us_per_request"]
@@ -271,11 +276,68 @@ def compare_layouts(
                 print(
                     f"{name:>6} {n:>3} a request, c={connections[n]}: {arm['texts_per_s']:7.0f} texts/s  p50"
                     f" {arm['p50_ms']:7.1f} ms  p99 {arm['p99_ms']:7.1f} ms  errors {arm['errors_total']}"
-                    f"  server CPU {arm['server_cpu_s']:.1f} s, {per_request} us/request",
+                    f"  server CPU {arm['server_cpu_s']:.1f} s, {arm['server_cpu_us_per_text_embedded']:.0f} us a text"
+                    " embedded",
                     flush=True,
                 )
         out[name] = {"checkout": git_head(checkout), "arms": arms}
     return out
+
+
+# 64 requests of 256 texts (random lengths of 8-60 tokens) queued at once through a checkout's MicroBatcher,
+# each pass 2 ms of sleep (a device's time: no host CPU), so the queue stays deep as 64 connections of 256
+# texts keep it on a GPU: the CPU spent is the queue's own (planning each pass, answering).
+QUEUE_COST = """
+import asyncio, json, random, sys, time
+from encoder_runtime.batcher import MicroBatcher
+from encoder_runtime.tokenization import Encoded
+size, padding = int(sys.argv[1]), int(sys.argv[2])
+random.seed(0)
+passes = []
+def encode(texts):
+    return [Encoded((1,) * int(text), False) for text in texts]
+def run(items):
+    passes.append(len(items))
+    time.sleep(0.002)
+    return [0] * len(items)
+async def main():
+    batcher = MicroBatcher(encode, run, max_batch_tokens=8192, max_batch_size=size, max_queue=10**6,
+                           max_padding=0.1, padding_tokens=padding, inline_chars=10**9)
+    requests = [[str(random.randint(8, 60)) for _ in range(256)] for _ in range(64)]
+    started = time.process_time()
+    await asyncio.gather(*(batcher.submit(texts) for texts in requests))
+    spent = time.process_time() - started
+    await batcher.stop()
+    print(json.dumps({"texts": sum(passes), "passes": len(passes), "cpu_us_per_text": spent / sum(passes) * 1e6}))
+asyncio.run(main())
+"""
+
+
+def queue_cost(checkout: Path, size: int, padding: int) -> dict:
+    """CPU a text spends in ``checkout``'s batcher with 16,384 texts queued, passes free (``QUEUE_COST``)."""
+    done = subprocess.run(
+        [sys.executable, "-c", QUEUE_COST, str(size), str(padding)],
+        env={**os.environ, "PYTHONPATH": str(checkout)},
+        cwd=checkout,  # ``-c`` puts the working directory first on the path
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {
+        "max_batch_size": size,
+        "padding_tokens": padding,
+        **json.loads(done.stdout.strip().splitlines()[-1]),
+    }
+
+
+def embedded_texts(url: str) -> float:
+    """Texts the server's embedding batcher has run through passes (``/metrics``): what CPU is divided by when
+    requests time out and per-request figures count only the few that finished."""
+    text = httpx.get(url + "/metrics", timeout=30).text
+    line = next(
+        line for line in text.splitlines() if line.startswith('cloze_batch_size_sum{batcher="embed"}')
+    )
+    return float(line.rsplit(" ", 1)[1])
 
 
 def git_head(checkout: Path) -> str:
@@ -307,6 +369,9 @@ def layout_main(args) -> None:
     show("in-process", in_process)
     checkouts = {"before": Path(args.compare_layout).resolve(), "after": ROOT}
     connections = {1: CONNECTIONS, 256: args.many_connections}
+    # each checkout's batcher as its GPU layout shapes it: before 64 texts a pass in length buckets
+    queued = {"before": queue_cost(checkouts["before"], 64, 0), "after": queue_cost(ROOT, 1024, 4096)}
+    print(f"queue of 16,384 texts: {json.dumps(queued)}", flush=True)
     served = compare_layouts(checkouts, sentences, env, args.seconds, connections, args.profile_seconds, work)
     result = {
         "command": command(),
@@ -320,6 +385,7 @@ def layout_main(args) -> None:
         "server_env": env,
         "load_generator": f"wrk -t2, {args.seconds} s an arm, loopback, connections per shape {connections}",
         "in_process": in_process,
+        "queue_of_16384_texts": queued,
         "served": served,
         "load_at_end": load_average(),
     }

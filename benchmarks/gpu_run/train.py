@@ -104,7 +104,7 @@ def reranker(args, fill_mask_start: Path, work: Path, log: Path) -> dict:
         run(argv, log)
         index = index or out.with_name(out.name + ".work") / "index"  # the first run's index serves the rest
         record = json.loads((out / "training.json").read_text())
-        tried.append({"loss": loss, "learning_rate": lr, "batch_size": batch, "start": start or "bundled",
+        tried.append({"loss": loss, "learning_rate": lr, "batch_size": batch, "start": start or args.tiny_model or "bundled",
                       "argv": argv, "rows": record["rows"], "training": record["training"], "dev": record["dev"]})  # fmt: skip
     best = max(tried, key=lambda t: t["dev"].get("reranked_ndcg@10", -1.0))  # the first of equals
     final = args.out_dir / "reranker"
