@@ -967,6 +967,13 @@ GPU = """**Run once on an H100 (issue 49, `../shared/measurements/gpu-h100-2026-
 prepared and dry-run here, not yet run on a GPU (issues 56 and 61: blocked, no GPU machine was lent).** That
 run found the engine fast in-process (torch fp16 7,403 sentences/s at the service's budget, 19,594 forward-only
 at 16,384 tokens) and the service not: 246 texts/s one text a request, every 256-text request timed out.
+Without a GPU, `CLOZE_TORCH_PASSES=cuda` runs the GPU's pass layout on the CPU, and
+`benchmarks/http_throughput.py --compare-layout BEFORE --thin` serves today's code and this checkout side by
+side with a 32-wide stand-in model, so the host's work is not hidden by the CPU's arithmetic
+(`benchmarks/results/http_cuda_layout.json`): passes were ~7 texts (a 10% padding bound and 64 texts a pass),
+and with 16,384 texts queued each pass was planned over the whole queue (the batcher's CPU 128 -> 10 us a text
+after the fix); server CPU a text, 256 texts a request, 295 -> 261 us, one text a request unchanged within the
+noise (602 -> 673 us, 789 -> 749 in a second run), against 211 us in-process.
 
 What the machine lacks travels with the calls, each under 64 MiB with the working tree (about 24 MiB): wheels
 for Python 3.12 with py-spy, the bundled encoder at fp16 in checked parts (`benchmarks/gpu_run/parts.py`),
