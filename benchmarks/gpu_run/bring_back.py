@@ -12,7 +12,8 @@ side by side, on data it neither trained nor chose settings on, and ship only a 
    needs a bundled-reranker loader (as the fill-mask delta has) that does not exist yet: a winner is
    reported with the line that serves it.
 
-Writes ``--out`` (benchmarks/results/gpu_training.json): every command, both models' figures, the verdicts.
+Writes ``--out`` (benchmarks/results/gpu_training.json): every command, both models' figures, the verdicts;
+beside it each benchmark's own file (``gpu_fill_mask_quality.json``, ``gpu_rerank.json``).
 
     python benchmarks/gpu_run/bring_back.py RUN_OUT_DIR [--ship]
 """
@@ -128,13 +129,15 @@ def main() -> None:
         result["training"] = json.loads((args.parts / "train.json").read_text())
     delta = args.work / "fill-mask-delta"
     if delta.is_dir():
-        result["fill_mask"] = judge_fill_mask(delta, args.work, RESULTS / "gpu_fill_mask_quality.json")
+        result["fill_mask"] = judge_fill_mask(
+            delta, args.work, args.out.with_name("gpu_fill_mask_quality.json")
+        )
         if result["fill_mask"]["wins"] and args.ship:
             shutil.copytree(delta, SHIPPED_DELTA, dirs_exist_ok=True)
             result["fill_mask"]["shipped"] = str(SHIPPED_DELTA.relative_to(ROOT))
     reranker = args.work / "reranker"
     if reranker.is_dir():
-        result["reranker"] = judge_reranker(reranker, args.work, RESULTS / "gpu_rerank.json")
+        result["reranker"] = judge_reranker(reranker, args.work, args.out.with_name("gpu_rerank.json"))
         if result["reranker"]["wins"]:
             result["reranker"]["serve_with"] = f"CLOZE_RERANK_MODELS=default={reranker}"
     args.out.write_text(json.dumps(result, indent=2) + "\n")
