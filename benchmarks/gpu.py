@@ -696,6 +696,10 @@ def prepare(folder: Path, count: int) -> None:
     )
     # Loaders read the weights' dtype unless the config names one: fp32, so the CPU arms, the ONNX export and
     # cloze adapt run in fp32 as with the real package (the tensors are upcast at load time).
+    # What a delta trained over this copy names as its base (benchmarks/gpu_run/train.py): the package here.
+    from encoder_runtime.model_dir import fingerprint
+
+    (target / "model" / "travelled_from.json").write_text(json.dumps({"fingerprint": fingerprint(source)}))
     config_path = target / "model" / "config.json"
     config = json.loads(config_path.read_text())
     config["dtype"] = "float32"

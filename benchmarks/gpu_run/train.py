@@ -73,9 +73,16 @@ def fill_mask(args, start: Path, work: Path, log: Path) -> dict:
         log,
     )  # fmt: skip
     metrics = json.loads((model / "metrics.json").read_text())
-    extract_delta(
-        model, bundled_model_path(), args.out_dir / "fill-mask-delta", 6, {"recipe": metrics["config"]}
-    )
+    delta = args.out_dir / "fill-mask-delta"
+    extract_delta(model, bundled_model_path(), delta, 6, {"recipe": metrics["config"]})
+    origin = bundled_model_path() / "travelled_from.json"
+    if origin.is_file():  # trained over the fp16 copy that travelled: its base is the package it came from
+        manifest = json.loads((delta / "manifest.json").read_text())
+        manifest["base_fingerprint"] = json.loads(origin.read_text())["fingerprint"]
+        manifest["base_note"] = (
+            "trained over the bundled weights rounded to fp16 (benchmarks/gpu.py --prepare)"
+        )
+        (delta / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     history = metrics["log_history"]
     summary = {key: metrics[key] for key in ("steps", "train_seconds", "tokens_per_s", "heldout")}
     summary["heldout_every"] = [
