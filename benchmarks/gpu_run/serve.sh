@@ -48,7 +48,7 @@ adapt)
   scifact=$T/data/beir-scifact minutes=2.5 deadline=400
   if [ "$DRY" = "--dry-run" ]; then
     "$PY" benchmarks/gpu_run/small_beir.py "$scifact" "$T/data/scifact-small" --documents 120
-    scifact=$T/data/scifact-small minutes=0.5 deadline=1300
+    scifact=$T/data/scifact-small minutes=3 deadline=1300
   fi
   "$PY" benchmarks/gpu.py --parts adapt --scifact "$scifact" --adapt-minutes $minutes --deadline-s $deadline \
     --out "$OUT/adapt.json" $DRY
