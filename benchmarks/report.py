@@ -8,9 +8,10 @@ each figure with the command that reruns it. Edit this script, not the page:
 
 ``--check`` compares the page byte for byte and draws no plot (tests/test_benchmark_report.py runs it).
 
-A section is a ``Section``: its result file, the command that reruns it, the summary row it adds, and its
-parts (prose and ``Table`` specs) as functions of the result; ``render`` does the rest for every section
-alike (load, "not run yet", the summary row, the closing "Command:" line, the plots).
+Each section is a function of its result registered with ``@section(title, result file, command)``, which
+returns a ``Body``: its paragraphs and tables (``Table`` specs, a header and a cell function per column), the
+summary row it adds and the plots it draws. ``Page.add`` does the rest for every section alike: load the
+result, say "not run yet" when it is missing, add the summary row, close with the command that reruns it.
 """
 
 from __future__ import annotations
