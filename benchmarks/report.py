@@ -1139,8 +1139,9 @@ step against `BertForMaskedLM`; `cloze adapt` on SciFact for 4 minutes, scored a
 On a machine with an NVIDIA GPU and its driver, from a checkout:
 
 ```
-python3 -m venv .venv && .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cu128
-make install EXTRAS=gpu,dev          # keeps that CUDA torch; onnxruntime-gpu instead of the CPU build
+python3 -m venv .venv    # then the CUDA build of torch for your driver (the GPU image's: cu128)
+.venv/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128
+make install EXTRAS=gpu,dev          # keeps that torch; onnxruntime-gpu instead of the CPU build
 apt-get install wrk                  # the load generator of the HTTP part
 .venv/bin/python benchmarks/gpu.py --scifact PATH/TO/beir-scifact
 .venv/bin/python benchmarks/report.py   # renders the result on this page
