@@ -52,7 +52,7 @@ class Settings(BaseSettings):
         '`name = "source"`; a source is a folder, a hub id or `<bundled>`. `default` is the index\'s model '
         "(`CLOZE_MODEL` unless listed here; not both). Names: ASCII letters, digits, `.`, `_`, `-`, at most 64. "
         "Set, `/v1/embeddings` needs a `model` it serves (404 otherwise); unset, it serves `default` whatever "
-        '`model` says (README, "Named models")',
+        '`model` says (docs/api.md, "Named models")',
     )
     fill_mask_models: str = Field(
         "",

@@ -36,10 +36,12 @@ def serve_process(
     ready_path: str = "/readyz",
     timeout: float = 240,
     drop: tuple[str, ...] = (),
+    checkout: Path = ROOT,
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """`cloze serve` on a free loopback port with this process's environment, ``HF_HUB_OFFLINE=1`` and
     ``env``, less the variables in ``drop``; yields (url, process) once ``ready_path`` answers 200, and
-    stops the server with SIGTERM (as a supervisor would) at the end."""
+    stops the server with SIGTERM (as a supervisor would) at the end. ``checkout``: the tree the app is
+    imported from (another checkout measures a commit before a change with the same script)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
@@ -51,7 +53,7 @@ def serve_process(
             env=full_env,
             stdout=log,
             stderr=subprocess.STDOUT,
-            cwd=ROOT,
+            cwd=checkout,
         )
         try:
             wait_until(url + ready_path, process, log_path, timeout)
