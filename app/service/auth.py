@@ -1,9 +1,10 @@
 """Who may call what: one table of routes and scopes (``required_access``), one key ring, one gate.
 
-Write keys (``CLOZE_API_KEYS``) may do everything; read keys (``CLOZE_READ_API_KEYS``) may read. Reads are
-open while no read key is set; writes are open only while no key at all is set (a loopback-only service,
-``check_exposure``): a service with read keys but no write keys refuses every write. 401 = no or unknown
-key; 403 = a valid key without the scope. Keys are compared in constant time, and every configured key is
+Write keys (``CLOZE_API_KEYS``) may do everything; read keys (``CLOZE_READ_API_KEYS``) may read; keys scoped
+to collections (``CLOZE_COLLECTION_API_KEYS``) reach only theirs. One rule: once any key of any kind is set,
+every route but the public ones needs a key (reads included); with no key at all everything is open (a
+loopback-only service, ``check_exposure``). A service with read keys but no write keys refuses every write.
+401 = no or unknown key; 403 = a valid key without the scope. Keys are compared in constant time, and every configured key is
 compared, so timing says nothing about which one (or whether one) matched.
 """
 
@@ -31,7 +32,7 @@ bearer = HTTPBearer(auto_error=False, description="An API key from CLOZE_API_KEY
 # added without a line here needs a write key (tests/app/test_auth_table.py walks every route).
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 PUBLIC_PREFIXES = ("/static/",)
-# /metrics and /readyz: read keys when set (error texts name file paths), unless CLOZE_OPEN_OPERATIONS.
+# /metrics and /readyz: a key once any is set (error texts name file paths), unless CLOZE_OPEN_OPERATIONS.
 OPERATIONS_PATHS = frozenset({"/metrics", "/readyz"})
 READING_POSTS = frozenset(
     {
@@ -99,10 +100,9 @@ class KeyRing:
         grant = self.grant_of(token)
         return grant.scope if grant is not None else None
 
-    def guarded(self, needed: KeyScope) -> bool:
-        scoped_reads = any(grant.scope == "read" for _, grant in self.scoped)
-        if needed == "read":
-            return bool(self.read_keys) or scoped_reads
+    @property
+    def keyed(self) -> bool:
+        """Whether any key is configured: then every route that is not public needs one."""
         return bool(self.write_keys or self.read_keys or self.scoped)
 
     def check(
@@ -110,7 +110,7 @@ class KeyRing:
     ) -> Grant | None:
         """The caller's grant when the key may do ``needed`` (on ``collection``, for a collection's route);
         None when the route is open. 401 for a missing or unknown key, 403 for one without the right."""
-        if not self.guarded(needed):
+        if not self.keyed:
             return None
         if not token:
             raise ApiError(

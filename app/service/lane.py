@@ -70,4 +70,5 @@ class EmbeddingLane:
                 log.exception("unhandled error on POST %s", scope["path"])
             status = await send_error(send, exc, extra)
         finally:
-            self.recorder.record(scope, scope["path"], status, time.perf_counter() - started, request_id)
+            label = route if named is None else "/models/{model}" + route  # a template: bounded labels
+            self.recorder.record(scope, label, status, time.perf_counter() - started, request_id)

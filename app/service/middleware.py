@@ -183,7 +183,7 @@ def _is_ip_address(name: str) -> bool:
 class BrowserGuard:
     """What keeps a web page the user happens to visit from driving the service through their browser.
 
-    - While reads need no key (no read keys set), the ``Host`` header must be a loopback name, an IP
+    - While reads need no key (no key of any kind set), the ``Host`` header must be a loopback name, an IP
       address or a name in ``CLOZE_ALLOWED_HOSTS``: a DNS-rebound name (evil.example -> 127.0.0.1, or -> the
       service's address on the user's network) gets 403, so a page cannot read through the browser. An
       IP address cannot be rebound: a page at one is the service's own origin.
@@ -195,7 +195,7 @@ class BrowserGuard:
 
     def __init__(self, app: ASGIApp, settings: Settings):
         self.app = app
-        self.reads_open = not settings.read_api_keys
+        self.reads_open = not (settings.api_keys or settings.read_api_keys or settings.collection_api_keys)
         self.allowed_hosts = {name.strip().lower() for name in settings.allowed_hosts}
         self.trusted = {origin.rstrip("/").lower() for origin in settings.trusted_origins}
 
@@ -255,6 +255,9 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
+
+
 class RequestRecorder:
     """Request ids, request metrics and the access line, shared by ``RequestLog`` and ``EmbeddingLane``.
 
@@ -275,7 +278,9 @@ class RequestRecorder:
         return given.decode("latin-1")[:64] if given else f"{self._prefix}-{next(self._ids):x}"
 
     def record(self, scope: Scope, route: str, status: int, elapsed: float, request_id: str) -> None:
-        method = scope["method"]
+        """``route`` is a route's template (or ``unmatched``), never the raw path, and a method outside HTTP's
+        own is ``other``: a client cannot grow /metrics without bound."""
+        method = scope["method"] if scope["method"] in HTTP_METHODS else "other"
         key = (route, method, str(status))
         counter = self._counters.get(key)
         if counter is None:
@@ -289,7 +294,7 @@ class RequestRecorder:
             # makeRecord + handle: ``info()`` would also walk the stack to find its caller, on every request
             fields = {
                 "request_id": request_id,
-                "method": method,
+                "method": scope["method"],
                 "path": scope["path"],
                 "route": route,
                 "status": status,

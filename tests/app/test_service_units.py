@@ -32,13 +32,21 @@ def test_key_ring_scopes() -> None:
     assert status_of(lambda: ring.check(None, "write")) == 401
 
 
-def test_unset_read_keys_leave_reads_open_but_writes_need_any_key_set() -> None:
-    open_reads = KeyRing(write_keys=["w"], read_keys=[])
-    assert status_of(lambda: open_reads.check(None, "read")) is None
-    assert status_of(lambda: open_reads.check(None, "write")) == 401
+def test_any_key_of_any_kind_guards_reads_and_writes() -> None:
+    from app.settings import ScopedKey
+
+    for ring in (
+        KeyRing(write_keys=["w"], read_keys=[]),
+        KeyRing([], [], [ScopedKey("ka", "write", frozenset({"a"}))]),
+    ):
+        assert status_of(lambda ring=ring: ring.check(None, "read")) == 401
+        assert status_of(lambda ring=ring: ring.check(None, "write")) == 401
+    scoped = KeyRing(["admin"], [], [ScopedKey("ka", "write", frozenset({"a"}))])
+    assert status_of(lambda: scoped.check("ka", "read", "b")) == 403
+    assert status_of(lambda: scoped.check("ka", "read", "a")) is None
     wide_open = KeyRing([], [])
     assert status_of(lambda: wide_open.check(None, "write")) is None
-    read_only = KeyRing(write_keys=[], read_keys=["r"])  # issue 42: writes were open here
+    read_only = KeyRing(write_keys=[], read_keys=["r"])
     assert status_of(lambda: read_only.check(None, "write")) == 401
     assert status_of(lambda: read_only.check("r", "write")) == 403
     assert status_of(lambda: read_only.check(None, "read")) == 401
@@ -265,12 +273,14 @@ def test_browser_guard() -> None:
     assert keyless.refusal(scope("POST", host="localhost:8000", origin="null"))[0] == 403
     form = scope("POST", host="127.0.0.1", content_type="application/x-www-form-urlencoded")
     assert keyless.refusal(form)[0] == 415
-    open_reads = BrowserGuard(None, Settings(api_keys=["k"], trusted_origins="https://app.example"))
-    assert open_reads.refusal(scope("GET", host="evil.example"))[0] == 403  # issue 42: reads were rebindable
+    open_reads = BrowserGuard(None, Settings(trusted_origins="https://app.example"))
+    assert open_reads.refusal(scope("GET", host="evil.example"))[0] == 403  # a rebound page could read
     assert open_reads.refusal(scope("GET", host="10.1.2.3:8000")) is None  # an address cannot be rebound
     assert open_reads.refusal(scope("GET", host="[::1"))[::2] == (403, "Host")  # malformed: no 500
-    named = BrowserGuard(None, Settings(api_keys=["k"], allowed_hosts="search.example.org"))
+    named = BrowserGuard(None, Settings(allowed_hosts="search.example.org"))
     assert named.refusal(scope("GET", host="search.example.org:8000")) is None
+    for keys in ({"api_keys": ["k"]}, {"collection_api_keys": ["k=write:a"]}):  # any key closes reads
+        assert BrowserGuard(None, Settings(**keys)).refusal(scope("GET", host="evil.example")) is None
     keyed = BrowserGuard(
         None, Settings(api_keys=["k"], read_api_keys=["r"], trusted_origins="https://app.example")
     )

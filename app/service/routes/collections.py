@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.service.collections import Collection
 from app.service.engines import close_collection, open_collection
-from app.service.errors import ApiError
+from app.service.errors import ApiError, without_server_paths
 from app.service.schemas import CollectionCreate, CollectionDeleted, CollectionList, CollectionOut
 from app.service.validation import StrictJSONRoute
 from index.collections import (
@@ -142,7 +142,7 @@ def describe(collection: Collection, detailed: bool = False) -> CollectionOut:
         "name": collection.name,
         "model": collection.model,
         "status": collection.status,
-        "error": collection.error,
+        "error": without_server_paths(collection.error) if collection.error else None,
         "created": collection.info.created if collection.info else None,
     }
     if collection.index is not None:

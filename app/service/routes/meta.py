@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.service.model_registry import INDEX_MODEL, ModelSlot
+from index.collections import DEFAULT_COLLECTION
 
 router = APIRouter(tags=["operations"])
 
@@ -19,8 +20,9 @@ async def models(request: Request) -> dict:
     """The models served: ``models``, ``fill_mask_models`` and ``rerank_models`` list each by name (with its
     kind, aliases, status and, once loaded, fingerprint, dimension, pooling, backend and device); ``embedding``
     and ``fill_mask`` are the ``default`` ones, as before named models, and ``rerank_default`` the reranker a
-    request without ``model`` gets (null when none is configured)."""
-    engines = request.app.state.engines
+    request without ``model`` gets (null when none is configured). A key scoped to collections sees neither
+    the collection ``default``'s manifest (unless it is one of its collections) nor where models lie on disk."""
+    engines, grant = request.app.state.engines, getattr(request.state, "grant", None)
     encoder, _ = engines.require_encoder()
     answer = {
         "embedding": _embedding_model(encoder),
@@ -28,7 +30,7 @@ async def models(request: Request) -> dict:
         "fill_mask_error": engines.fill_mask_error,
         # The manifest counts rows: in a worker thread, never on the event loop.
         "index": await engines.work_pool.run(lambda: engines.index.manifest)
-        if engines.index is not None
+        if engines.index is not None and (grant is None or grant.may_read(DEFAULT_COLLECTION))
         else None,
         "index_model": INDEX_MODEL,
         "models": [_listing(slot, "embedding", _embedding_model) for slot in engines.models.slots.values()],
@@ -40,7 +42,16 @@ async def models(request: Request) -> dict:
     }
     if engines.fill_mask is not None:
         answer["fill_mask"] = _fill_mask_model(engines.fill_mask)
-    return answer
+    return answer if grant is None or grant.collections is None else _without_paths(answer)
+
+
+def _without_paths(listing: Any) -> Any:
+    """The listing less every model's ``path`` (a folder on the server)."""
+    if isinstance(listing, dict):
+        return {key: _without_paths(value) for key, value in listing.items() if key != "path"}
+    if isinstance(listing, list):
+        return [_without_paths(value) for value in listing]
+    return listing
 
 
 @router.get("/v1/models")
