@@ -87,6 +87,12 @@ class Settings(BaseSettings):
         description="Most collections besides `default`; `POST /collections` answers 409 past it (an empty "
         'collection holds an open SQLite store and FAISS index: docs/benchmarks.md, "Memory per collection")',
     )
+    delete_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description="How long `DELETE /collections/{name}` waits for the requests running on the collection "
+        "(writes and restores included); past it the delete answers 409 and the collection stays",
+    )
     index_read_only: bool = Field(
         False,
         description="Open the index read-only (replicas, a read-only volume): it follows the writer's "

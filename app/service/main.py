@@ -12,17 +12,12 @@ from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from app.service.auth import KeyRing, bearer
-from app.service.collections import Collection, CollectionRegistry
-from app.service.engines import (
-    Engines,
-    close_engines,
-    follow_published_index,
-    load_engines,
-    model_registries,
-)
+from app.service.collections import Collection, CollectionRegistry, snapshot_folder_of
+from app.service.engines import Engines, close_engines, load_engines, model_registries
 from app.service.errors import install_error_handlers
 from app.service.jobs import JobRegistry
 from app.service.lane import EmbeddingLane
+from app.service.lifecycle import Lifecycle
 from app.service.metrics import Metrics
 from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
 from app.service.model_registry import INDEX_MODEL
@@ -49,14 +44,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        loading = asyncio.create_task(load_engines(app.state.engines, settings, metrics))
-        follower = asyncio.create_task(follow_published_index(app.state.engines, settings, metrics))
+        engines, lifecycle = app.state.engines, app.state.lifecycle
+        loading = asyncio.create_task(load_engines(engines, lifecycle, settings, metrics))
+        follower = asyncio.create_task(lifecycle.follow())
         yield
         follower.cancel()
         loading.cancel()  # a load in a worker thread finishes there; its retries and backoff end here
         await asyncio.gather(loading, follower, return_exceptions=True)
         app.state.jobs.shutdown()
-        await close_engines(app.state.engines)
+        await close_engines(engines, lifecycle)
 
     app = FastAPI(
         title="cloze-search",
@@ -75,9 +71,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         rerankers=rerankers,
         collections=collection_registry(settings),
     )
+    app.state.lifecycle = Lifecycle(app.state.engines.collections, embedding_models, settings, metrics)
     app.state.jobs = JobRegistry(keep=settings.max_jobs_kept)
     app.state.engines.bound(settings.max_pending)
-    app.state.engines.read_only = settings.index_read_only  # after Engines(): its __init__ resets it
     install_error_handlers(app)
     for module in (inference, rerank, meta, playground, collections):
         app.include_router(module.router)
@@ -102,10 +98,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def collection_registry(settings: Settings) -> CollectionRegistry:
     """The collections the settings place: ``default`` at ``CLOZE_INDEX``, the others under the data root."""
+    path = Path(settings.index)
     default = Collection(
-        DEFAULT_COLLECTION, INDEX_MODEL, Path(settings.index), read_only=settings.index_read_only
+        DEFAULT_COLLECTION,
+        INDEX_MODEL,
+        path,
+        read_only=settings.index_read_only,
+        snapshots=snapshot_folder_of(settings.snapshots_dir, DEFAULT_COLLECTION, path),
     )
-    return CollectionRegistry(settings.collections_root, default, settings.max_collections)
+    return CollectionRegistry(
+        settings.collections_root, default, settings.max_collections, settings.delete_wait_s
+    )
 
 
 def create_service(settings: Settings | None = None) -> EmbeddingLane:

@@ -39,7 +39,7 @@ def app(tiny_bert, tmp_path_factory):
     )
     service = create_app(settings)
     encoder = load_encoder(str(tiny_bert), backend="torch")
-    service.state.engines.encoder = encoder
+    service.state.engines.models.default.runtime = encoder
     return service
 
 
@@ -47,8 +47,8 @@ def run(app, scenario):
     """``scenario`` on a fresh event loop, with a batcher of its own (a batcher answers on the loop it began on)."""
 
     async def main():
-        batcher = MicroBatcher.for_runtime(app.state.engines.encoder)
-        app.state.engines.embed_batcher = batcher
+        batcher = MicroBatcher.for_runtime(app.state.engines.models.default.runtime)
+        app.state.engines.models.default.batcher = batcher
         try:
             return await scenario()
         finally:

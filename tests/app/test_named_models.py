@@ -140,13 +140,13 @@ def serve(settings: Settings, scenario):
     app = create_app(settings)
 
     async def main():
-        await load_engines(app.state.engines, settings, app.state.metrics)
+        await load_engines(app.state.engines, app.state.lifecycle, settings, app.state.metrics)
         transport = httpx.ASGITransport(app=EmbeddingLane(app))
         try:
             async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
                 return await scenario(client, app)
         finally:
-            await close_engines(app.state.engines)
+            await close_engines(app.state.engines, app.state.lifecycle)
 
     return asyncio.run(main())
 
@@ -272,11 +272,11 @@ def test_a_model_that_appears_late_is_loaded_by_a_retry(
 
     async def main() -> tuple[int, int, int]:
         engines = app.state.engines
-        loading = asyncio.create_task(load_engines(engines, settings, app.state.metrics))
+        loading = asyncio.create_task(load_engines(engines, app.state.lifecycle, settings, app.state.metrics))
         transport = httpx.ASGITransport(app=EmbeddingLane(app))
         try:
             async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-                while engines.index is None:  # the first round of loads is over
+                while engines.collections.default.index is None:  # the first round of loads is over
                     await asyncio.sleep(0.05)
                 before = (await client.post("/models/late/embed", json={"inputs": "a"})).status_code
                 shutil.copytree(wide_bert, late)
@@ -285,6 +285,6 @@ def test_a_model_that_appears_late_is_loaded_by_a_retry(
                 return before, after.status_code, len(after.json()[0])
         finally:
             loading.cancel()
-            await close_engines(app.state.engines)
+            await close_engines(app.state.engines, app.state.lifecycle)
 
     assert asyncio.run(main()) == (503, 200, 48)

@@ -24,13 +24,14 @@ async def models(request: Request) -> dict:
     the collection ``default``'s manifest (unless it is one of its collections) nor where models lie on disk."""
     engines, grant = request.app.state.engines, getattr(request.state, "grant", None)
     encoder, _ = engines.require_encoder()
+    fill_mask, index = engines.fill_masks.default, engines.collections.default.index
     answer = {
         "embedding": _embedding_model(encoder),
-        "fill_mask": None,
-        "fill_mask_error": engines.fill_mask_error,
+        "fill_mask": _fill_mask_model(fill_mask.runtime) if fill_mask.runtime is not None else None,
+        "fill_mask_error": fill_mask.error,
         # The manifest counts rows: in a worker thread, never on the event loop.
-        "index": await engines.work_pool.run(lambda: engines.index.manifest)
-        if engines.index is not None and (grant is None or grant.may_read(DEFAULT_COLLECTION))
+        "index": await engines.work_pool.run(lambda: index.manifest)
+        if index is not None and (grant is None or grant.may_read(DEFAULT_COLLECTION))
         else None,
         "index_model": INDEX_MODEL,
         "models": [_listing(slot, "embedding", _embedding_model) for slot in engines.models.slots.values()],
@@ -40,8 +41,6 @@ async def models(request: Request) -> dict:
         "rerank_models": [_listing(slot, "rerank", _runtime) for slot in engines.rerankers.slots.values()],
         "rerank_default": engines.rerankers.default_name,
     }
-    if engines.fill_mask is not None:
-        answer["fill_mask"] = _fill_mask_model(engines.fill_mask)
     return answer if grant is None or grant.collections is None else _without_paths(answer)
 
 
@@ -121,24 +120,33 @@ async def healthz(request: Request) -> JSONResponse:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """Ready to serve: the embedding model and the index are loaded; else why not (with read keys set,
-    only for a key holder: the reasons name files)."""
+    """Ready to serve: the default embedding model is loaded and the collection ``default`` is open and
+    reads (the probe of every round); else 503 with why. ``collections`` reports each collection's status
+    and error: another collection that fails answers 503 on its own routes but does not take the service
+    out of rotation. With keys set, only for a key holder (the reasons name files)."""
     engines = request.app.state.engines
+    collections = {
+        name: {"status": collection.status, "error": collection.error}
+        for name, collection in engines.collections.collections.items()
+    }
     if engines.ready:
+        fill_mask = engines.fill_masks.default
         return JSONResponse(
             {
                 "status": "ready",
-                "fill_mask": engines.fill_mask is not None,
-                "fill_mask_error": engines.fill_mask_error,
+                "fill_mask": fill_mask.runtime is not None,
+                "fill_mask_error": fill_mask.error,
+                "collections": collections,
             }
         )
-    reason = engines.load_error or engines.index_error or "loading"
+    reason = engines.models.default.error or engines.collections.default.error or "loading"
     headers = None if engines.load_failed else {"Retry-After": "2"}
     return JSONResponse(
         {
             "status": "failed" if engines.load_failed else "not ready",
             "reason": reason,
             "attempts": engines.load_attempts,
+            "collections": collections,
         },
         503,
         headers=headers,

@@ -66,10 +66,10 @@ async def mask_preview(body: MaskPreviewRequest, request: Request) -> MaskPrevie
 
 def _serving_tokenizer(request: Request) -> tuple[TextTokenizer, str]:
     """The fill-mask model's tokenizer (the one that was pre-trained with masks), else the embedder's."""
-    engines = request.app.state.engines
-    runtime = engines.fill_mask if engines.fill_mask is not None else engines.encoder
+    models = request.app.state.engines.models.default
+    runtime = request.app.state.engines.fill_masks.default.runtime or models.runtime
     if runtime is None:
-        raise ApiError(503, engines.load_error or "model is loading", headers={"Retry-After": "2"})
+        raise ApiError(503, models.error or "model is loading", headers={"Retry-After": "2"})
     return runtime.tokenizer, runtime.info.model_id
 
 

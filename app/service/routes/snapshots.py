@@ -16,13 +16,12 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
-from app.service.collections import Collection
+from app.service.collections import Collection, snapshot_folder_of
 from app.service.errors import ApiError
 from app.service.routes.collections import current_collection
 from app.service.schemas import RestoreResult, SnapshotDeleted, SnapshotInfo, SnapshotList
 from app.service.validation import StrictJSONRoute
 from index import snapshots
-from index.collections import DEFAULT_COLLECTION
 
 router = APIRouter(route_class=StrictJSONRoute)
 InCollection = Annotated[Collection, Depends(current_collection)]
@@ -31,14 +30,7 @@ UPLOAD_FLUSH_BYTES = 4 << 20  # uploaded bytes gathered before one write to disk
 
 
 def snapshot_folder(request: Request, collection: Collection) -> Path:
-    """Where a collection's snapshots go: ``CLOZE_SNAPSHOTS_DIR`` (the others' in its ``collections/<name>``),
-    else ``<folder>.snapshots`` beside the collection's folder."""
-    configured = request.app.state.settings.snapshots_dir
-    if configured is None:
-        return snapshots.default_folder(collection.path)
-    if collection.name == DEFAULT_COLLECTION:
-        return Path(configured)
-    return Path(configured) / "collections" / collection.name
+    return snapshot_folder_of(request.app.state.settings.snapshots_dir, collection.name, collection.path)
 
 
 @router.post(
