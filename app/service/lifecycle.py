@@ -50,6 +50,7 @@ class Lifecycle:
         self, collections: CollectionRegistry, models: ModelRegistry, settings: Settings, metrics: Metrics
     ):
         self.collections, self.models, self.settings, self.metrics = collections, models, settings, metrics
+        self.started = False  # ``start`` has run: every model has been tried, the collections opened
         # /metrics reads default's figures, refreshed every round here: a scrape never counts rows.
         for unit in ("documents", "chunks", "vectors"):
             metrics.index_size.labels(unit).set_function(
@@ -69,12 +70,13 @@ class Lifecycle:
         await self.sync()
         for collection in [*self.collections.others(), self.collections.default]:
             await self.open(collection)
+        self.started = True
 
     async def follow(self) -> None:
-        """Every few seconds, while the default embedding model serves: one ``round``."""
+        """Every few seconds once ``start`` has run: one ``round``."""
         while True:
             await asyncio.sleep(RELOAD_EVERY_S)
-            if self.models.default.runtime is not None:
+            if self.started:
                 await self.round()
 
     async def round(self) -> None:
