@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -19,10 +18,6 @@ from app.service.errors import ApiError
 from index import snapshots
 from index.collections import DEFAULT_COLLECTION, CollectionInfo
 from index.records import ReadOnlyIndex, collection_name_problem
-
-# ``/collections/{name}`` and what lies under it; the same routes without the prefix are ``default``'s.
-COLLECTION_ROUTE = re.compile(r"/collections/(?P<name>[^/]+)(?P<route>/.*)?")
-DEFAULT_COLLECTION_ROUTES = ("/search", "/documents", "/index/", "/jobs/")
 
 
 @dataclass
@@ -141,15 +136,3 @@ def snapshot_folder_of(configured: Path | None, name: str, path: Path) -> Path:
     if name == DEFAULT_COLLECTION:
         return Path(configured)
     return Path(configured) / "collections" / name
-
-
-def split_collection_route(path: str) -> tuple[str | None, str]:
-    """The collection a path addresses, and the path as the collection's own routes spell it:
-    ``/collections/legal/search`` -> ("legal", "/search"), ``/collections/legal`` -> ("legal", ""),
-    ``/search`` -> ("default", "/search"); a path about no collection -> (None, path)."""
-    match = COLLECTION_ROUTE.fullmatch(path)
-    if match:
-        return match["name"], match["route"] or ""
-    if path == "/search" or path.startswith(DEFAULT_COLLECTION_ROUTES):
-        return DEFAULT_COLLECTION, path
-    return None, path

@@ -10,17 +10,19 @@ from pathlib import Path
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.routing import Mount
 
 from app.service.auth import KeyRing, bearer
 from app.service.collections import Collection, CollectionRegistry, snapshot_folder_of
 from app.service.engines import Engines, close_engines, load_engines, model_registries
 from app.service.errors import install_error_handlers
 from app.service.jobs import JobRegistry
-from app.service.lane import EmbeddingLane
+from app.service.lane import lane_routes
 from app.service.lifecycle import Lifecycle
 from app.service.metrics import Metrics
 from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
 from app.service.model_registry import INDEX_MODEL
+from app.service.route_table import RouteTable, declare, declare_route
 from app.service.routes import (
     collections,
     documents,
@@ -36,9 +38,12 @@ from app.settings import Settings, get_settings
 from index.collections import DEFAULT_COLLECTION
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
+OAUTH_REDIRECT = "/docs/oauth2-redirect"  # FastAPI's default swagger_ui_oauth2_redirect_url
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
+    """``lane``: answer the hot embedding routes through ``EmbeddingLane`` (False: FastAPI's routes answer
+    them, as the lane's tests compare)."""
     settings = settings or get_settings()
     metrics = Metrics()
 
@@ -86,13 +91,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             dependencies=[Depends(collections.collection_in_path)],
         )
     _add_pages(app)
-    # Outermost first: every request logged and counted; browser guard and keys before a body is read.
+    for route in app.routes:  # FastAPI's own pages: the schema and the docs
+        if getattr(route, "path", None) in (app.openapi_url, app.docs_url, app.redoc_url, OAUTH_REDIRECT):
+            declare_route(route, "public")
+    if lane:
+        app.router.routes[:0] = lane_routes(app.state, app.routes)
+    app.state.routes = routes = RouteTable(app.routes)
+    # Outermost first: every request, the lane's included, logged and counted; browser guard and keys before
+    # a body is read.
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_bytes, upload_bytes=settings.max_snapshot_upload_bytes
     )
-    app.add_middleware(AccessGate, keys=app.state.keys, open_operations=settings.open_operations)
+    app.add_middleware(
+        AccessGate, keys=app.state.keys, open_operations=settings.open_operations, routes=routes
+    )
     app.add_middleware(BrowserGuard, settings=settings)
-    app.add_middleware(RequestLog, recorder=app.state.recorder)
+    app.add_middleware(RequestLog, recorder=app.state.recorder, routes=routes)
     return app
 
 
@@ -111,16 +125,17 @@ def collection_registry(settings: Settings) -> CollectionRegistry:
     )
 
 
-def create_service(settings: Settings | None = None) -> EmbeddingLane:
-    """What ``cloze serve`` runs: the app behind the lane that answers the two hot embedding routes."""
-    return EmbeddingLane(create_app(settings))
+def create_service(settings: Settings | None = None) -> FastAPI:
+    """What ``cloze serve`` runs."""
+    return create_app(settings)
 
 
 def _add_pages(app: FastAPI) -> None:
     """The playground: files from the app's own static folder only (StaticFiles refuses paths outside it)."""
-    app.mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
+    static = Mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
+    app.router.routes.append(declare_route(static, "public"))
 
-    @app.get("/", include_in_schema=False)
+    @app.get("/", include_in_schema=False, openapi_extra=declare("public"))
     async def home() -> Response:
         page = STATIC / "index.html"
         return FileResponse(page) if page.is_file() else RedirectResponse("/docs")

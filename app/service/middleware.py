@@ -16,10 +16,10 @@ import orjson
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.service.auth import KeyRing, bearer_token, required_access
-from app.service.collections import split_collection_route
+from app.service.auth import KeyRing, bearer_token
 from app.service.errors import ApiError, known_error
 from app.service.metrics import Metrics
+from app.service.route_table import RouteTable
 from app.settings import Settings
 
 access_log = logging.getLogger("cloze.access")
@@ -114,21 +114,20 @@ class BodySizeLimit:
 
 
 class AccessGate:
-    """Checks every HTTP request against the table before its body is read or a route runs. The embedding
-    lane, which answers ahead of the app, calls ``check`` too."""
+    """Checks every HTTP request against what its route declared, before its body is read or a route runs."""
 
-    def __init__(self, app: ASGIApp, keys: KeyRing, open_operations: bool):
-        self.app, self.keys, self.open_operations = app, keys, open_operations
+    def __init__(self, app: ASGIApp, keys: KeyRing, open_operations: bool, routes: RouteTable):
+        self.app, self.keys, self.open_operations, self.routes = app, keys, open_operations, routes
 
     def check(self, scope: Scope) -> None:
         """Refuse (ApiError) or let through; a key scoped to collections is left in ``request.state.grant``
         for the routes that list collections."""
-        access = required_access(scope["method"], scope["path"])
-        if access == "public" or (access == "operations" and self.open_operations):
+        declared = self.routes.resolve(scope)
+        if declared.access == "public" or (declared.access == "operations" and self.open_operations):
             return
-        collection, _ = split_collection_route(scope["path"])
-        needed = "write" if access == "write" else "read"
-        grant = self.keys.check(bearer_token(scope), needed, collection, scope["path"])
+        needed = "write" if declared.access == "write" else "read"
+        operations = declared.access == "operations"
+        grant = self.keys.check(bearer_token(scope), needed, declared.collection, operations)
         scope.setdefault("state", {})["grant"] = grant
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -259,10 +258,10 @@ HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTI
 
 
 class RequestRecorder:
-    """Request ids, request metrics and the access line, shared by ``RequestLog`` and ``EmbeddingLane``.
+    """Request ids, request metrics and the access line of ``RequestLog``.
 
     On the event loop's path of every request, so it stays cheap (the lane's per-request cost is in
-    docs/benchmarks.md, "Design measurements"): ids are a per-process prefix and a counter rather than
+    docs/design-decisions.md, "the embedding lane"): ids are a per-process prefix and a counter rather than
     ``uuid4``, metric children are looked up once per (route, method, status), and the access line is written
     only when ``cloze.access`` logs at INFO (``CLOZE_ACCESS_LOG=false`` turns it off)."""
 
@@ -306,10 +305,11 @@ class RequestRecorder:
 
 
 class RequestLog:
-    """A request id (``X-Request-ID``, taken from the caller or made), one JSON access line, and metrics."""
+    """A request id (``X-Request-ID``, taken from the caller or made), one JSON access line, and metrics
+    labelled by the route's template (``unmatched`` for a path no route answers), refused requests included."""
 
-    def __init__(self, app: ASGIApp, recorder: RequestRecorder):
-        self.app, self.recorder = app, recorder
+    def __init__(self, app: ASGIApp, recorder: RequestRecorder, routes: RouteTable):
+        self.app, self.recorder, self.routes = app, recorder, routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -329,7 +329,7 @@ class RequestLog:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            route = self.routes.resolve(scope).template
             self.recorder.record(scope, route, status, time.perf_counter() - started, request_id)
 
 

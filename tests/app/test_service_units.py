@@ -59,41 +59,6 @@ def test_a_non_ascii_key_matches_as_its_client_sends_it() -> None:
     assert ring.scope_of(b"cle-unicode".decode("latin-1")) is None
 
 
-def test_every_route_has_its_access_in_one_table() -> None:
-    from app.service.auth import required_access
-    from app.service.main import create_app
-
-    app = create_app(Settings())
-    public = {"/", "/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
-    writes = {("PUT", "/documents"), ("DELETE", "/documents/{doc_id}"), ("POST", "/index/rebuild")}
-    writes |= {  # snapshots: making, deleting and restoring one need a write key; listing and downloading read
-        ("POST", "/snapshots"),
-        ("DELETE", "/snapshots/{snapshot}"),
-        ("POST", "/snapshots/{snapshot}/restore"),
-        ("POST", "/restore"),
-    }
-    writes |= {("POST", "/collections"), ("DELETE", "/collections/{name}")}  # creating and deleting one
-    seen = set()
-    documented = {(method.upper(), path) for path, ops in app.openapi()["paths"].items() for method in ops}
-    undocumented = {("GET", "/"), ("GET", "/metrics"), ("GET", "/static/app.css")}  # not in the schema
-    for method, path in documented | undocumented:
-        access = required_access(method, path)
-        seen.add((method, path))
-        if path in public or path.startswith("/static"):
-            assert access == "public", (method, path)
-        elif path in ("/metrics", "/readyz"):
-            assert access == "operations"
-        elif (method, path.removeprefix("/collections/{collection}") or path) in writes:
-            assert access == "write", (method, path)
-        else:
-            assert access == "read", (method, path)
-    assert len(documented) > 15
-    within = {(method, path.removeprefix("/collections/{collection}") or path) for method, path in seen}
-    assert writes <= within
-    assert ("POST", "/collections/{collection}/search") in seen  # a collection's routes are documented
-    assert required_access("POST", "/no/such/route") == "write"  # unlisted: a write key, by default
-
-
 def test_an_empty_batch_budget_variable_leaves_the_choice_to_the_backend(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

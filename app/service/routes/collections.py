@@ -13,6 +13,7 @@ from fastapi import APIRouter, Path, Request
 
 from app.service.collections import Collection
 from app.service.errors import ApiError, without_server_paths
+from app.service.route_table import declare
 from app.service.schemas import CollectionCreate, CollectionDeleted, CollectionList, CollectionOut
 from app.service.validation import StrictJSONRoute
 from index.collections import DEFAULT_COLLECTION, CollectionInfo, disk_usage, last_write
@@ -28,14 +29,16 @@ async def collection_in_path(collection: CollectionName) -> None:
 
 
 async def current_collection(request: Request) -> AsyncIterator[Collection]:
-    """The collection the path names (``default`` without the prefix), counted in flight while the request
-    runs: a delete waits for it, and requests that arrive after the delete began get 404."""
-    name = request.path_params.get("collection", DEFAULT_COLLECTION)
+    """The collection the route's declaration names (``default`` without the prefix), counted in flight while
+    the request runs: a delete waits for it, and requests that arrive after the delete began get 404."""
+    name = request.app.state.routes.resolve(request.scope).collection
     async with request.app.state.engines.collections.using(name) as collection:
         yield collection
 
 
-@router.get("/collections", response_model=CollectionList, tags=["collections"])
+@router.get(
+    "/collections", openapi_extra=declare("read"), response_model=CollectionList, tags=["collections"]
+)
 async def list_collections(request: Request) -> CollectionList:
     """Every collection this key may read, ``default`` first."""
     engines, grant = request.app.state.engines, getattr(request.state, "grant", None)
@@ -47,7 +50,12 @@ async def list_collections(request: Request) -> CollectionList:
     return CollectionList(collections=described)
 
 
-@router.get("/collections/{name}", response_model=CollectionOut, tags=["collections"])
+@router.get(
+    "/collections/{name}",
+    openapi_extra=declare("read", "name"),
+    response_model=CollectionOut,
+    tags=["collections"],
+)
 async def show_collection(name: CollectionName, request: Request) -> CollectionOut:
     """Its model, documents, chunks, version, build options, bytes on disk and last write."""
     engines = request.app.state.engines
@@ -55,7 +63,13 @@ async def show_collection(name: CollectionName, request: Request) -> CollectionO
         return await engines.work_pool.run(describe, collection, True)
 
 
-@router.post("/collections", status_code=201, response_model=CollectionOut, tags=["collections"])
+@router.post(
+    "/collections",
+    openapi_extra=declare("write"),
+    status_code=201,
+    response_model=CollectionOut,
+    tags=["collections"],
+)
 async def create(body: CollectionCreate, request: Request) -> CollectionOut:
     """A new, empty collection on a served embedding model; 409 when the name is taken or the limit
     (`CLOZE_MAX_COLLECTIONS`) is reached."""
@@ -72,7 +86,12 @@ async def create(body: CollectionCreate, request: Request) -> CollectionOut:
         return await engines.work_pool.run(describe, collection)
 
 
-@router.delete("/collections/{name}", response_model=CollectionDeleted, tags=["collections"])
+@router.delete(
+    "/collections/{name}",
+    openapi_extra=declare("write", "name"),
+    response_model=CollectionDeleted,
+    tags=["collections"],
+)
 async def delete(name: CollectionName, request: Request) -> CollectionDeleted:
     """Requests already running on it finish first (409 if they outlive the wait, the collection still
     served); new ones get 404 from the moment this begins. Its snapshots are moved aside, not listed again."""

@@ -10,12 +10,13 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.service.model_registry import INDEX_MODEL, ModelSlot
+from app.service.route_table import declare
 from index.collections import DEFAULT_COLLECTION
 
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/models")
+@router.get("/models", openapi_extra=declare("read"))
 async def models(request: Request) -> dict:
     """The models served: ``models``, ``fill_mask_models`` and ``rerank_models`` list each by name (with its
     kind, aliases, status and, once loaded, fingerprint, dimension, pooling, backend and device); ``embedding``
@@ -53,7 +54,7 @@ def _without_paths(listing: Any) -> Any:
     return listing
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", openapi_extra=declare("read"))
 async def openai_models(request: Request) -> dict:
     """OpenAI's model list (``client.models.list()``): the embedding models that are loaded, by name."""
     slots = request.app.state.engines.models.slots.values()
@@ -108,7 +109,7 @@ def _fill_mask_model(fill: Any) -> dict:
     return _runtime(fill) | {"mask_token": fill.mask_token}
 
 
-@router.get("/healthz")
+@router.get("/healthz", openapi_extra=declare("public"))
 async def healthz(request: Request) -> JSONResponse:
     """Liveness: 200 while the process is or can still become ready (models may be loading or retrying);
     503 once it never will (the embedding model failed every attempt), so an orchestrator replaces it."""
@@ -118,7 +119,7 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok", "ready": engines.ready})
 
 
-@router.get("/readyz")
+@router.get("/readyz", openapi_extra=declare("operations"))
 async def readyz(request: Request) -> JSONResponse:
     """Ready to serve: the default embedding model is loaded and the collection ``default`` is open and
     reads (the probe of every round); else 503 with why. ``collections`` reports each collection's status
@@ -153,7 +154,7 @@ async def readyz(request: Request) -> JSONResponse:
     )
 
 
-@router.get("/metrics", include_in_schema=False)
+@router.get("/metrics", openapi_extra=declare("operations"), include_in_schema=False)
 async def metrics(request: Request) -> Response:
     """Prometheus text. Index sizes come from figures refreshed in the background: a scrape counts no rows."""
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

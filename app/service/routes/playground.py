@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.service.errors import ApiError
+from app.service.route_table import declare
 from app.service.validation import StrictJSONRoute
 from encoder_runtime.tokenization import TextTokenizer
 
@@ -50,7 +51,7 @@ class MaskPreviewResponse(BaseModel):
     counts: dict[str, int]
 
 
-@router.post("/mask-preview", response_model=MaskPreviewResponse)
+@router.post("/mask-preview", openapi_extra=declare("read"), response_model=MaskPreviewResponse)
 async def mask_preview(body: MaskPreviewRequest, request: Request) -> MaskPreviewResponse:
     """One sentence through ``encoder_training.masking.mask_tokens`` with the serving model's tokenizer."""
     settings = request.app.state.settings

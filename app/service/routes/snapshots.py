@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.service.collections import Collection, snapshot_folder_of
 from app.service.errors import ApiError
+from app.service.route_table import declare
 from app.service.routes.collections import current_collection
 from app.service.schemas import RestoreResult, SnapshotDeleted, SnapshotInfo, SnapshotList
 from app.service.validation import StrictJSONRoute
@@ -34,7 +35,11 @@ def snapshot_folder(request: Request, collection: Collection) -> Path:
 
 
 @router.post(
-    "/collections/{collection}/snapshots", status_code=201, response_model=SnapshotInfo, tags=["snapshots"]
+    "/collections/{collection}/snapshots",
+    openapi_extra=declare("write", "collection"),
+    status_code=201,
+    response_model=SnapshotInfo,
+    tags=["snapshots"],
 )
 async def create_snapshot(request: Request, collection: InCollection) -> SnapshotInfo:
     """A snapshot of the published version, while searches and writes go on: every write acknowledged
@@ -47,7 +52,12 @@ async def create_snapshot(request: Request, collection: InCollection) -> Snapsho
     return SnapshotInfo(**entry)
 
 
-@router.get("/collections/{collection}/snapshots", response_model=SnapshotList, tags=["snapshots"])
+@router.get(
+    "/collections/{collection}/snapshots",
+    openapi_extra=declare("read", "collection"),
+    response_model=SnapshotList,
+    tags=["snapshots"],
+)
 async def list_snapshots(request: Request, collection: InCollection) -> SnapshotList:
     folder = snapshot_folder(request, collection)
     entries = await run_in_threadpool(snapshots.list_snapshots, folder)
@@ -56,6 +66,7 @@ async def list_snapshots(request: Request, collection: InCollection) -> Snapshot
 
 @router.get(
     "/collections/{collection}/snapshots/{snapshot}",
+    openapi_extra=declare("read", "collection"),
     response_class=FileResponse,
     tags=["snapshots"],
     responses={200: {"content": {"application/x-tar": {}}, "description": "the archive"}},
@@ -69,7 +80,10 @@ async def download_snapshot(
 
 
 @router.delete(
-    "/collections/{collection}/snapshots/{snapshot}", response_model=SnapshotDeleted, tags=["snapshots"]
+    "/collections/{collection}/snapshots/{snapshot}",
+    openapi_extra=declare("write", "collection"),
+    response_model=SnapshotDeleted,
+    tags=["snapshots"],
 )
 async def delete_snapshot(
     snapshot: SnapshotName, request: Request, collection: InCollection
@@ -79,7 +93,10 @@ async def delete_snapshot(
 
 
 @router.post(
-    "/collections/{collection}/snapshots/{snapshot}/restore", response_model=RestoreResult, tags=["snapshots"]
+    "/collections/{collection}/snapshots/{snapshot}/restore",
+    openapi_extra=declare("write", "collection"),
+    response_model=RestoreResult,
+    tags=["snapshots"],
 )
 async def restore_snapshot(
     snapshot: SnapshotName, request: Request, collection: InCollection
@@ -99,9 +116,10 @@ async def restore_snapshot(
     response_model=RestoreResult,
     tags=["snapshots"],
     openapi_extra={
+        **declare("write", "collection"),
         "requestBody": {
             "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
-        }
+        },
     },
 )
 async def restore_upload(request: Request, collection: InCollection) -> RestoreResult:
