@@ -52,7 +52,8 @@ def lane_routes(state: State, routes: list[BaseRoute]) -> list[Route]:
     """A lane route for each FastAPI route whose endpoint has a lane, on its path and with its declaration."""
     lanes = []
     for context in RouteTable.contexts(routes):
-        lane: tuple[type[BaseModel], Any] | None = LANES.get(getattr(context, "endpoint", None))
+        endpoint = getattr(context, "endpoint", None)
+        lane: tuple[type[BaseModel], Any] | None = LANES.get(endpoint) if endpoint is not None else None
         if lane is not None:
             route = Route(
                 context.path, EmbeddingLane(state, *lane), methods=["POST"], include_in_schema=False

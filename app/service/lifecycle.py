@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -53,9 +54,10 @@ class Lifecycle:
         self.started = False  # ``start`` has run: every model has been tried, the collections opened
         # /metrics reads default's figures, refreshed every round here: a scrape never counts rows.
         for unit in ("documents", "chunks", "vectors"):
-            metrics.index_size.labels(unit).set_function(
-                lambda unit=unit: collections.default.stats.get(unit, 0)
-            )
+            metrics.index_size.labels(unit).set_function(functools.partial(self.default_figure, unit))
+
+    def default_figure(self, unit: str) -> int:
+        return self.collections.default.stats.get(unit, 0)
 
     # ---- opening and following --------------------------------------------------------------------
 

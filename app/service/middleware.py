@@ -16,7 +16,7 @@ import orjson
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.service.auth import KeyRing, bearer_token
+from app.service.auth import KeyRing, KeyScope, bearer_token
 from app.service.errors import ApiError, known_error
 from app.service.metrics import Metrics
 from app.service.route_table import RouteTable
@@ -125,7 +125,7 @@ class AccessGate:
         declared = self.routes.resolve(scope)
         if declared.access == "public" or (declared.access == "operations" and self.open_operations):
             return
-        needed = "write" if declared.access == "write" else "read"
+        needed: KeyScope = "write" if declared.access == "write" else "read"
         operations = declared.access == "operations"
         grant = self.keys.check(bearer_token(scope), needed, declared.collection, operations)
         scope.setdefault("state", {})["grant"] = grant
