@@ -1,6 +1,6 @@
 """Collections: named index folders under one data root, each built with one named model.
 
-    <root>/<name>/collection.json       name, model, options, created: written last, so it marks a whole one
+    <root>/<name>/collection.json       name, model, options, created, incarnation: written last, so it marks a whole one
     <root>/<name>/CURRENT, versions/    an ordinary index folder (``index.layout``)
     <root>/.creating-<name>-<token>/    a create in progress: renamed to <name> once whole
     <root>/.deleting-<name>-<token>/    a delete in progress: renamed away first, then removed
@@ -57,6 +57,9 @@ class CollectionInfo:
     chunk_window: int | None = None  # tokens per chunk (None: the model's window)
     chunk_overlap: int | None = None  # tokens shared by neighbouring chunks (None: a quarter of the window)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    # Set when the collection is made: one deleted and made again under its name is another (None: made
+    # before incarnations were recorded).
+    incarnation: str | None = None
 
     def build_options(self, **overrides: Any) -> BuildOptions:
         return BuildOptions(
@@ -115,6 +118,7 @@ def create_collection(root: Path, info: CollectionInfo, encoder: Any) -> Path:
     root = Path(root)
     target = folder_of(root, info.name)
     check_factory(info.factory, encoder.dimension)
+    info.incarnation = info.incarnation or secrets.token_hex(8)
     with collections_lock(root):
         if target.exists():
             raise CollectionError(f"name: a collection named {info.name!r} exists", 409)
