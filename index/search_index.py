@@ -41,8 +41,9 @@ from index.records import (
     ReadOnlyIndex,
     SearchHit,
 )
+from index.restore import ExpectedModel, check_restored, open_restored, verify_archive
 from index.results import assemble_hits
-from index.snapshots import ExpectedModel, check_restored, prepare_version, take_snapshot, verify_archive
+from index.snapshots import take_snapshot
 from index.version import OpenVersion, Repair, check_model, report_repair
 
 log = logging.getLogger(__name__)
@@ -301,13 +302,12 @@ class SearchIndex:
         snapshot and this restore are not in it: that is what a restore (a rollback) means."""
         self.require_writable()
         expected = ExpectedModel(self.encoder.info.fingerprint, int(self.encoder.dimension))
-        info = verify_archive(archive, expected)
+        info = verify_archive(archive, expected, self.root)
         with layout.build_lock(self.root):
             number = layout.next_version(self.root)
             fresh: OpenVersion | None = None
             try:
-                prepare_version(self.root, number, archive, info)
-                fresh = OpenVersion(self.root, number, False, self._on_repair)
+                fresh = open_restored(self.root, number, archive, info, self._on_repair)
                 check_restored(fresh, info)
                 layout.pause_for_tests("restore")  # complete on disk, not published
                 with self._mutate:

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from index.layout import BuildInProgress
 from index.records import InvalidDocument, ReadOnlyIndex, StorageError
 from index.snapshots import (
+    ArchiveTooLarge,
     BadArchive,
     InvalidSnapshotName,
     SnapshotError,
@@ -27,6 +28,7 @@ SNAPSHOT_ERRORS: dict[type[SnapshotError], tuple[int, str | None]] = {
     SnapshotNotFound: (404, "snapshot"),
     InvalidSnapshotName: (422, "snapshot"),
     BadArchive: (422, "archive"),
+    ArchiveTooLarge: (413, "archive"),
 }
 
 log = logging.getLogger("cloze.service")

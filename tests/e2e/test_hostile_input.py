@@ -27,6 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.archives import hostile_archives
 from tests.e2e.conftest import serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -587,6 +588,42 @@ def test_cross_site_pages_cannot_drive_the_service(server):
     check(server, "Sec-Fetch-Site cross-site DELETE", lambda h: h.delete("/documents/x", headers=cross), 403)
     same = {"Origin": server.url}  # the playground itself
     assert server.http.post("/search", json={"query": "vaccine"}, headers=same).status_code == 200
+
+
+# ---- restore trusts only what it checks itself ------------------------------------------------------------
+
+RESTORE_RSS_JUMP_MB = 150  # the 338-byte FAISS file declaring 2^28 floats cost 1 GiB before
+
+
+@pytest.fixture(scope="module")
+def good_archive(server) -> bytes:
+    """A real snapshot of a small collection of the served model, downloaded as a client would."""
+    assert server.http.post("/collections", json={"name": "hostile"}).status_code == 201
+    docs = [{"id": f"h{i}", "text": f"lighthouse keeper number {i} polished the lens"} for i in range(12)]
+    assert server.http.put("/collections/hostile/documents", json=docs).status_code == 200
+    made = server.http.post("/collections/hostile/snapshots")
+    assert made.status_code == 201, made.text
+    return server.http.get(f"/collections/hostile/snapshots/{made.json()['name']}").content
+
+
+def test_hostile_archives_are_refused_before_anything_is_published(server, good_archive):
+    """Each case: its status and the words naming the problem, no server path in the answer, no RSS jump,
+    and the collection still searches; the good archive restores after them all."""
+    headers = {"content-type": "application/octet-stream"}
+    for case, (body, status, words) in hostile_archives(good_archive).items():
+        name = f"restore: {case}"
+        before = server.status()["VmRSS"]
+        send = lambda h, body=body: h.post("/collections/hostile/restore", content=body, headers=headers)  # noqa: E731
+        reply = check(server, name, send, status)
+        error = reply.json()["error"]
+        assert words in error and reply.json()["field"] == "archive", (case, error)
+        assert ".upload-" not in error and "/collections/" not in error and "/tmp" not in error, error
+        assert MEASURED[name]["peak_rss_mb"] - before < RESTORE_RSS_JUMP_MB, MEASURED[name]
+        search = {"query": "lighthouse lens", "mode": "hybrid"}
+        searched = server.http.post("/collections/hostile/search", json=search)
+        assert searched.status_code == 200 and len(searched.json()["results"]) == 10, searched.text
+    good = server.http.post("/collections/hostile/restore", content=good_archive, headers=headers)
+    assert good.status_code == 200 and good.json()["documents"] == 12, good.text
 
 
 # ---- liveness and readiness tell the truth --------------------------------------------------------------
