@@ -94,6 +94,7 @@ def server(demo_index, tmp_path_factory) -> Iterator[Server]:
         "CLOZE_INDEX": str(demo_index),
         "CLOZE_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
         "CLOZE_MAX_PENDING": "8",
+        "CLOZE_MAX_PAGE_BYTES": "300000",
     }
     keyless = ("CLOZE_API_KEYS", "CLOZE_READ_API_KEYS", "CLOZE_FILL_MASK_MODEL", "CLOZE_MODEL")
     with serve_process(env, log_path, timeout=300, drop=keyless) as (url, process):
@@ -624,6 +625,56 @@ def test_hostile_archives_are_refused_before_anything_is_published(server, good_
         assert searched.status_code == 200 and len(searched.json()["results"]) == 10, searched.text
     good = server.http.post("/collections/hostile/restore", content=good_archive, headers=headers)
     assert good.status_code == 200 and good.json()["documents"] == 12, good.text
+
+
+# ---- factories and other unbounded work ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("factory", "words"),
+    [
+        ("IVF2000000000,Flat", "IVF lists"),  # a 500 (MemoryError) before
+        ("IVF4000000,Flat", "IVF lists"),  # 201 after 611 MiB before
+        ("HNSW1000000", "HNSW M"),  # 190 MiB that stayed, for 24 one-line documents
+        ("NSG64", "not one of the factories"),  # the first PUT was a 500 although stored
+        ("HNSW2000000000", "HNSW M"),
+    ],
+)
+def test_factories_outside_the_grammar_are_422_naming_the_field(server, factory, words):
+    body = {"name": "factory-probe", "factory": factory}
+    reply = check(server, f"collection factory {factory}", lambda h: h.post("/collections", json=body), 422)
+    assert field_of(reply) == "factory" and words in reply.json()["error"], reply.text
+    assert server.http.get("/collections/factory-probe").status_code == 404
+
+
+def test_chunk_overlap_fusion_k_and_large_pages_are_bounded(server):
+    overlap = {"name": "overlap-probe", "chunk_window": 64, "chunk_overlap": 63}  # a stride of one token
+    reply = check(server, "chunk_overlap window - 1", lambda h: h.post("/collections", json=overlap), 422)
+    assert field_of(reply) == "chunk_overlap" and "0..32" in reply.json()["error"], reply.text
+    fusion = b'{"query": "x", "mode": "hybrid", "fusion": {"method": "rrf", "k": 1' + b"0" * 309 + b"}}"
+    headers = {"content-type": "application/json"}
+    reply = check(
+        server, "fusion k 10**309", lambda h: h.post("/search", content=fusion, headers=headers), 422
+    )
+    assert field_of(reply) == "fusion.k", reply.text
+
+    assert server.http.post("/collections", json={"name": "large-pages"}).status_code == 201
+    text = "lighthouse " * 18_000  # 200 KB each; CLOZE_MAX_PAGE_BYTES is 300,000 in this suite
+    docs = [{"id": f"big{i:02}", "text": text} for i in range(4)]
+    assert server.http.put("/collections/large-pages/documents", json=docs).status_code == 200
+    seen: list[str] = []
+    cursor = None
+    while True:
+        query = "/collections/large-pages/documents?limit=1000" + (f"&cursor={cursor}" if cursor else "")
+        reply, slowest = healthz_while(server, lambda h, q=query: h.get(q))
+        assert reply.status_code == 200 and len(reply.content) < 500_000, len(reply.content)
+        assert slowest < 1.0, slowest
+        seen += [d["id"] for d in reply.json()["documents"]]
+        if (cursor := reply.json()["next_cursor"]) is None:
+            break
+    assert seen == [f"big{i:02}" for i in range(4)]
+    page = "/collections/large-pages/documents?limit=1000"
+    check(server, "GET /documents?limit=1000 of 200 KB documents", lambda h: h.get(page), 200)
 
 
 # ---- liveness and readiness tell the truth --------------------------------------------------------------

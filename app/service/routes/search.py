@@ -121,6 +121,7 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
             fusion=fusion,
             explained=body.explain,
             highlight=body.highlight,
+            text_chars=_text_needed(body, request),
         )
     except UnknownFilterField as exc:
         raise ApiError(422, f"{exc.field}: no document has this metadata field", exc.field) from exc
@@ -149,6 +150,16 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
     return SearchResponse(
         results=results, took_ms=round((time.perf_counter() - started) * 1000, 3), mode=body.mode
     )
+
+
+def _text_needed(body: SearchRequest, request: Request) -> int | None:
+    """How much of each hit's document text the answer needs: all of it to show it, the reranker's
+    ``CLOZE_MAX_CHARS`` to rerank it, none otherwise (a long document is then never read whole)."""
+    if body.include_text:
+        return None
+    if body.rerank is not None and body.rerank.text == "document":
+        return request.app.state.settings.max_chars
+    return 0
 
 
 def _check_rerank(body: SearchRequest, request: Request) -> None:
