@@ -6,8 +6,9 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from index.layout import BuildInProgress
 from index.records import InvalidDocument, ReadOnlyIndex, StorageError
@@ -32,6 +33,7 @@ SNAPSHOT_ERRORS: dict[type[SnapshotError], tuple[int, str | None]] = {
 }
 
 log = logging.getLogger("cloze.service")
+CLIENT_CLOSED = 499  # nginx's "client closed request": no answer reached anyone, and it is not a server error
 
 
 class BodyRejected(StarletteHTTPException):
@@ -100,6 +102,11 @@ def install_error_handlers(app: FastAPI) -> None:
         field = getattr(exc, "field", None)
         message = str(exc.detail)
         return JSONResponse({"error": message, "field": field}, exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, _: ClientDisconnect) -> Response:
+        log.info("the client went away during %s %s", request.method, request.url.path)
+        return Response(status_code=CLIENT_CLOSED)  # never delivered; counted as 499 in the metrics
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

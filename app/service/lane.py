@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
-from app.service.errors import ApiError, BodyRejected, validation_error
+from app.service.errors import CLIENT_CLOSED, ApiError, BodyRejected, validation_error
 from app.service.middleware import AccessGate, BrowserGuard, RequestRecorder, read_body, send_error
 from app.service.model_registry import split_model_route
 from app.service.routes.inference import LANES
@@ -53,7 +53,7 @@ class EmbeddingLane:
             self.gate.check(scope)
             body = await read_body(scope, receive, self.max_bytes)
             if body is None:
-                raise ApiError(400, "the client went away before its request body arrived")
+                raise ApiError(CLIENT_CLOSED, "the client went away before its request body arrived")
             try:
                 request = model.model_validate(await parse_body(body, self.max_values))
             except BodyRejected as exc:

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.service.auth import KeyRing, bearer_token, required_access
 from app.service.collections import split_collection_route
-from app.service.errors import ApiError, known_error
+from app.service.errors import CLIENT_CLOSED, ApiError, known_error
 from app.service.metrics import Metrics
 from app.settings import Settings
 
@@ -311,7 +311,7 @@ class RequestLog:
             return await self.app(scope, receive, send)
         request_id = self.recorder.request_id(scope)
         scope.setdefault("state", {})["request_id"] = request_id
-        status = 500
+        status: int | None = None
         started = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:
@@ -323,9 +323,14 @@ class RequestLog:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except BaseException:
+            status = status or 500
+            raise
         finally:
+            # No answer started and nothing raised: the client went away first (a body read returned early).
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.recorder.record(scope, route, status, time.perf_counter() - started, request_id)
+            final = status or CLIENT_CLOSED
+            self.recorder.record(scope, route, final, time.perf_counter() - started, request_id)
 
 
 class JsonFormatter(logging.Formatter):
