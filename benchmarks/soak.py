@@ -12,7 +12,7 @@ threads (``harness.lifecycle``) run collection lifecycles with scoped write keys
 the other collection's key refused, snapshot, restore of the stored snapshot and of its download by upload,
 delete), snapshot the default collection, and upsert uniquely named documents there; every write they had
 acknowledged is checked where it must be (present, or gone after a restore to an earlier snapshot). A
-warm-up of the same mix runs first; the server's RSS is sampled every 5 s from /proc, and growth is the last
+warm-up of the same mix (lifecycles included) runs first; the server's RSS is sampled every 5 s from /proc, and growth is the last
 minute's highest RSS over the RSS when the warm-up ended.
 """
 
@@ -183,12 +183,12 @@ def main() -> None:
         sampler = RssSampler(process.pid)
         sampler.start()
         load_before = load_average()
+        side = [Lifecycle(url), AcknowledgedWriter(url)]  # the warm-up runs the whole mix, lifecycles too
+        for thread in side:
+            thread.start()
         warmup = run_mix(url, args.warmup_seconds, work)
         warm_rss = sampler.samples[-1][1]
         warm_at = sampler.samples[-1][0]
-        side = [Lifecycle(url), AcknowledgedWriter(url)]
-        for thread in side:
-            thread.start()
         measured = run_mix(url, seconds, work)
         for thread in side:
             thread.finish()
