@@ -193,6 +193,12 @@ class Settings(BaseSettings):
         "per token)",
     )
     max_top_k: int = Field(100, ge=1, description="Largest `top_k` for `/search`")
+    max_page_bytes: int = Field(
+        8 * 2**20,
+        ge=1024,
+        description="Texts and metadata in one page of `GET /documents`: a page of long documents holds fewer "
+        "than `limit` (always at least one; follow `next_cursor`)",
+    )
     max_document_chars: int = Field(
         1_000_000, ge=1, description="Most characters in one document's text (`PUT /documents`; 422 above)"
     )

@@ -399,7 +399,8 @@ def _restore(args: argparse.Namespace) -> None:
         return
     from index.layout import BuildInProgress
     from index.records import IndexLocked
-    from index.snapshots import SnapshotError, restore_offline
+    from index.restore import restore_offline
+    from index.snapshots import SnapshotError
 
     _offline_collection(args)
     try:

@@ -27,8 +27,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from index import layout
 from index.builder import BuildOptions, create_empty_version
+from index.chunking import Chunker, overlap_problem
+from index.factories import check_factory_string, probe_shape, probe_training_size
 from index.faultpoints import pause_for_tests
 from index.records import collection_name_problem
 from index.vectors import VectorIndex, atomic_write, fsync_dir
@@ -118,6 +122,7 @@ def create_collection(root: Path, info: CollectionInfo, encoder: Any) -> Path:
     root = Path(root)
     target = folder_of(root, info.name)
     check_factory(info.factory, encoder.dimension)
+    check_chunking(info, encoder)
     info.incarnation = info.incarnation or secrets.token_hex(8)
     with collections_lock(root):
         if target.exists():
@@ -138,16 +143,33 @@ def create_collection(root: Path, info: CollectionInfo, encoder: Any) -> Path:
 
 
 def check_factory(factory: str | None, dimension: int) -> None:
-    """A FAISS factory string FAISS can build (422 naming ``factory`` otherwise)."""
+    """A factory within the grammar (``index.factories``) that takes a probe add and search at toy size:
+    422 naming ``factory`` otherwise, before anything is written."""
     if factory is None:
         return
     try:
-        VectorIndex.create(factory, dimension)
-    except (RuntimeError, ValueError) as exc:
+        check_factory_string(factory, dimension)
+        probe = VectorIndex.create(probe_shape(factory), dimension)
+        sample = np.random.default_rng(0).standard_normal(
+            (probe_training_size(factory), dimension), np.float32
+        )
+        sample /= np.linalg.norm(sample, axis=1, keepdims=True)
+        probe.train(sample)
+        probe.add(np.arange(2, dtype=np.int64), sample[:2])
+        probe.remove([0])
+        probe.search(sample[1], 1)
+    except (RuntimeError, ValueError, MemoryError) as exc:
         first_line = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise CollectionError(
-            f"factory: {factory!r} is not a FAISS factory string: {first_line}", 422, "factory"
-        ) from exc
+        raise CollectionError(f"factory: {first_line}", 422, "factory") from exc
+
+
+def check_chunking(info: CollectionInfo, encoder: Any) -> None:
+    """The chunk shape rule (``chunking.overlap_problem``), against the window the collection will use."""
+    if info.chunk_overlap is None:
+        return
+    window = Chunker.for_encoder(encoder, 0, info.chunk_window).window
+    if problem := overlap_problem(window, info.chunk_overlap):
+        raise CollectionError(f"chunk_overlap: {problem}", 422, "chunk_overlap")
 
 
 def delete_collection(root: Path, name: str) -> None:

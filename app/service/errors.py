@@ -7,12 +7,14 @@ import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from index.layout import BuildInProgress
 from index.records import InvalidDocument, ReadOnlyIndex, StorageError
 from index.snapshots import (
+    ArchiveTooLarge,
     BadArchive,
     InvalidSnapshotName,
     SnapshotError,
@@ -28,6 +30,7 @@ SNAPSHOT_ERRORS: dict[type[SnapshotError], tuple[int, str | None]] = {
     SnapshotNotFound: (404, "snapshot"),
     InvalidSnapshotName: (422, "snapshot"),
     BadArchive: (422, "archive"),
+    ArchiveTooLarge: (413, "archive"),
 }
 
 log = logging.getLogger("cloze.service")
@@ -39,6 +42,9 @@ SERVER_PATH = re.compile(r"(?<![\w.:/])/(?:[\w.@+=-]+/)+(?=[\w.@+=-])")
 def without_server_paths(message: str) -> str:
     """``index at /data/index/versions/3 failed`` -> ``index at …/3 failed``."""
     return SERVER_PATH.sub("…/", message)
+
+
+CLIENT_CLOSED = 499  # nginx's "client closed request": no answer reached anyone, and it is not a server error
 
 
 class BodyRejected(StarletteHTTPException):
@@ -115,6 +121,11 @@ def install_error_handlers(app: FastAPI) -> None:
         field = getattr(exc, "field", None)
         message = without_server_paths(str(exc.detail))
         return JSONResponse({"error": message, "field": field}, exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, _: ClientDisconnect) -> Response:
+        log.info("the client went away during %s %s", request.method, request.url.path)
+        return Response(status_code=CLIENT_CLOSED)  # never delivered; counted as 499 in the metrics
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

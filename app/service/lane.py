@@ -19,7 +19,7 @@ from starlette.datastructures import State
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from app.service.errors import ApiError, BodyRejected, validation_error
+from app.service.errors import CLIENT_CLOSED, ApiError, BodyRejected, validation_error
 from app.service.middleware import read_body
 from app.service.route_table import RouteTable
 from app.service.routes.inference import LANES, LaneAnswer
@@ -36,7 +36,7 @@ class EmbeddingLane:
         """Errors are raised: the app's exception handlers answer them, as they answer every route's."""
         body = await read_body(scope, receive, self.max_bytes)  # BodySizeLimit has read it: a replay
         if body is None:
-            raise ApiError(400, "the client went away before its request body arrived")
+            raise ApiError(CLIENT_CLOSED, "the client went away before its request body arrived")
         try:
             request = self.model.model_validate(await parse_body(body, self.max_values))
         except BodyRejected as exc:

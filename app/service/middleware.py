@@ -17,7 +17,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.service.auth import KeyRing, KeyScope, bearer_token
-from app.service.errors import ApiError, known_error
+from app.service.errors import CLIENT_CLOSED, ApiError, known_error
 from app.service.metrics import Metrics
 from app.service.route_table import RouteTable
 from app.settings import Settings
@@ -316,7 +316,7 @@ class RequestLog:
             return await self.app(scope, receive, send)
         request_id = self.recorder.request_id(scope)
         scope.setdefault("state", {})["request_id"] = request_id
-        status = 500
+        status: int | None = None
         started = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:
@@ -328,9 +328,14 @@ class RequestLog:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except BaseException:
+            status = status or 500
+            raise
         finally:
+            # No answer started and nothing raised: the client went away first (a body read returned early).
             route = self.routes.resolve(scope).template
-            self.recorder.record(scope, route, status, time.perf_counter() - started, request_id)
+            final = status or CLIENT_CLOSED
+            self.recorder.record(scope, route, final, time.perf_counter() - started, request_id)
 
 
 class JsonFormatter(logging.Formatter):

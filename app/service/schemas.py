@@ -318,7 +318,9 @@ class FusionIn(Strict):
         "the hit is not in that list). Each list holds max(30, 3 x (offset + top_k)) candidates, so a top 10 may "
         "shift with top_k, a convex one more than an RRF one",
     )
-    k: int | None = Field(None, ge=1, description="RRF's constant (rrf only; default 60)", examples=[60])
+    k: int | None = Field(
+        None, ge=1, le=1_000_000, description="RRF's constant (rrf only; default 60)", examples=[60]
+    )
     alpha: float | None = Field(
         None, ge=0.0, le=1.0, description="the dense list's weight (convex only; default 0.5)", examples=[0.5]
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 
 from app.service.collections import Collection
 from app.service.errors import ApiError, BodyRejected
@@ -68,7 +68,11 @@ async def upsert_documents(
 
 
 @router.get(
-    "/documents", openapi_extra=declare("read", "collection"), response_model=DocumentPage, tags=["documents"]
+    "/documents",
+    openapi_extra=declare("read", "collection"),
+    response_model=DocumentPage,
+    response_class=Response,
+    tags=["documents"],
 )
 async def list_documents(
     request: Request,
@@ -82,7 +86,9 @@ async def list_documents(
     ] = None,
 ) -> DocumentPage:
     """The stored documents in a stable order (by id), a page at a time: paging while writes land neither
-    repeats nor skips a document that exists the whole time. ``total`` counts every match."""
+    repeats nor skips a document that exists the whole time. ``total`` counts every match. A page holds
+    `limit` documents or fewer: it ends after `CLOZE_MAX_PAGE_BYTES` of texts and metadata (always at least
+    one document); follow `next_cursor`."""
     settings, engines = request.app.state.settings, request.app.state.engines
     filters = None
     if filter is not None:
@@ -95,15 +101,23 @@ async def list_documents(
         check_filter(filters, settings)
     index = collection.require_index()
     try:
-        page, next_cursor = await engines.work_pool.run(index.list_documents, limit, cursor, filters)
+        page, next_cursor = await engines.work_pool.run(
+            index.list_documents, limit, cursor, filters, settings.max_page_bytes
+        )
         total = await engines.work_pool.run(index.count_documents, filters)
+        # Up to CLOZE_MAX_PAGE_BYTES of text: serialised in a worker thread, not on the event loop.
+        body = await engines.work_pool.run(page_json, page, next_cursor, total)
     except InvalidCursor as exc:
         raise ApiError(422, f"cursor: {exc}", "cursor") from exc
     except (UnknownFilterField, InvalidFilterValue) as exc:
         field = getattr(exc, "field", "filter")
         raise ApiError(422, str(exc), field) from exc
+    return Response(body, media_type="application/json")
+
+
+def page_json(page: list[Document], next_cursor: str | None, total: int) -> bytes:
     documents = [DocumentOut(id=d.id, text=d.text, metadata=d.metadata) for d in page]
-    return DocumentPage(documents=documents, next_cursor=next_cursor, total=total)
+    return DocumentPage(documents=documents, next_cursor=next_cursor, total=total).model_dump_json().encode()
 
 
 @router.get(

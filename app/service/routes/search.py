@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
@@ -126,6 +126,7 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
             fusion=fusion,
             explained=body.explain,
             highlight=body.highlight,
+            text_chars=_text_needed(body, request),
         )
     except UnknownFilterField as exc:
         raise ApiError(422, f"{exc.field}: no document has this metadata field", exc.field) from exc
@@ -134,11 +135,12 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
     ranked = [(hit, hit.score, None, None) for hit in hits]
     if body.rerank is not None:
         ranked = (await _reranked(hits, body, request))[body.offset : body.offset + body.top_k]
+    texts = await _shown_texts(ranked, body, request, index)
     results = [
         SearchResult(
             id=hit.id,
             score=score,
-            text=hit.text if body.include_text else None,
+            text=texts.get(hit.id) if body.include_text else None,
             chunk=hit.chunk,
             chunk_index=hit.chunk_index,
             metadata=hit.metadata,
@@ -154,6 +156,40 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
     return SearchResponse(
         results=results, took_ms=round((time.perf_counter() - started) * 1000, 3), mode=body.mode
     )
+
+
+def _text_needed(body: SearchRequest, request: Request) -> int | None:
+    """How much of each candidate's document text the first stage reads: the reranker's ``CLOZE_MAX_CHARS``
+    to rerank it, all of it to show it (without a rerank), none otherwise: a long document is never read
+    whole for a candidate the answer does not show."""
+    if body.rerank is not None:
+        return request.app.state.settings.max_chars if body.rerank.text == "document" else 0
+    return None if body.include_text else 0
+
+
+async def _shown_texts(
+    ranked: list[tuple], body: SearchRequest, request: Request, index: Any
+) -> dict[str, str]:
+    """The texts ``include_text`` shows (a reranked page's read whole now, only for the page), refused
+    with 422 past ``CLOZE_MAX_PAGE_BYTES`` together: an answer is bounded in bytes, not only in hits."""
+    if not body.include_text:
+        return {}
+    hits = [hit for hit, *_ in ranked]
+    if body.rerank is None:
+        texts = {hit.id: hit.text for hit in hits}
+    else:
+        found = await request.app.state.engines.work_pool.run(lambda: [index.get(hit.id) for hit in hits])
+        texts = {doc.id: doc.text for doc in found if doc is not None}
+    limit = request.app.state.settings.max_page_bytes
+    total = sum(len(text) for text in texts.values())
+    if total > limit:
+        raise ApiError(
+            422,
+            f"include_text: the {len(texts)} results' texts total {total} characters, over the {limit} an answer "
+            "carries (CLOZE_MAX_PAGE_BYTES): ask fewer results, or read long documents with GET /documents/{id}",
+            "include_text",
+        )
+    return texts
 
 
 def _check_rerank(body: SearchRequest, request: Request) -> None:

@@ -142,7 +142,12 @@ async def receive_upload(request: Request, target: Path, limit: int) -> None:
     length past it is refused before a byte is read: ``BodySizeLimit``)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit():
-        await run_in_threadpool(snapshots.check_space, target.parent, 2 * int(declared))
+        try:
+            await run_in_threadpool(snapshots.check_space, target.parent, 2 * int(declared))
+        except (
+            snapshots.SnapshotNoSpace
+        ) as exc:  # the archive is too large for this disk: the client's to fix
+            raise ApiError(413, f"archive: too large for the free space: {exc}", "archive") from exc
     size, pending = 0, bytearray()
     with target.open("wb") as handle:
         async for chunk in request.stream():
