@@ -30,6 +30,7 @@ from typing import Any
 from index import layout
 from index.builder import BuildOptions, create_empty_version
 from index.faultpoints import pause_for_tests
+from index.own_vectors import OwnVectors
 from index.records import collection_name_problem
 from index.vectors import VectorIndex, atomic_write, fsync_dir
 
@@ -52,11 +53,17 @@ class CollectionError(ValueError):
 @dataclass
 class CollectionInfo:
     name: str
-    model: str  # the named model (``CLOZE_MODELS``) its vectors come from
+    model: str | None  # the named model (``CLOZE_MODELS``) its vectors come from; None: the caller's own
     factory: str | None = None  # FAISS factory for its builds (None: chosen by corpus size)
     chunk_window: int | None = None  # tokens per chunk (None: the model's window)
     chunk_overlap: int | None = None  # tokens shared by neighbouring chunks (None: a quarter of the window)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    dimension: int | None = None  # set (and model None): vectors its callers supply, one per document
+    metric: str | None = None  # with ``dimension``: cosine or dot (``index.own_vectors``)
+
+    def own_vectors(self) -> OwnVectors | None:
+        """What stands for the encoder of a collection of the caller's own vectors; None for a model's."""
+        return None if self.dimension is None else OwnVectors(self.dimension, self.metric or "cosine")
 
     def build_options(self, **overrides: Any) -> BuildOptions:
         return BuildOptions(
@@ -129,7 +136,7 @@ def create_collection(root: Path, info: CollectionInfo, encoder: Any) -> Path:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    log.info("collection %r created (model %r)", info.name, info.model)
+    log.info("collection %r created (%s)", info.name, info.model or f"own vectors of {info.dimension}")
     return target
 
 

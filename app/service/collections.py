@@ -29,7 +29,7 @@ DRAIN_TIMEOUT_S = 30.0  # a delete waits this long for in-flight requests, then 
 @dataclass
 class Collection:
     name: str
-    model: str  # the named embedding model its vectors come from
+    model: str | None  # the named embedding model its vectors come from (None: the caller's own vectors)
     path: Path
     info: CollectionInfo | None = None  # None for ``default``: no collection.json, settings say it all
     index: Any = None  # index.SearchIndex, once open

@@ -384,9 +384,11 @@ async def sync_collections(engines: Engines, settings: Settings, metrics: Metric
 async def open_collection(
     engines: Engines, collection: Collection, settings: Settings, metrics: Metrics
 ) -> None:
-    """Open a collection's index with its model's runtime; on failure its routes answer 503 saying why."""
-    slot = engines.models.slots.get(collection.model)
-    if slot is None or slot.runtime is None:
+    """Open a collection's index with its model's runtime (or, for the caller's own vectors, what stands for
+    one); on failure its routes answer 503 saying why."""
+    encoder = collection.info.own_vectors() if collection.info is not None else None
+    slot = engines.models.slots.get(collection.model) if encoder is None else None
+    if encoder is None and (slot is None or slot.runtime is None):
         why = "is not served here" if slot is None else slot.error or "is loading"
         collection.error = f"collection {collection.name!r}: its model {collection.model!r} {why} ({engines.models.served()})"
         return
@@ -394,7 +396,7 @@ async def open_collection(
         collection.index = await run_in_threadpool(
             SearchIndex.open,
             collection.path,
-            slot.runtime,
+            encoder or slot.runtime,  # type: ignore[union-attr]
             create=False,
             read_only=collection.read_only,
             on_repair=metrics.count_repair,

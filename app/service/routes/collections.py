@@ -20,12 +20,15 @@ from index.collections import (
     DEFAULT_COLLECTION,
     CollectionError,
     CollectionInfo,
+    check_factory,
     create_collection,
     delete_collection,
     disk_usage,
     last_write,
 )
+from index.own_vectors import OwnVectors
 from index.records import ReadOnlyIndex, collection_name_problem
+from index.vectors import VectorIndex
 
 router = APIRouter(route_class=StrictJSONRoute)
 CollectionName = Annotated[str, Path(min_length=1, max_length=256, description="a collection's name")]
@@ -42,6 +45,11 @@ async def current_collection(request: Request) -> AsyncIterator[Collection]:
     name = request.path_params.get("collection", DEFAULT_COLLECTION)
     async with request.app.state.engines.collections.using(name) as collection:
         yield collection
+
+
+def own_vectors(collection: Collection) -> OwnVectors | None:
+    """The shape of a collection of the caller's own vectors; None for a collection a model embeds."""
+    return collection.info.own_vectors() if collection.info is not None else None
 
 
 @router.get("/collections", response_model=CollectionList, tags=["collections"])
@@ -63,18 +71,15 @@ async def show_collection(name: CollectionName, request: Request) -> CollectionO
 
 @router.post("/collections", status_code=201, response_model=CollectionOut, tags=["collections"])
 async def create(body: CollectionCreate, request: Request) -> CollectionOut:
-    """A new, empty collection on a served embedding model; 409 when the name is taken or the limit
-    (`CLOZE_MAX_COLLECTIONS`) is reached."""
+    """A new, empty collection on a served embedding model, or (`dimension`) of vectors you supply; 409 when
+    the name is taken or the limit (`CLOZE_MAX_COLLECTIONS`) is reached."""
     settings, engines = request.app.state.settings, request.app.state.engines
     if problem := collection_name_problem(body.name):
         raise ApiError(422, f"name: {body.name!r} is not a collection name: {problem}", "name")
     if engines.read_only:
         raise ReadOnlyIndex("this service is read-only: create collections on the writer")
-    slot = engines.models.find(body.model)
-    encoder, _ = engines.models.loaded(slot)
-    _check_chunking(body, encoder.max_tokens)
+    info, encoder = _new_collection(body, engines)
     registry = engines.collections
-    info = CollectionInfo(body.name, slot.name, body.factory, body.chunk_window, body.chunk_overlap)
     async with registry.lifecycle:
         if body.name in registry.collections:
             raise ApiError(409, f"name: a collection named {body.name!r} exists", "name")
@@ -89,7 +94,7 @@ async def create(body: CollectionCreate, request: Request) -> CollectionOut:
             path = await run_in_threadpool(create_collection, registry.root, info, encoder)
         except CollectionError as exc:
             raise ApiError(exc.status, str(exc), exc.field) from exc
-        collection = Collection(body.name, slot.name, path, info)
+        collection = Collection(body.name, info.model, path, info)
         registry.collections[body.name] = collection
         await open_collection(engines, collection, settings, request.app.state.metrics)
     return await engines.work_pool.run(describe, collection)
@@ -123,6 +128,47 @@ async def delete(name: CollectionName, request: Request) -> CollectionDeleted:
     return CollectionDeleted(deleted=name)
 
 
+def _new_collection(body: CollectionCreate, engines: Any) -> tuple[CollectionInfo, Any]:
+    """The collection a create asks for, and its encoder: a served model's, or (``dimension``) what stands for
+    one in a collection of the caller's own vectors, which keeps each document whole (one vector each)."""
+    if body.dimension is None:
+        if body.metric is not None:
+            raise ApiError(
+                422, "metric: applies to a collection of your own vectors (give `dimension`)", "metric"
+            )
+        slot = engines.models.find(body.model)
+        encoder, _ = engines.models.loaded(slot)
+        _check_chunking(body, encoder.max_tokens)
+        return CollectionInfo(
+            body.name, slot.name, body.factory, body.chunk_window, body.chunk_overlap
+        ), encoder
+    if "model" in body.model_fields_set:
+        raise ApiError(
+            422, "model: a collection has a model or a `dimension` (your own vectors), not both", "model"
+        )
+    for name in ("chunk_window", "chunk_overlap"):
+        if getattr(body, name) is not None:
+            raise ApiError(
+                422, f"{name}: a collection of your own vectors holds one chunk per document", name
+            )
+    info = CollectionInfo(
+        body.name, None, body.factory, dimension=body.dimension, metric=body.metric or "cosine"
+    )
+    encoder = info.own_vectors()
+    try:
+        check_factory(body.factory, body.dimension)
+    except CollectionError as exc:
+        raise ApiError(exc.status, str(exc), exc.field) from exc
+    if body.factory is not None and VectorIndex.create(body.factory, body.dimension).needs_training:
+        raise ApiError(
+            422,
+            f"factory: {body.factory!r} needs training, which happens at a rebuild; a collection of your own "
+            "vectors is never rebuilt (nothing re-embeds them): use a Flat or HNSW factory",
+            "factory",
+        )
+    return info, encoder
+
+
 def _check_chunking(body: CollectionCreate, max_tokens: int) -> None:
     if body.chunk_window is not None and body.chunk_window > max_tokens:
         raise ApiError(
@@ -141,6 +187,8 @@ def describe(collection: Collection, detailed: bool = False) -> CollectionOut:
     answer: dict[str, Any] = {
         "name": collection.name,
         "model": collection.model,
+        "dimension": collection.info.dimension if collection.info else None,
+        "metric": collection.info.metric if collection.info else None,
         "status": collection.status,
         "error": collection.error,
         "created": collection.info.created if collection.info else None,
