@@ -458,6 +458,22 @@ class AsyncClient(_Settings):
         return await self._call(ops.models())
 
 
+class PerLoop:
+    """An ``AsyncClient`` for the running event loop, made at first use in each: httpx's connections belong
+    to the loop that opened them, and callers such as LangChain or LlamaIndex may run several loops."""
+
+    def __init__(self, url: str, **settings: Any):
+        self.url, self.settings = url, settings
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: AsyncClient | None = None
+
+    def get(self) -> AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            self._client, self._loop = AsyncClient(self.url, **self.settings), loop
+        return self._client
+
+
 def _download_target(target: str | os.PathLike[str], name: str) -> Path:
     path = Path(target)
     return path / name if path.is_dir() else path

@@ -23,7 +23,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from cloze_search.client import AsyncClient, Client
+from cloze_search.client import AsyncClient, Client, PerLoop
 from cloze_search.errors import NotFound
 from cloze_search.models import Document as ClozeDocument
 from cloze_search.models import Mode, SearchHit
@@ -42,14 +42,12 @@ class ClozeVectorStore(VectorStore):
         mode: Mode = "dense",
         metric: str = "cosine",
         client: Client | None = None,
-        async_client: AsyncClient | None = None,
         timeout: float = 60.0,
     ):
         self.collection, self.mode, self.metric = collection, mode, metric
         self._embedding = embedding
         self.client = client or Client(url, api_key=api_key, timeout=timeout)
-        self._async_settings = {"url": url, "api_key": api_key, "timeout": timeout}
-        self._async_client = async_client
+        self._async_clients = PerLoop(url, api_key=api_key, timeout=timeout)
 
     @property
     def embeddings(self) -> Embeddings | None:
@@ -57,13 +55,7 @@ class ClozeVectorStore(VectorStore):
 
     @property
     def async_client(self) -> AsyncClient:
-        """Made at first use, so it belongs to the event loop that first awaits it."""
-        if self._async_client is None:
-            settings = self._async_settings
-            self._async_client = AsyncClient(
-                settings["url"], api_key=settings["api_key"], timeout=settings["timeout"]
-            )
-        return self._async_client
+        return self._async_clients.get()
 
     # ---- writes ----
     def add_texts(
