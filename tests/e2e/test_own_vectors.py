@@ -95,7 +95,7 @@ def test_a_nan_and_misplaced_vectors_are_refused(vectors):
     infinite = vectors.put(
         "/collections/own-vectors/documents", content=huge, headers={"content-type": "application/json"}
     )
-    assert infinite.status_code == 422 and infinite.json()["field"] == "0.vector"
+    assert infinite.status_code == 422 and infinite.json()["field"].startswith("0.vector")
     short_query = vectors.post("/collections/own-vectors/search", json={"vector": [1, 0], "mode": "dense"})
     assert short_query.status_code == 422 and short_query.json()["field"] == "vector"
     no_vector = vectors.post("/collections/own-vectors/search", json={"query": "tundra", "mode": "dense"})
