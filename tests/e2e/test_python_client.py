@@ -6,7 +6,11 @@ on 429 that honours Retry-After (a scripted transport: a real server is not made
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,6 +18,8 @@ import pytest
 import cloze_search
 from cloze_search import AsyncClient, Client, Document, Fusion, InvalidRequest, NotFound, Unauthorized
 from tests.e2e.conftest import READ_KEY, WRITE_KEY
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ANIMALS = [
     Document("cat", "Cats purr and chase mice around the barn.", {"kind": "mammal", "legs": 4}),
@@ -142,3 +148,38 @@ def test_upsert_retries_429_after_retry_after(monkeypatch):
         with pytest.raises(cloze_search.Overloaded) as overloaded:
             c.upsert([Document("a", "text")])
     assert overloaded.value.retry_after == 2.0 and overloaded.value.message == "queue full"
+
+
+def cloze(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_cli_url_commands_go_through_the_client(server, tmp_path):
+    """The six ``--url`` commands: collection create, list, show, delete; index snapshot (+ download), restore."""
+    key = ["--url", server, "--api-key", WRITE_KEY]
+    made = cloze("collection", "create", "cli-vectors", "--dimension", "3", "--metric", "dot", *key)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout) | {"name": "cli-vectors", "model": None, "metric": "dot"} == json.loads(
+        made.stdout
+    )
+    listed = json.loads(cloze("collection", "list", *key).stdout)["collections"]
+    assert "cli-vectors" in [c["name"] for c in listed]
+    with Client(server, api_key=WRITE_KEY) as client:
+        client.upsert([Document("v", vector=[1, 2, 3])], collection="cli-vectors")
+    assert json.loads(cloze("collection", "show", "cli-vectors", *key).stdout)["documents"] == 1
+    archive = tmp_path / "cli.tar"
+    snapshot = cloze("index", "snapshot", "--collection", "cli-vectors", "--download", str(archive), *key)
+    assert snapshot.returncode == 0 and tarfile.is_tarfile(archive), snapshot.stderr
+    restored = cloze("index", "restore", str(archive), "--collection", "cli-vectors", *key)
+    assert restored.returncode == 0 and json.loads(restored.stdout)["documents"] == 1, restored.stderr
+    assert json.loads(cloze("collection", "delete", "cli-vectors", *key).stdout) == {"deleted": "cli-vectors"}
+    refused = cloze("collection", "show", "cli-vectors", *key)
+    assert (
+        refused.returncode != 0
+        and "404" in refused.stderr
+        and "no collection named 'cli-vectors'" in refused.stderr
+    )
+    bad_key = cloze("collection", "create", "x", "--url", server, "--api-key", READ_KEY)
+    assert bad_key.returncode != 0 and ("403" in bad_key.stderr or "401" in bad_key.stderr), bad_key.stderr
