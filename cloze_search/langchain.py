@@ -98,7 +98,9 @@ class ClozeVectorStore(VectorStore):
         """The collection, on its first write: of your own vectors with an ``Embeddings``, else on the
         service's default model."""
         dimension = len(vectors[0]) if vectors else None
-        self.client.create_collection(self.collection, dimension=dimension, metric=dimension and self.metric)
+        self.client.create_collection(
+            self.collection, dimension=dimension, metric=self.metric if dimension else None
+        )
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
         """Delete these ids (those missing are skipped); every document when ``ids`` is None."""
@@ -268,7 +270,7 @@ def _documents(
     ids = [str(doc_id) if doc_id else str(uuid.uuid4()) for doc_id in ids] if ids else []
     ids += [str(uuid.uuid4()) for _ in range(len(texts) - len(ids))]
     metadatas = metadatas or [{} for _ in texts]
-    rows = vectors or [None] * len(texts)
+    rows: list[list[float] | None] = list(vectors) if vectors else [None] * len(texts)
     documents = [
         ClozeDocument(doc_id, text, dict(metadata or {}), vector)
         for doc_id, text, metadata, vector in zip(ids, texts, metadatas, rows, strict=True)

@@ -93,7 +93,7 @@ class ClozeVectorStore(BasePydanticVectorStore):
         metric: str = "cosine",
         timeout: float = 60.0,
     ):
-        super().__init__(collection=collection, metric=metric)
+        super().__init__(collection=collection, metric=metric)  # type: ignore[call-arg]
         self._client = Client(url, api_key=api_key, timeout=timeout)
         self._async_clients = PerLoop(url, api_key=api_key, timeout=timeout)
 
@@ -212,7 +212,7 @@ class ClozeEmbedding(BaseEmbedding):
         timeout: float = 60.0,
         **kwargs: Any,
     ):
-        super().__init__(model=model, model_name=model or "default", **kwargs)
+        super().__init__(model=model, model_name=model or "default", **kwargs)  # type: ignore[call-arg]
         self._client = Client(url, api_key=api_key, timeout=timeout)
         self._async_clients = PerLoop(url, api_key=api_key, timeout=timeout)
 
