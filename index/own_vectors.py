@@ -21,6 +21,7 @@ from index.records import IndexError_
 
 METRICS = ("cosine", "dot")
 MAX_DIMENSION = 8192
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # a larger number would be stored as an infinity
 
 
 class InvalidVector(IndexError_, ValueError):
@@ -71,7 +72,7 @@ class OwnVectors:
                 f"{field}: {len(values)} numbers, but this collection's vectors have {self.dimension}", field
             )
         array = np.asarray(values, dtype=np.float64)
-        if not np.isfinite(array).all() or not np.isfinite(array.astype(np.float32)).all():
+        if not np.isfinite(array).all() or np.abs(array).max() > FLOAT32_MAX:
             raise InvalidVector(f"{field}: holds NaN or an infinity (or a number beyond float32)", field)
         if self.metric == "cosine":
             norm = float(np.linalg.norm(array))
