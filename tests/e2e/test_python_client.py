@@ -1,7 +1,7 @@
 """``cloze_search.Client`` and ``AsyncClient`` against the session's real server: collections, documents (batched
 upserts, paging, get, delete), search with its options, snapshots (download with a progress bar, restore,
-upload), embed, fill-mask, errors carrying the service's message and field, keys and timeouts; and the retry
-on 429 that honours Retry-After (a scripted transport: a real server is not made to refuse on cue)."""
+upload), embed, fill-mask, errors carrying the service's message and field, keys and timeouts;
+and the CLI's --url commands on the client (the retry on 429 is tests/cloze_search/test_client_units.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import sys
 import tarfile
 from pathlib import Path
 
-import httpx
 import pytest
 
 import cloze_search
@@ -126,28 +125,6 @@ def test_the_async_client_does_the_same(server):
 
     top, listed, count = asyncio.run(run())
     assert top == "eagle" and listed == sorted(d.id for d in ANIMALS) and count == 5
-
-
-def test_upsert_retries_429_after_retry_after(monkeypatch):
-    """Two refusals then a success: the client waits what Retry-After says each time and sends again."""
-    answers = iter([(429, {"Retry-After": "3"}), (429, {"Retry-After": "1"}), (200, {})])
-    waits: list[float] = []
-    monkeypatch.setattr("cloze_search.client.time.sleep", waits.append)
-
-    def reply(request: httpx.Request) -> httpx.Response:
-        status, headers = next(answers)
-        body = {"upserted": 1} if status == 200 else {"error": "queue full", "field": None}
-        return httpx.Response(status, json=body, headers=headers)
-
-    with Client("http://service", http_options={"transport": httpx.MockTransport(reply)}) as client:
-        assert client.upsert([Document("a", "text")]) == 1
-    assert waits == [3.0, 1.0]
-    refusals = iter([(429, {"Retry-After": "2"})] * 3)
-    answers = refusals
-    with Client("http://service", max_retries=2, http_options={"transport": httpx.MockTransport(reply)}) as c:
-        with pytest.raises(cloze_search.Overloaded) as overloaded:
-            c.upsert([Document("a", "text")])
-    assert overloaded.value.retry_after == 2.0 and overloaded.value.message == "queue full"
 
 
 def cloze(*args: str) -> subprocess.CompletedProcess:
