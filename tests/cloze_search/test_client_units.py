@@ -74,7 +74,8 @@ def test_requests_carry_every_option_and_batches_split():
         assert client.upsert(({"id": str(i), "text": "t"} for i in range(5)), batch_size=2) == 6
     search = sent[0]
     assert (
-        search.url.raw_path == b"/collections/my%20docs/search" and search.headers["authorization"] == "Bearer k"
+        search.url.raw_path == b"/collections/my%20docs/search"
+        and search.headers["authorization"] == "Bearer k"
     )
     assert json.loads(search.content) == {
         "query": "q", "vector": [1.0, 2.0], "top_k": 3, "offset": 6, "mode": "hybrid", "filter": {"y": 1},
