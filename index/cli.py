@@ -149,7 +149,17 @@ def _collection_create(args: argparse.Namespace) -> None:
         path = create_collection(args.root, info, info.own_vectors() or _encoder(args))
     except (CollectionError, ValueError) as exc:
         raise SystemExit(f"cloze collection create: {exc}") from exc
-    print(json.dumps({"created": args.name, "path": str(path), "model": info.model} | own))
+    print(
+        json.dumps(
+            {
+                "created": args.name,
+                "path": str(path),
+                "model": info.model,
+                "dimension": info.dimension,
+                "metric": info.metric,
+            }
+        )
+    )
 
 
 def _collection_list(args: argparse.Namespace) -> None:

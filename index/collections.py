@@ -122,6 +122,17 @@ def create_collection(root: Path, info: CollectionInfo, encoder: Any) -> Path:
     root = Path(root)
     target = folder_of(root, info.name)
     check_factory(info.factory, encoder.dimension)
+    if (
+        info.dimension is not None
+        and info.factory
+        and VectorIndex.create(info.factory, info.dimension).needs_training
+    ):
+        raise CollectionError(
+            f"factory: {info.factory!r} needs training, which happens at a rebuild; a collection of your own "
+            "vectors is never rebuilt (nothing re-embeds them): use a Flat or HNSW factory",
+            422,
+            "factory",
+        )
     with collections_lock(root):
         if target.exists():
             raise CollectionError(f"name: a collection named {info.name!r} exists", 409)

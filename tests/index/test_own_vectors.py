@@ -11,7 +11,7 @@ import pytest
 
 from index.builder import attach_vectors
 from index.chunking import Chunker, WholeDocuments
-from index.collections import CollectionInfo, create_collection, read_info
+from index.collections import CollectionError, CollectionInfo, create_collection, read_info
 from index.own_vectors import InvalidVector, OwnVectors, OwnVectorsOnly
 from index.records import Document
 from index.search_index import SearchIndex
@@ -63,6 +63,9 @@ def test_an_own_vectors_collection_end_to_end(tmp_path: Path):
         assert index.get("east") is not None
     finally:
         index.close()
+    trained = CollectionInfo("ivf", None, "IVF4,Flat", dimension=2)
+    with pytest.raises(CollectionError, match="needs training"):  # it would never be trained: no rebuilds
+        create_collection(tmp_path, trained, trained.own_vectors())
     other = CollectionInfo("wider", None, dimension=3)
     wider = SearchIndex.open(create_collection(tmp_path, other, other.own_vectors()), other.own_vectors())
     try:

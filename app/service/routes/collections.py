@@ -20,7 +20,6 @@ from index.collections import (
     DEFAULT_COLLECTION,
     CollectionError,
     CollectionInfo,
-    check_factory,
     create_collection,
     delete_collection,
     disk_usage,
@@ -28,7 +27,6 @@ from index.collections import (
 )
 from index.own_vectors import OwnVectors
 from index.records import ReadOnlyIndex, collection_name_problem
-from index.vectors import VectorIndex
 
 router = APIRouter(route_class=StrictJSONRoute)
 CollectionName = Annotated[str, Path(min_length=1, max_length=256, description="a collection's name")]
@@ -154,19 +152,7 @@ def _new_collection(body: CollectionCreate, engines: Any) -> tuple[CollectionInf
     info = CollectionInfo(
         body.name, None, body.factory, dimension=body.dimension, metric=body.metric or "cosine"
     )
-    encoder = info.own_vectors()
-    try:
-        check_factory(body.factory, body.dimension)
-    except CollectionError as exc:
-        raise ApiError(exc.status, str(exc), exc.field) from exc
-    if body.factory is not None and VectorIndex.create(body.factory, body.dimension).needs_training:
-        raise ApiError(
-            422,
-            f"factory: {body.factory!r} needs training, which happens at a rebuild; a collection of your own "
-            "vectors is never rebuilt (nothing re-embeds them): use a Flat or HNSW factory",
-            "factory",
-        )
-    return info, encoder
+    return info, info.own_vectors()
 
 
 def _check_chunking(body: CollectionCreate, max_tokens: int) -> None:
