@@ -10,24 +10,11 @@ from itertools import islice
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from cloze_search.models import (
-    Collection,
-    Document,
-    Fusion,
-    Job,
-    Mode,
-    Prediction,
-    Rerank,
-    RerankResult,
-    Restored,
-    SearchResults,
-    Snapshot,
-    from_json,
-)
+from cloze_search import models
 
 T = TypeVar("T")
 DEFAULT = "default"  # the service's own index (CLOZE_INDEX)
-DocumentLike = Document | Mapping[str, Any]
+DocumentLike = models.Document | Mapping[str, Any]
 
 
 @dataclass
@@ -43,7 +30,7 @@ def under(collection: str, route: str) -> str:
 
 
 def document_json(document: DocumentLike) -> dict[str, Any]:
-    return document.to_json() if isinstance(document, Document) else dict(document)
+    return document.to_json() if isinstance(document, models.Document) else dict(document)
 
 
 def batches(documents: Iterable[DocumentLike], size: int) -> Iterator[list[dict[str, Any]]]:
@@ -58,7 +45,7 @@ def upsert(collection: str, batch: list[dict[str, Any]]) -> Operation[int]:
     return Operation("PUT", under(collection, "/documents"), lambda a: int(a["upserted"]), {"json": batch})
 
 
-def get_document(collection: str, doc_id: str) -> Operation[Document]:
+def get_document(collection: str, doc_id: str) -> Operation[models.Document]:
     return Operation("GET", under(collection, f"/documents/{quote(doc_id, safe='')}"), _document)
 
 
@@ -69,7 +56,7 @@ def delete_document(collection: str, doc_id: str) -> Operation[str]:
 
 def document_page(
     collection: str, limit: int, cursor: str | None, filter: dict[str, Any] | None
-) -> Operation[tuple[list[Document], str | None, int]]:
+) -> Operation[tuple[list[models.Document], str | None, int]]:
     params: dict[str, Any] = {"limit": limit}
     if cursor:
         params["cursor"] = cursor
@@ -84,39 +71,39 @@ def search(
     vector: Iterable[float] | None,
     top_k: int,
     offset: int,
-    mode: Mode | None,
+    mode: models.Mode | None,
     filter: dict[str, Any] | None,
     include_text: bool,
     highlight: bool,
-    fusion: Fusion | dict[str, Any] | None,
+    fusion: models.Fusion | dict[str, Any] | None,
     explain: bool,
-    rerank: Rerank | int | dict[str, Any] | None,
-) -> Operation[SearchResults]:
+    rerank: models.Rerank | int | dict[str, Any] | None,
+) -> Operation[models.SearchResults]:
     body: dict[str, Any] = {"top_k": top_k, "offset": offset, "include_text": include_text}
     optional = {
         "query": query,
         "vector": None if vector is None else [float(value) for value in vector],
         "mode": mode,  # None: hybrid, or dense for a vector alone (the service's default)
         "filter": filter,
-        "fusion": fusion.to_json() if isinstance(fusion, Fusion) else fusion,
-        "rerank": Rerank(rerank).to_json() if isinstance(rerank, int) else _json_of(rerank),
+        "fusion": fusion.to_json() if isinstance(fusion, models.Fusion) else fusion,
+        "rerank": models.Rerank(rerank).to_json() if isinstance(rerank, int) else _json_of(rerank),
         "highlight": highlight or None,
         "explain": explain or None,
     }
     body |= {key: value for key, value in optional.items() if value is not None}
-    return Operation("POST", under(collection, "/search"), SearchResults.from_json, {"json": body})
+    return Operation("POST", under(collection, "/search"), models.SearchResults.from_json, {"json": body})
 
 
-def create_collection(name: str, options: dict[str, Any]) -> Operation[Collection]:
+def create_collection(name: str, options: dict[str, Any]) -> Operation[models.Collection]:
     body = {"name": name} | {key: value for key, value in options.items() if value is not None}
     return Operation("POST", "/collections", _collection, {"json": body})
 
 
-def list_collections() -> Operation[list[Collection]]:
+def list_collections() -> Operation[list[models.Collection]]:
     return Operation("GET", "/collections", lambda a: [_collection(c) for c in a["collections"]])
 
 
-def get_collection(name: str) -> Operation[Collection]:
+def get_collection(name: str) -> Operation[models.Collection]:
     return Operation("GET", f"/collections/{quote(name, safe='')}", _collection)
 
 
@@ -128,17 +115,23 @@ def rebuild(collection: str) -> Operation[str]:
     return Operation("POST", under(collection, "/index/rebuild"), lambda answer: answer["job_id"])
 
 
-def job(collection: str, job_id: str) -> Operation[Job]:
-    return Operation("GET", under(collection, f"/jobs/{quote(job_id, safe='')}"), lambda a: from_json(Job, a))
-
-
-def create_snapshot(collection: str) -> Operation[Snapshot]:
-    return Operation("POST", under(collection, "/snapshots"), lambda answer: from_json(Snapshot, answer))
-
-
-def list_snapshots(collection: str) -> Operation[list[Snapshot]]:
+def job(collection: str, job_id: str) -> Operation[models.Job]:
     return Operation(
-        "GET", under(collection, "/snapshots"), lambda a: [from_json(Snapshot, s) for s in a["snapshots"]]
+        "GET", under(collection, f"/jobs/{quote(job_id, safe='')}"), lambda a: models.from_json(models.Job, a)
+    )
+
+
+def create_snapshot(collection: str) -> Operation[models.Snapshot]:
+    return Operation(
+        "POST", under(collection, "/snapshots"), lambda answer: models.from_json(models.Snapshot, answer)
+    )
+
+
+def list_snapshots(collection: str) -> Operation[list[models.Snapshot]]:
+    return Operation(
+        "GET",
+        under(collection, "/snapshots"),
+        lambda a: [models.from_json(models.Snapshot, s) for s in a["snapshots"]],
     )
 
 
@@ -150,15 +143,17 @@ def delete_snapshot(collection: str, name: str) -> Operation[str]:
     return Operation("DELETE", snapshot_path(collection, name), lambda answer: answer["deleted"])
 
 
-def restore_snapshot(collection: str, name: str) -> Operation[Restored]:
+def restore_snapshot(collection: str, name: str) -> Operation[models.Restored]:
     path = snapshot_path(collection, name) + "/restore"
-    return Operation("POST", path, lambda answer: from_json(Restored, answer))
+    return Operation("POST", path, lambda answer: models.from_json(models.Restored, answer))
 
 
-def restore_upload(collection: str, content: Any) -> Operation[Restored]:
+def restore_upload(collection: str, content: Any) -> Operation[models.Restored]:
     headers = {"content-type": "application/octet-stream"}
     options = {"content": content, "headers": headers}
-    return Operation("POST", under(collection, "/restore"), lambda a: from_json(Restored, a), options)
+    return Operation(
+        "POST", under(collection, "/restore"), lambda a: models.from_json(models.Restored, a), options
+    )
 
 
 def embed(
@@ -172,7 +167,7 @@ def embed(
 
 def fill_mask(
     texts: str | list[str], top_k: int, targets: list[str] | None, model: str | None
-) -> Operation[list[list[list[Prediction]]]]:
+) -> Operation[list[list[list[models.Prediction]]]]:
     parameters: dict[str, Any] = {"top_k": top_k} | ({"targets": targets} if targets else {})
     body = {"inputs": [texts] if isinstance(texts, str) else texts, "parameters": parameters, "nested": True}
     return Operation("POST", _model_route(model, "/fill-mask"), _predictions, {"json": body})
@@ -180,18 +175,18 @@ def fill_mask(
 
 def rerank(
     query: str, texts: list[str], model: str | None, raw_scores: bool, return_text: bool, truncate: bool
-) -> Operation[list[RerankResult]]:
+) -> Operation[list[models.RerankResult]]:
     body = {"query": query, "texts": texts, "raw_scores": raw_scores, "return_text": return_text}
     body["truncate"] = truncate
     return Operation(
         "POST",
         _model_route(model, "/rerank"),
-        lambda a: [from_json(RerankResult, r) for r in a],
+        lambda a: [models.from_json(models.RerankResult, r) for r in a],
         {"json": body},
     )
 
 
-def models() -> Operation[dict[str, Any]]:
+def served_models() -> Operation[dict[str, Any]]:
     return Operation("GET", "/models", lambda answer: answer)
 
 
@@ -203,17 +198,17 @@ def _json_of(value: Any) -> Any:
     return value.to_json() if hasattr(value, "to_json") else value
 
 
-def _document(answer: dict[str, Any]) -> Document:
-    return from_json(Document, answer)
+def _document(answer: dict[str, Any]) -> models.Document:
+    return models.from_json(models.Document, answer)
 
 
-def _collection(answer: dict[str, Any]) -> Collection:
-    return from_json(Collection, answer)
+def _collection(answer: dict[str, Any]) -> models.Collection:
+    return models.from_json(models.Collection, answer)
 
 
-def _page(answer: dict[str, Any]) -> tuple[list[Document], str | None, int]:
+def _page(answer: dict[str, Any]) -> tuple[list[models.Document], str | None, int]:
     return [_document(d) for d in answer["documents"]], answer["next_cursor"], answer["total"]
 
 
-def _predictions(answer: list) -> list[list[list[Prediction]]]:
-    return [[[from_json(Prediction, p) for p in mask] for mask in text] for text in answer]
+def _predictions(answer: list) -> list[list[list[models.Prediction]]]:
+    return [[[models.from_json(models.Prediction, p) for p in mask] for mask in text] for text in answer]

@@ -277,7 +277,7 @@ class Client(_Settings):
         return self._call(ops.rerank(query, texts, model, raw_scores, return_text, truncate))
 
     def models(self) -> dict[str, Any]:
-        return self._call(ops.models())
+        return self._call(ops.served_models())
 
 
 class AsyncClient(_Settings):
@@ -455,7 +455,7 @@ class AsyncClient(_Settings):
         return await self._call(ops.rerank(query, texts, model, raw_scores, return_text, truncate))
 
     async def models(self) -> dict[str, Any]:
-        return await self._call(ops.models())
+        return await self._call(ops.served_models())
 
 
 class PerLoop:
