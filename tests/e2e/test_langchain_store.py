@@ -68,7 +68,7 @@ def planets(server, admin) -> Iterator[ClozeVectorStore]:
         yield store
 
 
-def test_filters_scores_and_a_hybrid_reranking_retriever(planets):
+def test_filters_scores_and_a_hybrid_retriever(planets):
     rocky = planets.similarity_search("a planet", k=4, filter={"rocky": True})
     assert {d.id for d in rocky} == {"mars", "venus"}
     outer = planets.similarity_search_with_score("giant planets", k=2, filter={"order": {"$gte": 5}})
