@@ -35,7 +35,7 @@ test: lint browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The edit-run loop: unit tests only (no real server, no Docker, no training runs, no browser); `make test`
-# stays the whole suite and CI's command. Under two minutes on 2 quiet cores.
+# stays the whole suite and CI's command.
 FAST_TESTS := tests/app tests/encoder_runtime tests/index tests/cloze_search tests/encoder_training/test_masking.py $(wildcard tests/test_*.py)
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not docker" $(FAST_TESTS) $(PYTEST_ARGS)

@@ -1,6 +1,6 @@
 """Collections: named index folders under one data root, each built with one named model.
 
-    <root>/<name>/collection.json       name, model, options, created: written last, so it marks a whole one
+    <root>/<name>/collection.json       name, model, options, created, incarnation: written last, so it marks a whole one
     <root>/<name>/CURRENT, versions/    an ordinary index folder (``index.layout``)
     <root>/.creating-<name>-<token>/    a create in progress: renamed to <name> once whole
     <root>/.deleting-<name>-<token>/    a delete in progress: renamed away first, then removed
@@ -60,6 +60,9 @@ class CollectionInfo:
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     dimension: int | None = None  # set (and model None): vectors its callers supply, one per document
     metric: str | None = None  # with ``dimension``: cosine or dot (``index.own_vectors``)
+    # Set when the collection is made: one deleted and made again under its name is another (None: made
+    # before incarnations were recorded).
+    incarnation: str | None = None
 
     def own_vectors(self) -> OwnVectors | None:
         """What stands for the encoder of a collection of the caller's own vectors; None for a model's."""
@@ -133,6 +136,7 @@ def create_collection(root: Path, info: CollectionInfo, encoder: Any) -> Path:
             422,
             "factory",
         )
+    info.incarnation = info.incarnation or secrets.token_hex(8)
     with collections_lock(root):
         if target.exists():
             raise CollectionError(f"name: a collection named {info.name!r} exists", 409)

@@ -103,7 +103,7 @@ class DocumentStore:
         self.read_only = read_only
         # How a read-only store is read. ``immutable=1`` tells SQLite the file never changes (no locks, no
         # -wal or -shm written: fits a read-only mount), which is false beside a live writer: a replica
-        # read pages the writer was checkpointing ("database disk image is malformed", issue 42) and never
+        # read pages the writer was checkpointing ("database disk image is malformed") and never
         # saw its WAL. So immutable only while no WAL exists (no writer has the store open); with one, an
         # ordinary WAL reader (``mode=ro``) that sees each commit; ``writer_appeared`` tells the follower
         # to reopen when a writer starts later. A read-only mount holding a -wal needs its -shm as well.

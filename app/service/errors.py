@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,6 +31,14 @@ SNAPSHOT_ERRORS: dict[type[SnapshotError], tuple[int, str | None]] = {
 }
 
 log = logging.getLogger("cloze.service")
+# An absolute path of two parts or more, up to its last part: where the server keeps a file is not the
+# client's business (the log has it), the file's own name may be (``store.sqlite``, a snapshot's).
+SERVER_PATH = re.compile(r"(?<![\w.:/])/(?:[\w.@+=-]+/)+(?=[\w.@+=-])")
+
+
+def without_server_paths(message: str) -> str:
+    """``index at /data/index/versions/3 failed`` -> ``index at …/3 failed``."""
+    return SERVER_PATH.sub("…/", message)
 
 
 class BodyRejected(StarletteHTTPException):
@@ -64,6 +73,14 @@ def validation_error(errors: list) -> tuple[str, str]:
 def known_error(exc: Exception) -> tuple[int, dict, dict[str, str] | None] | None:
     """(status, body, headers) for an error this service answers on purpose; None for a bug (500). The app's
     handlers and the embedding lane (which answers ahead of them) both map errors here."""
+    known = _known_error(exc)
+    if known is None:
+        return None
+    status, body, headers = known
+    return status, {**body, "error": without_server_paths(body["error"])}, headers
+
+
+def _known_error(exc: Exception) -> tuple[int, dict, dict[str, str] | None] | None:
     if isinstance(exc, ApiError):
         return exc.status, {"error": exc.message, "field": exc.field}, exc.headers
     if isinstance(exc, ReadOnlyIndex | BuildInProgress):
@@ -96,7 +113,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         field = getattr(exc, "field", None)
-        message = str(exc.detail)
+        message = without_server_paths(str(exc.detail))
         return JSONResponse({"error": message, "field": field}, exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)

@@ -1,4 +1,4 @@
-"""Collections on a real server over a socket (issue 44): two collections on two models (the bundled MiniLM and
+"""Collections on a real server over a socket: two collections on two models (the bundled MiniLM and
 the tiny random model, so a ranking says which model embedded it), keys scoped to collections, hostile names,
 a delete under a load of searches, and SIGKILL in the middle of a create and of a delete."""
 
@@ -306,3 +306,17 @@ def test_a_replica_follows_collections_as_the_writer_makes_and_deletes_them(
         assert put.status_code == 409  # a replica never writes
         assert admin.delete("/collections/later").status_code == 200
         eventually(lambda: httpx.get(f"{replica}/collections/later", timeout=30).status_code == 404)
+        # Deleted and made again between two polls: the same name and version, another incarnation.
+        assert admin.post("/collections", json={"name": "again"}).status_code == 201
+        assert (
+            admin.put("/collections/again/documents", json=[{"id": "old", "text": "a lamp"}]).status_code
+            == 200
+        )
+        eventually(lambda: replica_ids("again", "lamp") == ["old"])
+        assert admin.delete("/collections/again").status_code == 200
+        assert admin.post("/collections", json={"name": "again"}).status_code == 201
+        assert (
+            admin.put("/collections/again/documents", json=[{"id": "new", "text": "a lamp"}]).status_code
+            == 200
+        )
+        eventually(lambda: replica_ids("again", "lamp") == ["new"])

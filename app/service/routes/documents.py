@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
 from app.service.collections import Collection
 from app.service.errors import ApiError, BodyRejected
+from app.service.route_table import declare
 from app.service.routes.collections import current_collection, own_vectors
 from app.service.schemas import DeleteResponse, DocumentIn, DocumentOut, DocumentPage, UpsertResponse
 from app.service.validation import StrictJSONRoute, check_filter, check_metadata, strict_loads
@@ -22,7 +23,12 @@ InCollection = Annotated[Collection, Depends(current_collection)]
 DocumentId = Annotated[str, Path(min_length=1, max_length=512)]
 
 
-@router.put("/documents", response_model=UpsertResponse, tags=["documents"])
+@router.put(
+    "/documents",
+    openapi_extra=declare("write", "collection"),
+    response_model=UpsertResponse,
+    tags=["documents"],
+)
 async def upsert_documents(
     documents: Annotated[list[DocumentIn], Body(min_length=1, fail_fast=True)],
     request: Request,
@@ -97,7 +103,9 @@ def _commit_own_vectors(index: Any, own: OwnVectors, documents: list[DocumentIn]
     return index.commit(attach_vectors(chunked, vectors))
 
 
-@router.get("/documents", response_model=DocumentPage, tags=["documents"])
+@router.get(
+    "/documents", openapi_extra=declare("read", "collection"), response_model=DocumentPage, tags=["documents"]
+)
 async def list_documents(
     request: Request,
     collection: InCollection,
@@ -134,7 +142,12 @@ async def list_documents(
     return DocumentPage(documents=documents, next_cursor=next_cursor, total=total)
 
 
-@router.get("/documents/{doc_id:path}", response_model=DocumentOut, tags=["documents"])
+@router.get(
+    "/documents/{doc_id:path}",
+    openapi_extra=declare("read", "collection"),
+    response_model=DocumentOut,
+    tags=["documents"],
+)
 async def get_document(doc_id: DocumentId, request: Request, collection: InCollection) -> DocumentOut:
     engines = request.app.state.engines
     document = await engines.work_pool.run(collection.require_index().get, doc_id)
@@ -143,7 +156,12 @@ async def get_document(doc_id: DocumentId, request: Request, collection: InColle
     return DocumentOut(id=document.id, text=document.text, metadata=document.metadata)
 
 
-@router.delete("/documents/{doc_id:path}", response_model=DeleteResponse, tags=["documents"])
+@router.delete(
+    "/documents/{doc_id:path}",
+    openapi_extra=declare("write", "collection"),
+    response_model=DeleteResponse,
+    tags=["documents"],
+)
 async def delete_document(doc_id: DocumentId, request: Request, collection: InCollection) -> DeleteResponse:
     engines = request.app.state.engines
     if not await engines.write_pool.run(collection.writable_index().delete, doc_id):

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from app.service.collections import Collection
 from app.service.errors import ApiError
+from app.service.route_table import declare
 from app.service.routes.collections import current_collection, own_vectors
 from app.service.routes.rerank import best_first
 from app.service.schemas import (
@@ -35,12 +36,16 @@ router = APIRouter(route_class=StrictJSONRoute)
 InCollection = Annotated[Collection, Depends(current_collection)]
 
 
-@router.post("/search", response_model=SearchResponse, tags=["search"])
+@router.post(
+    "/search", openapi_extra=declare("read", "collection"), response_model=SearchResponse, tags=["search"]
+)
 async def search(body: SearchRequest, request: Request, collection: InCollection) -> SearchResponse:
     return await _search(request, body, collection)
 
 
-@router.get("/search", response_model=SearchResponse, tags=["search"])
+@router.get(
+    "/search", openapi_extra=declare("read", "collection"), response_model=SearchResponse, tags=["search"]
+)
 async def search_get(
     request: Request,
     collection: InCollection,
@@ -225,7 +230,9 @@ async def _reranked(hits: list, body: SearchRequest, request: Request) -> list[t
     return [(hits[i], float(scores[i]), float(scores[i]), i + 1) for i in best_first(scores)]
 
 
-@router.get("/index/fields", response_model=IndexFields, tags=["search"])
+@router.get(
+    "/index/fields", openapi_extra=declare("read", "collection"), response_model=IndexFields, tags=["search"]
+)
 async def index_fields(request: Request, collection: InCollection) -> IndexFields:
     """Metadata field names the search filters accept (an unknown field is a 422 from ``/search``)."""
     index, pool = collection.require_index(), request.app.state.engines.work_pool
