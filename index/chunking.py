@@ -54,7 +54,11 @@ class Chunker:
         self._fast.no_padding()
 
     @classmethod
-    def for_encoder(cls, encoder: Any, overlap: int | None = None, window: int | None = None) -> Chunker:
+    def for_encoder(
+        cls, encoder: Any, overlap: int | None = None, window: int | None = None
+    ) -> Chunker | WholeDocuments:
+        if encoder.tokenizer is None:  # a collection of the caller's own vectors: one per document
+            return WholeDocuments()
         return cls(encoder.tokenizer.hf, encoder.max_tokens, overlap, window)
 
     def split(self, texts: list[str]) -> list[list[Chunk]]:
@@ -75,3 +79,14 @@ class Chunker:
             if end == len(offsets):
                 return chunks
             start += step
+
+
+class WholeDocuments:
+    """One chunk per document, the whole text: where callers supply one vector per document, there is no
+    window to cut to (and no tokenizer to cut with)."""
+
+    window = None
+    overlap = None
+
+    def split(self, texts: list[str]) -> list[list[Chunk]]:
+        return [[Chunk(0, text, 0)] for text in texts]

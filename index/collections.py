@@ -34,6 +34,7 @@ from index.builder import BuildOptions, create_empty_version
 from index.chunking import Chunker, overlap_problem
 from index.factories import check_factory_string, probe_shape, probe_training_size
 from index.faultpoints import pause_for_tests
+from index.own_vectors import OwnVectors
 from index.records import collection_name_problem
 from index.vectors import VectorIndex, atomic_write, fsync_dir
 
@@ -56,14 +57,20 @@ class CollectionError(ValueError):
 @dataclass
 class CollectionInfo:
     name: str
-    model: str  # the named model (``CLOZE_MODELS``) its vectors come from
+    model: str | None  # the named model (``CLOZE_MODELS``) its vectors come from; None: the caller's own
     factory: str | None = None  # FAISS factory for its builds (None: chosen by corpus size)
     chunk_window: int | None = None  # tokens per chunk (None: the model's window)
     chunk_overlap: int | None = None  # tokens shared by neighbouring chunks (None: a quarter of the window)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    dimension: int | None = None  # set (and model None): vectors its callers supply, one per document
+    metric: str | None = None  # with ``dimension``: cosine or dot (``index.own_vectors``)
     # Set when the collection is made: one deleted and made again under its name is another (None: made
     # before incarnations were recorded).
     incarnation: str | None = None
+
+    def own_vectors(self) -> OwnVectors | None:
+        """What stands for the encoder of a collection of the caller's own vectors; None for a model's."""
+        return None if self.dimension is None else OwnVectors(self.dimension, self.metric or "cosine")
 
     def build_options(self, **overrides: Any) -> BuildOptions:
         return BuildOptions(
@@ -123,6 +130,17 @@ def create_collection(root: Path, info: CollectionInfo, encoder: Any) -> Path:
     target = folder_of(root, info.name)
     check_factory(info.factory, encoder.dimension)
     check_chunking(info, encoder)
+    if (
+        info.dimension is not None
+        and info.factory
+        and VectorIndex.create(info.factory, info.dimension).needs_training
+    ):
+        raise CollectionError(
+            f"factory: {info.factory!r} needs training, which happens at a rebuild; a collection of your own "
+            "vectors is never rebuilt (nothing re-embeds them): use a Flat or HNSW factory",
+            422,
+            "factory",
+        )
     info.incarnation = info.incarnation or secrets.token_hex(8)
     with collections_lock(root):
         if target.exists():
@@ -138,7 +156,7 @@ def create_collection(root: Path, info: CollectionInfo, encoder: Any) -> Path:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    log.info("collection %r created (model %r)", info.name, info.model)
+    log.info("collection %r created (%s)", info.name, info.model or f"own vectors of {info.dimension}")
     return target
 
 

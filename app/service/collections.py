@@ -23,7 +23,7 @@ from index.records import ReadOnlyIndex, collection_name_problem
 @dataclass
 class Collection:
     name: str
-    model: str  # the named embedding model its vectors come from
+    model: str | None  # the named embedding model its vectors come from (None: the caller's own vectors)
     path: Path
     info: CollectionInfo | None = None  # None for ``default``: no collection.json, settings say it all
     index: Any = None  # index.SearchIndex, once open

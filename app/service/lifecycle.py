@@ -125,10 +125,12 @@ class Lifecycle:
         )
 
     async def open(self, collection: Collection) -> None:
-        """Open a collection's index with its model's runtime (``default``'s is made when missing); on
-        failure its routes answer 503 saying why, and the next round tries again."""
-        slot = self.models.slots.get(collection.model)
-        if slot is None or slot.runtime is None:
+        """Open a collection's index with its model's runtime, or for the caller's own vectors what stands for
+        one (``default``'s is made when missing); on failure its routes answer 503 saying why, and the next
+        round tries again."""
+        encoder = collection.info.own_vectors() if collection.info is not None else None
+        slot = self.models.slots.get(collection.model) if encoder is None and collection.model else None
+        if encoder is None and (slot is None or slot.runtime is None):
             why = "is not served here" if slot is None else slot.error or "is loading"
             collection.error = f"collection {collection.name!r}: its model {collection.model!r} {why} ({self.models.served()})"
             return
@@ -136,7 +138,7 @@ class Lifecycle:
             collection.index = await run_in_threadpool(
                 SearchIndex.open,
                 collection.path,
-                slot.runtime,
+                encoder or slot.runtime,  # type: ignore[union-attr]
                 create=collection.info is None,
                 read_only=collection.read_only,
                 on_repair=self.metrics.count_repair,

@@ -290,6 +290,18 @@ def test_a_replica_follows_collections_as_the_writer_makes_and_deletes_them(
             == 200
         )
         eventually(lambda: replica_ids("later", "lighthouse") == ["l1"])  # a new collection, and its write
+        # A collection of the caller's own vectors opens on the replica too (no model to load for it).
+        assert admin.post("/collections", json={"name": "later-vectors", "dimension": 2}).status_code == 201
+        vectors = [{"id": "v1", "vector": [1, 0]}, {"id": "v2", "vector": [0, 1]}]
+        assert admin.put("/collections/later-vectors/documents", json=vectors).status_code == 200
+
+        def replica_nearest() -> str | None:
+            answer = httpx.post(
+                f"{replica}/collections/later-vectors/search", json={"vector": [0.1, 1]}, timeout=30
+            )
+            return answer.json()["results"][0]["id"] if answer.status_code == 200 else None
+
+        eventually(lambda: replica_nearest() == "v2")
         put = httpx.put(f"{replica}/collections/later/documents", json=[{"id": "x", "text": "y"}], timeout=30)
         assert put.status_code == 409  # a replica never writes
         assert admin.delete("/collections/later").status_code == 200

@@ -17,6 +17,7 @@ from app.service.route_table import declare
 from app.service.schemas import CollectionCreate, CollectionDeleted, CollectionList, CollectionOut
 from app.service.validation import StrictJSONRoute
 from index.collections import DEFAULT_COLLECTION, CollectionInfo, disk_usage, last_write
+from index.own_vectors import OwnVectors
 from index.records import ReadOnlyIndex, collection_name_problem
 
 router = APIRouter(route_class=StrictJSONRoute)
@@ -34,6 +35,11 @@ async def current_collection(request: Request) -> AsyncIterator[Collection]:
     name = request.app.state.routes.resolve(request.scope).collection
     async with request.app.state.engines.collections.using(name) as collection:
         yield collection
+
+
+def own_vectors(collection: Collection) -> OwnVectors | None:
+    """The shape of a collection of the caller's own vectors; None for a collection a model embeds."""
+    return collection.info.own_vectors() if collection.info is not None else None
 
 
 @router.get(
@@ -71,17 +77,14 @@ async def show_collection(name: CollectionName, request: Request) -> CollectionO
     tags=["collections"],
 )
 async def create(body: CollectionCreate, request: Request) -> CollectionOut:
-    """A new, empty collection on a served embedding model; 409 when the name is taken or the limit
-    (`CLOZE_MAX_COLLECTIONS`) is reached."""
+    """A new, empty collection on a served embedding model, or (`dimension`) of vectors you supply; 409 when
+    the name is taken or the limit (`CLOZE_MAX_COLLECTIONS`) is reached."""
     settings, engines = request.app.state.settings, request.app.state.engines
     if problem := collection_name_problem(body.name):
         raise ApiError(422, f"name: {body.name!r} is not a collection name: {problem}", "name")
     if settings.index_read_only:
         raise ReadOnlyIndex("this service is read-only: create collections on the writer")
-    slot = engines.models.find(body.model)
-    encoder, _ = engines.models.loaded(slot)
-    _check_chunking(body, encoder.max_tokens)
-    info = CollectionInfo(body.name, slot.name, body.factory, body.chunk_window, body.chunk_overlap)
+    info, encoder = _new_collection(body, engines)
     async with request.app.state.lifecycle.created(info, encoder) as collection:
         return await engines.work_pool.run(describe, collection)
 
@@ -114,6 +117,35 @@ async def delete(name: CollectionName, request: Request) -> CollectionDeleted:
     return CollectionDeleted(deleted=name)
 
 
+def _new_collection(body: CollectionCreate, engines: Any) -> tuple[CollectionInfo, Any]:
+    """The collection a create asks for, and its encoder: a served model's, or (``dimension``) what stands for
+    one in a collection of the caller's own vectors, which keeps each document whole (one vector each)."""
+    if body.dimension is None:
+        if body.metric is not None:
+            raise ApiError(
+                422, "metric: applies to a collection of your own vectors (give `dimension`)", "metric"
+            )
+        slot = engines.models.find(body.model)
+        encoder, _ = engines.models.loaded(slot)
+        _check_chunking(body, encoder.max_tokens)
+        return CollectionInfo(
+            body.name, slot.name, body.factory, body.chunk_window, body.chunk_overlap
+        ), encoder
+    if "model" in body.model_fields_set:
+        raise ApiError(
+            422, "model: a collection has a model or a `dimension` (your own vectors), not both", "model"
+        )
+    for name in ("chunk_window", "chunk_overlap"):
+        if getattr(body, name) is not None:
+            raise ApiError(
+                422, f"{name}: a collection of your own vectors holds one chunk per document", name
+            )
+    info = CollectionInfo(
+        body.name, None, body.factory, dimension=body.dimension, metric=body.metric or "cosine"
+    )
+    return info, info.own_vectors()
+
+
 def _check_chunking(body: CollectionCreate, max_tokens: int) -> None:
     if body.chunk_window is not None and body.chunk_window > max_tokens:
         raise ApiError(
@@ -132,6 +164,8 @@ def describe(collection: Collection, detailed: bool = False) -> CollectionOut:
     answer: dict[str, Any] = {
         "name": collection.name,
         "model": collection.model,
+        "dimension": collection.info.dimension if collection.info else None,
+        "metric": collection.info.metric if collection.info else None,
         "status": collection.status,
         "error": without_server_paths(collection.error) if collection.error else None,
         "created": collection.info.created if collection.info else None,

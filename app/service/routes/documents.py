@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 
 from app.service.collections import Collection
 from app.service.errors import ApiError, BodyRejected
 from app.service.route_table import declare
-from app.service.routes.collections import current_collection
+from app.service.routes.collections import current_collection, own_vectors
 from app.service.schemas import DeleteResponse, DocumentIn, DocumentOut, DocumentPage, UpsertResponse
 from app.service.validation import StrictJSONRoute, check_filter, check_metadata, strict_loads
 from index.builder import attach_vectors, chunk_texts
 from index.filters import InvalidFilterValue
+from index.own_vectors import InvalidVector, OwnVectors
 from index.records import Document, InvalidCursor, UnknownFilterField, id_problem
 from index.search_index import MAX_LIST_LIMIT
 
@@ -42,12 +43,12 @@ async def upsert_documents(
     ids = [doc.id for doc in documents]
     if len(set(ids)) != len(ids):
         raise ApiError(422, "body: the same id appears twice in one batch", "id")
+    own = own_vectors(collection)
     for position, doc in enumerate(documents):
         where = str(position)  # as FastAPI names a field of a list body: "0.text"
         if problem := id_problem(doc.id):
             raise ApiError(422, f"{where}.id: {problem}", f"{where}.id")
-        if not doc.text.strip():
-            raise ApiError(422, f"{where}.text: empty or only whitespace", f"{where}.text")
+        _check_vector_or_text(doc, where, own, collection)
         if len(doc.text) > settings.max_document_chars:
             raise ApiError(
                 422,
@@ -56,6 +57,9 @@ async def upsert_documents(
             )
         check_metadata(doc.metadata, f"{where}.metadata", settings)
     index = collection.writable_index()
+    if own is not None:
+        count = await engines.write_pool.run(_commit_own_vectors, index, own, documents)
+        return UpsertResponse(upserted=count)
     engines.require_encoder(collection.model)
     # Chunk, embed through the batcher beside the queries (bulk: they go first), then commit: one write at
     # a time holds the index's writer lock, never while it embeds.
@@ -65,6 +69,38 @@ async def upsert_documents(
     _, vectors = await engines.embed(chunk_texts(chunked), normalize=True, bulk=True, model=collection.model)
     count = await engines.write_pool.run(index.commit, attach_vectors(chunked, vectors))
     return UpsertResponse(upserted=count)
+
+
+def _check_vector_or_text(
+    doc: DocumentIn, where: str, own: OwnVectors | None, collection: Collection
+) -> None:
+    """A model's collection embeds each document's text; a collection of the caller's own vectors takes
+    one vector per document, and text only to search it by words (BM25, hybrid)."""
+    if own is None and doc.vector is not None:
+        raise ApiError(
+            422,
+            f"{where}.vector: the collection {collection.name!r} embeds text with its model "
+            f"{collection.model!r}; vectors you compute go in a collection created with a `dimension`",
+            f"{where}.vector",
+        )
+    if own is not None and doc.vector is None:
+        raise ApiError(
+            422, f"{where}.vector: required in a collection of your own vectors", f"{where}.vector"
+        )
+    if own is None and not doc.text.strip():
+        raise ApiError(422, f"{where}.text: empty or only whitespace", f"{where}.text")
+
+
+def _commit_own_vectors(index: Any, own: OwnVectors, documents: list[DocumentIn]) -> int:
+    """Check the supplied vectors (422 naming the first bad one), then commit as a model's upsert does."""
+    try:
+        vectors = own.vectors(
+            [d.vector or [] for d in documents], [f"{i}.vector" for i in range(len(documents))]
+        )
+    except InvalidVector as exc:
+        raise ApiError(422, str(exc), exc.field) from exc
+    chunked = index.prepare([Document(d.id, d.text, d.metadata) for d in documents])
+    return index.commit(attach_vectors(chunked, vectors))
 
 
 @router.get(

@@ -7,12 +7,13 @@ import time
 from dataclasses import asdict
 from typing import Annotated, Any
 
+import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 
 from app.service.collections import Collection
 from app.service.errors import ApiError
 from app.service.route_table import declare
-from app.service.routes.collections import current_collection
+from app.service.routes.collections import current_collection, own_vectors
 from app.service.routes.rerank import best_first
 from app.service.schemas import (
     IndexFields,
@@ -26,6 +27,7 @@ from app.service.schemas import (
 from app.service.validation import StrictJSONRoute, check_filter
 from encoder_runtime import sigmoid
 from index.filters import InvalidFilterValue
+from index.own_vectors import InvalidVector, OwnVectors
 from index.ranking import RRF_K, Fusion
 from index.records import UnknownFilterField
 from index.search_index import MAX_SEARCH_WINDOW
@@ -91,10 +93,9 @@ def _fusion(body: SearchRequest) -> Fusion | None:
 async def _search(request: Request, body: SearchRequest, collection: Collection) -> SearchResponse:
     started = time.perf_counter()
     settings, engines = request.app.state.settings, request.app.state.engines
-    if len(body.query) > settings.max_chars:
-        raise ApiError(422, f"query: over the limit of {settings.max_chars} characters", "query")
-    if not body.query.strip():
-        raise ApiError(422, "query: empty or only whitespace", "query")
+    if body.vector is not None and body.query is None and "mode" not in body.model_fields_set:
+        body = body.model_copy(update={"mode": "dense"})  # a vector alone searches by vector
+    _check_query(body, settings.max_chars)
     check_filter(body.filter, settings)
     if body.top_k > settings.max_top_k:
         raise ApiError(422, f"top_k: {body.top_k} is over the limit of {settings.max_top_k}", "top_k")
@@ -108,17 +109,15 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
     fusion = _fusion(body)
     _check_rerank(body, request)
     index = collection.require_index()
-    vector = None
-    if body.mode != "bm25":
-        _, vectors = await engines.embed([body.query], model=collection.model)
-        vector = vectors[0]
+    vector = await _query_vector(body, collection, engines)
+    query = body.query or ""
     # Reranked: the first stage's best ``candidates`` (from the top), re-scored, then the page is cut.
     window = (0, body.rerank.candidates) if body.rerank else (body.offset, body.top_k)
     try:
         hits = await engines.run_search(
             index.search,
             vector,
-            body.query,
+            query,
             top_k=window[1],
             offset=window[0],
             mode=body.mode,
@@ -190,6 +189,44 @@ async def _shown_texts(
             "include_text",
         )
     return texts
+
+
+def _check_query(body: SearchRequest, max_chars: int) -> None:
+    """The query's text where the mode (or a reranker) reads words or must embed it; a vector only where
+    the mode ranks by vectors."""
+    if body.query is not None:
+        if len(body.query) > max_chars:
+            raise ApiError(422, f"query: over the limit of {max_chars} characters", "query")
+        if not body.query.strip():
+            raise ApiError(422, "query: empty or only whitespace", "query")
+    elif body.mode != "dense" or body.vector is None:
+        raise ApiError(422, f"query: mode {body.mode} needs the query's text", "query")
+    elif body.rerank is not None:
+        raise ApiError(422, "query: a reranker reads the query's text", "query")
+    if body.vector is not None and body.mode == "bm25":
+        raise ApiError(422, "vector: mode bm25 ranks by words only (use dense or hybrid)", "vector")
+
+
+async def _query_vector(body: SearchRequest, collection: Collection, engines: Any) -> np.ndarray | None:
+    """The vector dense and hybrid rank by: the request's (checked, normalised for cosine), else the
+    collection's model's embedding of the query; a collection of the caller's own vectors has no model."""
+    if body.mode == "bm25":
+        return None
+    own = own_vectors(collection)
+    if body.vector is None and own is not None:
+        raise ApiError(
+            422,
+            f"vector: mode {body.mode} needs the query's vector in a collection of your own vectors",
+            "vector",
+        )
+    if body.vector is None:
+        _, vectors = await engines.embed([body.query], model=collection.model)
+        return vectors[0]
+    shape = own or OwnVectors(engines.require_encoder(collection.model)[0].dimension, "cosine")
+    try:
+        return shape.vector(body.vector, "vector")
+    except InvalidVector as exc:
+        raise ApiError(422, str(exc), exc.field) from exc
 
 
 def _check_rerank(body: SearchRequest, request: Request) -> None:
