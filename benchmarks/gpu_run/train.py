@@ -11,7 +11,8 @@
 Everything goes into one tar split into parts under 16 MiB with checksums (benchmarks/gpu_run/parts.py) in
 ``--out``, beside ``train.json`` (every command, budget, loss history and dev score). Here,
 ``benchmarks/gpu_run/bring_back.py`` joins and judges them. ``--dry-run`` runs every step on the CPU with a
-tiny model and seconds-long budgets (the device calls: docs/benchmarks.md, "The GPU path").
+tiny model and seconds-long budgets (the device calls: docs/benchmarks.md, "The GPU path on a lent
+machine").
 """
 
 from __future__ import annotations

@@ -113,9 +113,14 @@ def test_texts_are_tokenised_a_chunk_ahead_of_the_passes(bundled_torch, shared_d
             second_chunk_started.set()
         return encode(chunk)
 
+    first_pass = threading.Lock()  # a chunk's passes may run side by side: only the first one waits
+
     def passes(items):
-        if not first_pass_saw_it:  # tokenising one chunk, then running it, would leave this waiting in vain
-            first_pass_saw_it.append(second_chunk_started.wait(5))
+        with first_pass:
+            if (
+                not first_pass_saw_it
+            ):  # tokenising one chunk, then running it, would leave this waiting in vain
+                first_pass_saw_it.append(second_chunk_started.wait(5))
         return run(items)
 
     monkeypatch.setattr(bundled_torch, "encode", tokenise)
