@@ -151,6 +151,12 @@ class SearchIndex:
         self._live.store.refresh_fields()
         return self._live.store.fields()
 
+    def check_filter_fields(self, filters: dict[str, Any] | None) -> None:
+        """``UnknownFilterField`` for a field no document of this index ever had: the strict reading a service
+        may ask for (by default such a field is MongoDB's absent field, matching nothing)."""
+        if filters:
+            self._live.store.filter_sql(filters, strict=True)
+
     def get(self, doc_id: str) -> Document | None:
         return self._live.store.get(doc_id)
 
@@ -372,7 +378,7 @@ class SearchIndex:
             live = self._live
             filters = filters or None
             if filters:
-                live.store.filter_sql(filters)  # raises UnknownFilterField early, whatever the mode
+                live.store.filter_sql(filters)  # raises InvalidFilterValue early, whatever the mode
             if mode == "dense":
                 ranked = dense = dense_ranking(live, query_vector, window, filters)
             elif mode == "bm25":

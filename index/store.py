@@ -472,12 +472,15 @@ class DocumentStore:
         )
         return {r[0] for r in rows}
 
-    def filter_sql(self, filters: dict[str, Any], values_table: bool = True) -> tuple[str, list[Any]]:
-        """The WHERE clause of ``filters`` (see ``index.filters``); a field unknown here is looked up again
-        first, since another process may have added it."""
-        if not filter_fields(filters) <= self._fields:
+    def filter_sql(
+        self, filters: dict[str, Any], values_table: bool = True, strict: bool = False
+    ) -> tuple[str, list[Any]]:
+        """The WHERE clause of ``filters`` (see ``index.filters``). ``strict``: a field no document ever had is
+        refused (``UnknownFilterField``), looked up again first since another process may have added it."""
+        if strict and not filter_fields(filters) <= self._fields:
             self.refresh_fields()
-        return compile_filters(filters, self._fields, values_table=values_table and self.values_table)
+        known = self._fields if strict else None
+        return compile_filters(filters, known, values_table=values_table and self.values_table)
 
     def list_documents(self, limit: int, after: str | None, filters: dict[str, Any] | None) -> list[Document]:
         """Up to ``limit`` documents whose id sorts after ``after``, in id order (binary collation).

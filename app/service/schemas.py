@@ -20,12 +20,13 @@ MongoDB / Chroma shape; all entries of an object must hold.
 - `$eq`, `$ne`: `{"lang": {"$ne": "de"}}`. `$in`, `$nin`: `{"tag": {"$in": ["a", "b"]}}`.
 - `$gt`, `$gte`, `$lt`, `$lte`: numbers as numbers, ISO-8601 dates and date-times as instants (no offset means UTC;
   a date is its midnight UTC): `{"year": {"$gte": 2000, "$lt": 2010}}`, `{"published": {"$gte": "2024-01-01T00:00:00Z"}}`.
-  A bound that is neither is a 422 naming the field, never a string comparison.
+  A bound that is neither is a 422 naming the field, never a string comparison; a `null` bound matches nothing.
+- Dates are instants in every operator: `{"published": "2024-01-01"}` also matches `"2024-01-01T02:00:00+02:00"`.
 - `$exists`: `{"doi": {"$exists": true}}`. `$not` on a field: `{"year": {"$not": {"$lt": 1900}}}`.
 - `$and`, `$or` (non-empty lists of filters), `$not` (a filter): `{"$or": [{"tag": "covid"}, {"year": {"$gt": 2019}}]}`.
 
 Equality is typed (1 matches 1 and 1.0, never true or "1"); `$ne`, `$nin` and `$not` also match documents without
-the field. Bounded: 8 levels of nesting, 256 clauses, 1024 values per list, and CLOZE_MAX_FILTER_VALUES fields and
+the field. A field no document has matches nothing (MongoDB's reading; CLOZE_STRICT_FILTER_FIELDS makes it a 422). Bounded: 8 levels of nesting, 256 clauses, 1024 values per list, and CLOZE_MAX_FILTER_VALUES fields and
 values in all; past a bound, 422 naming the field (`filter.<path>`)."""
 FILTER_EXAMPLES = [
     {"year": {"$gte": 2000}},

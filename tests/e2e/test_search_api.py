@@ -67,15 +67,17 @@ def test_search_returns_relevant_passages_with_chunk_and_latency(client, loaded)
     assert answer["results"][0]["chunk"] and answer["results"][0]["text"] is None
 
 
-def test_filters_apply_before_top_k_and_unknown_fields_are_named(client, loaded):
+def test_filters_apply_before_top_k_and_unknown_fields_match_nothing(client, loaded):
     body = {"query": "liberty and union", "top_k": 5, "filter": {"president": "Adams"}, "include_text": True}
     results = client.post("/search", json=body).json()["results"]
     assert results and all(r["metadata"]["president"] == "Adams" for r in results)
     assert all(r["text"] for r in results)
     several = client.post("/search", json={**body, "filter": {"year": [1793, 1797]}}).json()["results"]
     assert several and {r["metadata"]["year"] for r in several} <= {1793, 1797}
-    unknown = client.post("/search", json={**body, "filter": {"colour": "red"}})
-    assert unknown.status_code == 422 and unknown.json()["field"] == "filter.colour"
+    unknown = client.post("/search", json={**body, "filter": {"colour": "red"}})  # MongoDB: absent, no match
+    assert unknown.status_code == 200 and unknown.json()["results"] == []
+    negated = client.post("/search", json={**body, "filter": {"colour": {"$ne": "red"}}}).json()["results"]
+    assert len(negated) == 5
 
 
 def test_filter_operators_ranges_and_paging_over_http(client, loaded):

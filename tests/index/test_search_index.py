@@ -83,8 +83,12 @@ def test_filters_apply_before_top_k(index: SearchIndex, tiny_encoder) -> None:
             assert len(hits) == 10
     chosen = index.search(query, "", top_k=5, filters={"rank": [4, 7, 88]})
     assert sorted(h.id for h in chosen) == ["d4", "d7", "d88"]
+    for mode in ("dense", "hybrid", "bm25"):  # a field no document has: nothing matches, its negation all
+        assert index.search(query, "king", mode=mode, filters={"colour": "red"}) == []
+        assert index.search(query, "", mode=mode, filters={"rank": {"$gt": None}}) == []
+        assert len(index.search(query, "", top_k=90, filters={"colour": {"$nin": ["red"]}})) == 90
     with pytest.raises(UnknownFilterField):
-        index.search(query, "", filters={"colour": "red"})
+        index.check_filter_fields({"$or": [{"color": "red"}, {"colour": "red"}]})
     assert index.metadata_fields() == {"color", "rank"}
 
 

@@ -22,11 +22,10 @@ from app.service.schemas import (
     SearchResponse,
     SearchResult,
 )
-from app.service.validation import StrictJSONRoute, check_filter
+from app.service.validation import StrictJSONRoute, check_filter, check_filter_fields
 from encoder_runtime import sigmoid
 from index.filters import InvalidFilterValue
 from index.ranking import RRF_K, Fusion
-from index.records import UnknownFilterField
 from index.search_index import MAX_SEARCH_WINDOW
 
 router = APIRouter(route_class=StrictJSONRoute)
@@ -103,6 +102,7 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
     fusion = _fusion(body)
     _check_rerank(body, request)
     index = collection.require_index()
+    await check_filter_fields(index, body.filter, settings, engines.work_pool)
     vector = None
     if body.mode != "bm25":
         _, vectors = await engines.embed([body.query], model=collection.model)
@@ -122,8 +122,6 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
             explained=body.explain,
             highlight=body.highlight,
         )
-    except UnknownFilterField as exc:
-        raise ApiError(422, f"{exc.field}: no document has this metadata field", exc.field) from exc
     except InvalidFilterValue as exc:
         raise ApiError(422, str(exc), exc.field) from exc
     ranked = [(hit, hit.score, None, None) for hit in hits]
