@@ -379,16 +379,17 @@ class SearchIndex:
             filters = filters or None
             if filters:
                 live.store.filter_sql(filters)  # raises InvalidFilterValue early, whatever the mode
+            selection = live.select(filters)  # the filter evaluated once, for both rankers
             if mode == "dense":
-                ranked = dense = dense_ranking(live, query_vector, window, filters)
+                ranked = dense = dense_ranking(live, query_vector, window, filters, selection)
             elif mode == "bm25":
-                sparse = live.bm25(query_text, window, filters)
+                sparse = live.bm25(query_text, window, filters, selection)
                 ranked = [(d, s, None) for d, s in sparse]
                 query_vector = None  # BM25 hits pick their chunk by shared terms
             else:
                 depth = fusion_depth(window)
-                dense = dense_ranking(live, query_vector, depth, filters)
-                sparse = live.bm25(query_text, depth, filters)
+                dense = dense_ranking(live, query_vector, depth, filters, selection)
+                sparse = live.bm25(query_text, depth, filters, selection)
                 ranked = fuse(dense, sparse, fusion or Fusion())
             page = ranked[offset:window]
             return assemble_hits(
@@ -399,6 +400,20 @@ class SearchIndex:
                 explanations=explain(page, dense, sparse) if explained else None,
                 highlight=highlight,
             )
+
+    def facets(self, filters: dict[str, Any] | None, fields: list[str], top: int = 10) -> dict[str, Any]:
+        """Over the documents matching ``filters`` (every one without): ``total`` of them and, per field, its
+        type, its ``top`` most frequent values (documents per value), and its least and greatest number and
+        date, all read from the in-memory columns."""
+        with self._rw.read():
+            live = self._live
+            if filters:
+                live.store.filter_sql(filters)
+            documents = live.matches(filters or {}).documents
+            return {
+                "total": int(np.count_nonzero(documents)),
+                "fields": live.columns.facets(documents, fields, top),
+            }
 
     # ---- listing ------------------------------------------------------------------------------------
 

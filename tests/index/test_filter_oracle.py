@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from index import ranking
 from index.filters import InvalidFilterValue, compile_filters
 from index.records import Document, UnknownFilterField
 from index.search_index import SearchIndex
@@ -226,10 +227,17 @@ def test_every_mode_returns_exactly_the_matching_documents(
     query = np.random.default_rng(seed).standard_normal(tiny_encoder.dimension).astype(np.float32)
     query /= np.linalg.norm(query)
     top_k = CORPUS + 10
-    for mode, expected in (("dense", matching), ("bm25", with_word), ("hybrid", matching)):
-        hits = index.search(query, word, top_k=top_k, mode=mode, filters=node)
-        assert {h.id for h in hits} == expected, (mode, node)
-        assert len(hits) == len(expected), mode  # each document once
+    live, selective = index._live, ranking.SELECTIVE_CHUNKS
+    # Each plan: the columns' matches scored exactly, the columns' bitmap inside FAISS, SQLite alone.
+    try:
+        for columns, ranking.SELECTIVE_CHUNKS in ((True, selective), (True, 0), (False, selective)):
+            live.columns_enabled = columns
+            for mode, expected in (("dense", matching), ("bm25", with_word), ("hybrid", matching)):
+                hits = index.search(query, word, top_k=top_k, mode=mode, filters=node)
+                assert {h.id for h in hits} == expected, (mode, columns, node)
+                assert len(hits) == len(expected), mode  # each document once
+    finally:
+        live.columns_enabled, ranking.SELECTIVE_CHUNKS = True, selective
 
 
 def test_modes_oracle_ran_its_examples() -> None:
