@@ -54,6 +54,7 @@ class FieldColumn:
         self.extra_num = np.zeros(0)
         self.extra_code = np.zeros(0, np.int32)
         self.inexact = False  # holds an integer a float64 cannot
+        self.dead = 0  # overflow elements of rows read again since (row 0), dropped by ``compact``
 
     def grow(self, capacity: int) -> None:
         self.kind = _resized(self.kind, capacity, 0)
@@ -64,7 +65,9 @@ class FieldColumn:
     def clear(self, rows: np.ndarray) -> None:
         self.kind[rows], self.num[rows], self.code[rows], self.present[rows] = NONE, np.nan, -1, False
         if len(self.extra_row):
-            self.extra_row[np.isin(self.extra_row, rows)] = 0
+            gone = np.isin(self.extra_row, rows)
+            self.dead += int(np.count_nonzero(gone))
+            self.extra_row[gone] = 0
 
     def any(self, size: int, condition) -> np.ndarray:
         """Rows any of whose elements satisfies ``condition(kind, num, code)`` (a vectorised predicate)."""
@@ -88,8 +91,9 @@ class FieldColumn:
         )
 
     def compact(self) -> None:
-        live = self.extra_row > 0
-        if len(live) > 1024 and live.sum() < len(live) // 2:
+        if self.dead > 1024 and self.dead > len(self.extra_row) // 2:
+            live = self.extra_row > 0
+            self.dead = 0
             self.extra_row, self.extra_kind = self.extra_row[live], self.extra_kind[live]
             self.extra_num, self.extra_code = self.extra_num[live], self.extra_code[live]
 
@@ -334,7 +338,8 @@ class Columns:
                 counted.append((value, len(np.unique(rows[kind == flag]))))
         counted.sort(key=lambda item: (-item[1], str(item[0]), type(item[0]).__name__))
         dates = texts & ~np.isnan(num)
-        kinds = {"number" if k == NUMBER else "boolean" if k in (TRUE, FALSE) else "other" for k in kind}
+        names = {NUMBER: "number", TRUE: "boolean", FALSE: "boolean", OTHER: "other"}
+        kinds = {names[k] for k in np.unique(kind) if k != TEXT}
         if texts.any():
             kinds.add("date" if dates.sum() == texts.sum() else "string")
         return {

@@ -18,10 +18,11 @@ RRF_K = 60  # the constant of Cormack et al. (2009); robust across collections
 # measurements").
 FUSION_DEPTH, FUSION_PER_RESULT = 30, 3
 EXACT_FILTER_LIMIT = 20_000  # filtered sets up to this many chunks are scored exactly from SQLite
-# A filter's matches (from the in-memory columns) are scored exactly, read back from FAISS, up to this many
-# chunks where the index can read vectors back (flat, HNSW); past it, one FAISS search skips the rest by a
-# bitmap. The crossover measured by benchmarks/filtered_search.py (docs/benchmarks.md, "Filtered search").
-SELECTIVE_CHUNKS = 2000
+# A filter's matches (from the in-memory columns) are scored exactly, read back from FAISS, where the index can
+# read vectors back (flat, HNSW) and they are few (``VectorIndex.exact_filter_limit``); else one FAISS search
+# skips the rest by a bitmap. None: that limit; a number overrides it (tests and the crossover measurement of
+# benchmarks/filtered_search.py).
+SELECTIVE_CHUNKS: int | None = None
 
 Ranked = list[tuple[str, float, int | None]]  # (doc_id, score, best chunk id when known), best first
 Scored = list[tuple[str, float]]  # (doc_id, score), best first: what BM25 returns
@@ -107,12 +108,13 @@ def dense_ranking(
 
 
 def selected_ranking(version: OpenVersion, query: np.ndarray, top_k: int, selection: Selection) -> Ranked:
-    """A filter's matches scored exactly when few (``SELECTIVE_CHUNKS``) and the index reads vectors back;
+    """A filter's matches scored exactly when few (``exact_filter_limit``) and the index reads vectors back;
     else one FAISS search that skips non-matching ids (a bitmap), with its search widened by the match rate."""
     count, vectors = selection.chunk_count, version.vectors
     if not count or not vectors.ntotal:
         return []
-    if count <= SELECTIVE_CHUNKS and vectors.reconstructable:
+    limit = vectors.exact_filter_limit() if SELECTIVE_CHUNKS is None else SELECTIVE_CHUNKS
+    if count <= limit and vectors.reconstructable:
         ids = selection.chunk_ids()
         try:
             return best_chunk_per_document(version, ids, vectors.reconstruct(ids) @ query, top_k)

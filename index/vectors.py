@@ -37,6 +37,8 @@ import faiss  # noqa: E402
 EXACT_LIMIT = 50_000
 PQ_LIMIT = 500_000
 MAX_FILTERED_EF = 4096  # HNSW's candidate pool under a filter: past this, the exact path is the cheaper one
+MAX_EXACT_FILTERED = 20_000  # matches read back and scored exactly at most (30 MB of 384-d vectors)
+HNSW_LINKS = 32  # neighbours compared per node an HNSW search visits (the factory's M)
 
 
 def choose_factory(vectors: int, dimension: int) -> str:
@@ -180,6 +182,17 @@ class VectorIndex:
     def reconstructable(self) -> bool:
         """Whether stored vectors can be read back by id, exactly (a flat or HNSW index under an id map)."""
         return isinstance(self.index, faiss.IndexIDMap2) and not self.lossy
+
+    def exact_filter_limit(self) -> int:
+        """Up to how many matches a filter is better served by scoring them exactly (read back by id) than by
+        one search that skips the rest. Flat: a search compares every match anyway, so always, within a memory
+        bound. HNSW: its filtered search widens the pool by 1 / rate (``filtered_settings``), so its cost grows
+        as the matches shrink while exact scoring's shrinks with them; they meet near sqrt(efSearch x M x n)."""
+        if not self.reconstructable:
+            return 0
+        if "HNSW" in self.factory:
+            return int(math.sqrt(int(self.params.get("efSearch", 64)) * HNSW_LINKS * max(self.ntotal, 1)))
+        return MAX_EXACT_FILTERED
 
     def reconstruct(self, ids: np.ndarray) -> np.ndarray:
         """The stored vectors of ``ids`` (``reconstructable`` indexes; RuntimeError for an id not held)."""

@@ -36,6 +36,7 @@ OPERATIONS_PATHS = frozenset({"/metrics", "/readyz"})
 READING_POSTS = frozenset(
     {
         "/search",
+        "/facets",
         "/embed",
         "/v1/embeddings",
         "/similarity",

@@ -539,3 +539,45 @@ class CollectionDeleted(BaseModel):
 class IndexFields(BaseModel):
     fields: list[str]
     counts: dict[str, int] = Field(description="documents, chunks and vectors in the live index")
+
+
+MAX_FACET_FIELDS = 64
+MAX_FACET_VALUES = 100
+
+
+class FacetsRequest(Strict):
+    filter: dict[str, Any] | None = Field(None, description=FILTER_DESCRIPTION, examples=FILTER_EXAMPLES)
+    fields: list[str] = Field(
+        min_length=1,
+        max_length=MAX_FACET_FIELDS,
+        description="metadata fields to describe (GET /index/fields)",
+    )
+    top: int = Field(10, ge=1, le=MAX_FACET_VALUES, description="most frequent values listed per field")
+
+
+class FacetValue(BaseModel):
+    value: bool | int | float | str
+    count: int = Field(
+        description="matching documents with this value (once each, however often it is listed)"
+    )
+
+
+class FacetSpan(BaseModel):
+    min: int | float | str
+    max: int | float | str
+
+
+class FieldFacet(BaseModel):
+    type: Literal["number", "date", "string", "boolean", "other", "mixed"] | None = Field(
+        description="what the field's values are among the matches (dates: ISO strings; null: no values)"
+    )
+    documents: int = Field(description="matching documents with a value in this field")
+    values: list[FacetValue] = Field(description="most frequent first; numbers by value, text as written")
+    numbers: FacetSpan | None = Field(description="least and greatest number")
+    dates: FacetSpan | None = Field(description="earliest and latest instant, each as written")
+
+
+class FacetsResponse(BaseModel):
+    total: int = Field(description="documents matching the filter")
+    fields: dict[str, FieldFacet]
+    took_ms: float

@@ -14,6 +14,8 @@ from app.service.errors import ApiError
 from app.service.routes.collections import current_collection
 from app.service.routes.rerank import best_first
 from app.service.schemas import (
+    FacetsRequest,
+    FacetsResponse,
     IndexFields,
     RerankIn,
     SearchExplanation,
@@ -26,6 +28,7 @@ from app.service.validation import StrictJSONRoute, check_filter, check_filter_f
 from encoder_runtime import sigmoid
 from index.filters import InvalidFilterValue
 from index.ranking import RRF_K, Fusion
+from index.records import metadata_key_problem
 from index.search_index import MAX_SEARCH_WINDOW
 
 router = APIRouter(route_class=StrictJSONRoute)
@@ -192,3 +195,24 @@ async def index_fields(request: Request, collection: InCollection) -> IndexField
     index, pool = collection.require_index(), request.app.state.engines.work_pool
     fields = await pool.run(index.metadata_fields)
     return IndexFields(fields=sorted(fields), counts=await pool.run(index.stats))
+
+
+@router.post("/facets", response_model=FacetsResponse, tags=["search"])
+async def facets(body: FacetsRequest, request: Request, collection: InCollection) -> FacetsResponse:
+    """What the documents matching ``filter`` hold in ``fields``: each field's type, its most frequent values with
+    their document counts, and its least and greatest number and date (from the in-memory columns)."""
+    started = time.perf_counter()
+    settings, engines = request.app.state.settings, request.app.state.engines
+    check_filter(body.filter, settings)
+    for position, name in enumerate(body.fields):
+        if problem := metadata_key_problem(name):
+            raise ApiError(422, f"fields[{position}]: {problem}", f"fields[{position}]")
+    index = collection.require_index()
+    await check_filter_fields(index, body.filter, settings, engines.work_pool)
+    try:
+        found = await engines.work_pool.run(
+            index.facets, body.filter, list(dict.fromkeys(body.fields)), body.top
+        )
+    except InvalidFilterValue as exc:
+        raise ApiError(422, str(exc), exc.field) from exc
+    return FacetsResponse(**found, took_ms=round((time.perf_counter() - started) * 1000, 3))
