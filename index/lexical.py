@@ -5,7 +5,8 @@ corpus, so that was most of a hybrid search's CPU under load: docs/design-decisi
 benchmarks/results/search_latency.json for what is served now). Here each term's postings are flat arrays
 and a query is a few vectorised gathers. SQLite stays the source of truth: the index is built from the
 store in a background thread (FTS5 answers until it is ready) and follows the store through the same
-changelog that keeps FAISS current. Filtered BM25 stays on FTS5, which can join the metadata.
+changelog that keeps FAISS current. A filter reaches it as a mask over the store's document rows
+(``index.columns``).
 
 Scoring is Okapi BM25 with FTS5's constants (k1 1.2, b 0.75) over Snowball-stemmed words; deleted or
 replaced documents leave dead slots, skipped at query time and compacted by a rebuild past half the slots.
