@@ -130,8 +130,8 @@ def synthetic_metadata(i: int, rng: random.Random) -> dict:
 
 
 def build_synthetic(args, encoder) -> dict:
-    """N one-chunk documents written straight into a fresh index's store (nothing embedded), then opened: the
-    opening finds FAISS behind the store and builds the exact index from the stored vectors."""
+    """N one-chunk documents written straight into a fresh index's store (nothing embedded, each batch of 10,000
+    seeded by its first number), then the exact FAISS index of the stored vectors saved as the version's own."""
     import faiss
 
     from index import layout
@@ -139,20 +139,25 @@ def build_synthetic(args, encoder) -> dict:
     from index.chunking import Chunk
     from index.records import Document
     from index.search_index import SearchIndex
+    from index.store import DocumentStore
 
     root = args.index_dir / "index"
     marker = args.index_dir / "build.json"
     if marker.exists():
         return json.loads(marker.read_text())
     args.index_dir.mkdir(parents=True, exist_ok=True)
-    index = SearchIndex.open(root, encoder)
-    store = index._live.store
+    if layout.current_version(root) is None:
+        SearchIndex.open(root, encoder).close()
+    # The store alone (an interrupted write continues where it stopped; ``--documents`` at or below what is
+    # written ends the writing there): opening the index now would rebuild FAISS from a partial store.
+    store = DocumentStore(layout.version_dir(root, layout.current_version(root)) / layout.STORE)
     rng, meta_rng = np.random.default_rng(0), random.Random(0)
     centers = rng.standard_normal((1000, 384)).astype(np.float32)
     centers /= np.linalg.norm(centers, axis=1, keepdims=True)
     np.save(args.index_dir / "centers.npy", centers)
     started = time.perf_counter()
-    for start in range(0, args.documents, 10_000):
+    for start in range(store.counts()["documents"], args.documents, 10_000):
+        rng, meta_rng = np.random.default_rng(start), random.Random(start)
         count = min(10_000, args.documents - start)
         vectors = synthetic_vectors(rng, centers, count)
         items = [
@@ -166,15 +171,14 @@ def build_synthetic(args, encoder) -> dict:
         with store.transaction() as conn:
             store.write_documents(conn, items, log=False)
         print(f"written {start + count}", flush=True)
-    exact = build_vectors(
-        store, 384, EXACT
-    )  # the version's own snapshot, so the next open has nothing to redo
-    exact.save(index._live.folder / layout.VECTORS, {"synced_seq": store.max_seq()})
+    exact = build_vectors(store, 384, EXACT)  # the version's own snapshot: the next open has nothing to redo
+    exact.save(store.path.parent / layout.VECTORS, {"synced_seq": store.max_seq()})
     faiss.write_index(exact.index, str(args.index_dir / f"vectors-{EXACT.replace(',', '_')}.faiss"))
-    index.close()
+    written = store.counts()["documents"]
+    store.close()
     info = {
-        "documents": args.documents,
-        "chunks": args.documents,
+        "documents": written,
+        "chunks": written,
         "write_seconds": round(time.perf_counter() - started, 1),
     }
     marker.write_text(json.dumps(info))
@@ -445,7 +449,7 @@ def main() -> None:
         "columns": columns_memory(index),
         "load_average_start": load_average(),
         "unfiltered_recall@10": unfiltered_recall(args, index, vectors, texts),
-        "crossover": crossover(args, index, vectors[:50], filters),
+        "crossover": crossover(args, index, vectors[: min(50, args.queries)], filters),
         "rows": measure(args, index, vectors, texts, filters, modes),
         "load_average_end": load_average(),
         "cpu_count": os.cpu_count(),
