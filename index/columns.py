@@ -28,7 +28,11 @@ KINDS = {"integer": NUMBER, "real": NUMBER, "text": TEXT, "true": TRUE, "false":
 EXACT_INTEGER = 2**53  # past this a float64 column cannot hold an integer exactly: such filters stay in SQL
 PAGE = 50_000  # document rows read from the store at a time when loading
 # Every metadata element of the chosen documents, one row per (document, field, element); a field whose value has
-# no elements ([] or {}) still gives one row (element columns NULL): it is present for ``$exists``.
+# no elements ([] or {}) still gives one row (element columns NULL): it is present for ``$exists``. A store with
+# the ``doc_values`` side table has the elements already (``FIELDS`` + ``VALUES``: one JSON parse a document
+# instead of one a field); ``ELEMENTS`` is for a store written before it (read-only).
+FIELDS = "SELECT d.rid, f.key, NULL, NULL, NULL FROM documents d, json_each(d.metadata) f WHERE "
+VALUES = "SELECT e.doc_rid, e.field, e.type, e.value, e.num FROM doc_values e WHERE "
 ELEMENTS = f"""
 SELECT d.rid, f.key, e.type, e.value,
        CASE WHEN e.type = 'text' AND e.value GLOB '{DATE_SHAPE}' THEN julianday(e.value) END
@@ -140,8 +144,7 @@ class Columns:
         for start in range(0, top + 1, PAGE):
             rows = store.query("SELECT rid FROM documents WHERE rid > ? AND rid <= ?", (start, start + PAGE))
             columns.alive[[r[0] for r in rows]] = True
-            found = store.query(ELEMENTS + "d.rid > ? AND d.rid <= ?", (start, start + PAGE)).fetchall()
-            columns._fill(found)
+            columns._fill(_elements(store, "rid > ? AND {}rid <= ?", (start, start + PAGE)))
         pairs = np.array(store.query("SELECT id, doc_rid FROM chunks").fetchall(), np.int64).reshape(-1, 2)
         columns._map_chunks(pairs)
         return columns
@@ -161,9 +164,7 @@ class Columns:
             "SELECT rid FROM documents WHERE id IN (SELECT value FROM json_each(?))", (_json(doc_ids),)
         ).fetchall()
         alive = np.array([r[0] for r in current], np.int64)
-        elements = store.query(
-            ELEMENTS + "d.rid IN (SELECT value FROM json_each(?))", (_json(alive.tolist()),)
-        ).fetchall()
+        elements = _elements(store, "rid IN (SELECT value FROM json_each(?))", (_json(alive.tolist()),))
         return Update(removed, np.array(pairs, np.int64).reshape(-1, 2), alive, elements)
 
     def apply(self, update: Update) -> None:
@@ -197,7 +198,7 @@ class Columns:
             self.chunk_row[pairs[:, 0]] = pairs[:, 1]
 
     def _fill(self, found: list[tuple]) -> None:
-        """Rows (rid, field, type, value, instant) from ``ELEMENTS``, in row order, into the columns."""
+        """Rows (rid, field, type, value, instant) from ``_elements`` into the columns."""
         if not found:
             return
         rows, names, types, values, instants = zip(*found, strict=True)
@@ -223,6 +224,7 @@ class Columns:
                 column = self.fields[name] = FieldColumn(self.capacity)
             column.inexact |= name in wide
             mine = np.flatnonzero(names_array == name)
+            mine = mine[np.argsort(rows_array[mine], kind="stable")]  # a row's elements side by side
             row = rows_array[mine]
             column.present[row] = True
             mine, row = mine[kinds[mine] != NONE], row[kinds[mine] != NONE]
@@ -415,6 +417,16 @@ def _resized(array: np.ndarray, size: int, fill: Any) -> np.ndarray:
     grown = np.full(size, fill, array.dtype)
     grown[: min(len(array), size)] = array[:size]
     return grown
+
+
+def _elements(store: DocumentStore, where: str, params: tuple) -> list[tuple]:
+    """The ``ELEMENTS`` rows of the documents ``where`` picks (a condition on ``rid``, ``{}`` where the alias goes),
+    from the side table when the store keeps one."""
+    if store.values_table:
+        present = store.query(FIELDS + "d." + where.format("d."), params).fetchall()
+        values = store.query(VALUES + "e.doc_" + where.format("e.doc_"), params).fetchall()
+        return present + values
+    return store.query(ELEMENTS + "d." + where.format("d."), params).fetchall()
 
 
 def _json(values: list) -> str:
