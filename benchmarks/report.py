@@ -466,6 +466,8 @@ def filtered_corpus(page: Page, data: dict, name: str, label: str) -> list[str]:
             )
             + "."
         )
+    if note := data.get("note"):
+        parts.append(f"Note: {note}")
     parts.append(f"Command: {ran(data['command'], name)}")
     return parts
 
