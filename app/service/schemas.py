@@ -20,12 +20,13 @@ MongoDB / Chroma shape; all entries of an object must hold.
 - `$eq`, `$ne`: `{"lang": {"$ne": "de"}}`. `$in`, `$nin`: `{"tag": {"$in": ["a", "b"]}}`.
 - `$gt`, `$gte`, `$lt`, `$lte`: numbers as numbers, ISO-8601 dates and date-times as instants (no offset means UTC;
   a date is its midnight UTC): `{"year": {"$gte": 2000, "$lt": 2010}}`, `{"published": {"$gte": "2024-01-01T00:00:00Z"}}`.
-  A bound that is neither is a 422 naming the field, never a string comparison.
+  A bound that is neither is a 422 naming the field, never a string comparison; a `null` bound matches nothing.
+- Dates are instants in every operator: `{"published": "2024-01-01"}` also matches `"2024-01-01T02:00:00+02:00"`.
 - `$exists`: `{"doi": {"$exists": true}}`. `$not` on a field: `{"year": {"$not": {"$lt": 1900}}}`.
 - `$and`, `$or` (non-empty lists of filters), `$not` (a filter): `{"$or": [{"tag": "covid"}, {"year": {"$gt": 2019}}]}`.
 
 Equality is typed (1 matches 1 and 1.0, never true or "1"); `$ne`, `$nin` and `$not` also match documents without
-the field. Bounded: 8 levels of nesting, 256 clauses, 1024 values per list, and CLOZE_MAX_FILTER_VALUES fields and
+the field. A field no document has matches nothing (MongoDB's reading; CLOZE_STRICT_FILTER_FIELDS makes it a 422). Bounded: 8 levels of nesting, 256 clauses, 1024 values per list, and CLOZE_MAX_FILTER_VALUES fields and
 values in all; past a bound, 422 naming the field (`filter.<path>`)."""
 FILTER_EXAMPLES = [
     {"year": {"$gte": 2000}},
@@ -478,96 +479,53 @@ class JobStatus(BaseModel):
     manifest: dict[str, Any] | None = None
 
 
-class SnapshotInfo(BaseModel):
-    """One archive: its name (for download, delete and restore) and what it holds."""
-
-    name: str
-    bytes: int
-    created: str | None = None
-    sequence: int | None = Field(None, description="the changelog sequence the snapshot holds writes up to")
-    documents: int | None = None
-    chunks: int | None = None
-    vectors: int | None = None
-    version: int | None = Field(None, description="the index version it was taken from")
-    model_fingerprint: str | None = None
-    problem: str | None = Field(None, description="set when the archive's own description does not read")
-
-
-class SnapshotList(BaseModel):
-    collection: str
-    snapshots: list[SnapshotInfo] = Field(description="newest first")
-
-
-class SnapshotDeleted(BaseModel):
-    deleted: str
-
-
-class RestoreResult(BaseModel):
-    version: int = Field(description="the new version that now serves the collection")
-    sequence: int | None = None
-    documents: int | None = None
-    chunks: int | None = None
-
-
 class ErrorBody(BaseModel):
     error: str
     field: str | None = None
 
 
-class CollectionCreate(Strict):
-    """A new, empty collection (documents come by `PUT /collections/{name}/documents` or `cloze index build
-    --collection`). Its build options apply to every build and rebuild of it."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [{"name": "legal", "model": "legal"}, {"name": "images", "dimension": 512}]
-        },
-    )
-    name: str = Field(description="lower-case letters, digits, `-` and `_`, at most 64")
-    model: str = Field("default", description="a served embedding model's name (`GET /models`)")
-    dimension: int | None = Field(
-        None,
-        ge=1,
-        le=8192,
-        description="Instead of `model`: a collection of your own vectors of this length, one per document",
-    )
-    metric: Literal["cosine", "dot"] | None = Field(
-        None, description="With `dimension`: how vectors compare (default cosine; dot keeps their length)"
-    )
-    factory: str | None = Field(
-        None, max_length=128, description="FAISS factory string (e.g. `HNSW32`); default: chosen by size"
-    )
-    chunk_window: int | None = Field(None, ge=8, description="tokens per chunk; default: the model's window")
-    chunk_overlap: int | None = Field(None, ge=0, description="tokens neighbouring chunks share")
-
-
-class CollectionOut(BaseModel):
-    name: str
-    model: str | None = Field(description="null for a collection of your own vectors")
-    dimension: int | None = Field(None, description="a collection of your own vectors: their length")
-    metric: str | None = Field(None, description="a collection of your own vectors: cosine or dot")
-    status: str  # ready | opening | failed
-    error: str | None = None
-    documents: int | None = None
-    chunks: int | None = None
-    version: int | None = None
-    factory: str | None = None
-    chunk_window: int | None = None
-    chunk_overlap: int | None = None
-    bytes_on_disk: int | None = None  # `GET /collections/{name}` only
-    last_write: str | None = None  # `GET /collections/{name}` only
-    created: str | None = None
-
-
-class CollectionList(BaseModel):
-    collections: list[CollectionOut]
-
-
-class CollectionDeleted(BaseModel):
-    deleted: str
-
-
 class IndexFields(BaseModel):
     fields: list[str]
     counts: dict[str, int] = Field(description="documents, chunks and vectors in the live index")
+
+
+MAX_FACET_FIELDS = 64
+MAX_FACET_VALUES = 100
+
+
+class FacetsRequest(Strict):
+    filter: dict[str, Any] | None = Field(None, description=FILTER_DESCRIPTION, examples=FILTER_EXAMPLES)
+    fields: list[str] = Field(
+        min_length=1,
+        max_length=MAX_FACET_FIELDS,
+        description="metadata fields to describe (GET /index/fields)",
+    )
+    top: int = Field(10, ge=1, le=MAX_FACET_VALUES, description="most frequent values listed per field")
+
+
+class FacetValue(BaseModel):
+    value: bool | int | float | str
+    count: int = Field(
+        description="matching documents with this value (once each, however often it is listed)"
+    )
+
+
+class FacetSpan(BaseModel):
+    min: int | float | str
+    max: int | float | str
+
+
+class FieldFacet(BaseModel):
+    type: Literal["number", "date", "string", "boolean", "other", "mixed"] | None = Field(
+        description="what the field's values are among the matches (dates: ISO strings; null: no values)"
+    )
+    documents: int = Field(description="matching documents with a value in this field")
+    values: list[FacetValue] = Field(description="most frequent first; numbers by value, text as written")
+    numbers: FacetSpan | None = Field(description="least and greatest number")
+    dates: FacetSpan | None = Field(description="earliest and latest instant, each as written")
+
+
+class FacetsResponse(BaseModel):
+    total: int = Field(description="documents matching the filter")
+    fields: dict[str, FieldFacet]
+    took_ms: float

@@ -122,10 +122,21 @@ def test_any_key_guards_reads_and_scoped_keys_see_only_their_collections(tiny_be
         return httpx.request(method, url + path, headers=headers, timeout=30, **kwargs)
 
     with running_server(env, tmp_path / "log") as url:
-        for name in ("a", "b"):
-            assert call("POST", "/collections", ADMIN, json={"name": name}).status_code == 201
-            document = [{"id": name, "text": f"the document of {name}"}]
+        # b holds the caller's own vectors: scoped keys guard it as they guard a collection with a model.
+        for name, shape in (("a", {}), ("b", {"dimension": 2})):
+            assert call("POST", "/collections", ADMIN, json={"name": name, **shape}).status_code == 201
+            document = [
+                {"id": name, "text": f"the document of {name}", **({"vector": [1, 0]} if shape else {})}
+            ]
             assert call("PUT", f"/collections/{name}/documents", "k" + name, json=document).status_code == 200
+        assert (
+            call("PUT", "/collections/b/documents", "ka", json=[{"id": "x", "vector": [0, 1]}]).status_code
+            == 403
+        )
+        assert (
+            call("POST", "/collections/b/search", "kb", json={"vector": [1, 0]}).json()["results"][0]["id"]
+            == "b"
+        )
         assert call("POST", "/collections/b/snapshots", ADMIN).status_code == 201
         query = {"json": {"query": "document", "mode": "bm25"}}
         for method, path, kwargs in (

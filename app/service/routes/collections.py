@@ -11,10 +11,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 
+from app.service.collection_schemas import CollectionCreate, CollectionDeleted, CollectionList, CollectionOut
 from app.service.collections import Collection
 from app.service.errors import ApiError, without_server_paths
 from app.service.route_table import declare
-from app.service.schemas import CollectionCreate, CollectionDeleted, CollectionList, CollectionOut
 from app.service.validation import StrictJSONRoute
 from index.collections import DEFAULT_COLLECTION, CollectionInfo, disk_usage, last_write
 from index.own_vectors import OwnVectors

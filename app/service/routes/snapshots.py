@@ -16,11 +16,11 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
+from app.service.collection_schemas import RestoreResult, SnapshotDeleted, SnapshotInfo, SnapshotList
 from app.service.collections import Collection, snapshot_folder_of
 from app.service.errors import ApiError
 from app.service.route_table import declare
 from app.service.routes.collections import current_collection
-from app.service.schemas import RestoreResult, SnapshotDeleted, SnapshotInfo, SnapshotList
 from app.service.validation import StrictJSONRoute
 from index import snapshots
 
