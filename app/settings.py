@@ -158,7 +158,12 @@ class Settings(BaseSettings):
         "for torch (a longer pass runs slower per token and holds more memory: "
         "docs/design-decisions.md); on CUDA 8,192 (not measured on a GPU)",
     )
-    max_batch_size: int = Field(64, ge=1, description="Most sequences in one forward pass")
+    max_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Most sequences in one forward pass. Unset, the backend's: 64 on a CPU, 1,024 on CUDA "
+        "(a GPU pass costs about its kernel launches whatever it holds)",
+    )
     max_wait_ms: float = Field(
         0.0,
         ge=0,

@@ -27,34 +27,14 @@ split into sentences. ``--prepare DIR`` (run here, where ../shared/data is) writ
 lacks into DIR: the sentences, SciFact, WikiText-2 valid and the bundled model's package with its weights
 at fp16 (the fp32 wheel, 84 MB, is over a call's 64 MiB; on CUDA the runtime runs fp16 weights anyway).
 
-A user with a GPU runs it as docs/benchmarks.md says ("Running the benchmarks on a GPU"). A lent machine
-that cannot fetch anything (this project's device tool: 64 MiB a call with the tree) gets what it lacks
-carried, prepared in a checkout beside ../shared/data:
-
-    printf '/.whl/\\n/.gpu-carry/\\n/.gpu-model/\\n/.gpu-site/\\n' >> .git/info/exclude
-    python benchmarks/gpu.py --prepare .gpu-carry        # sentences, SciFact, WikiText-2 valid; .gpu-model/
-    python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-      --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \\
-      --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl \\
-      faiss-cpu==1.15.1 fastapi==0.165.0 starlette==1.10.0 uvicorn==0.55.0 pydantic==2.14.4 \\
-      pydantic-core==2.50.5 pydantic-settings==2.16.3 python-dotenv==1.2.4 typing-inspection==0.4.5 \\
-      annotated-types==0.8.0 orjson==3.13.0 httptools==0.9.0 PyStemmer==3.1.0 datasets==5.2.0 dill==0.4.1 \\
-      multiprocess==0.70.19 opentelemetry-api typing_extensions     # about 24 MB
-    (cd /tmp && apt-get download wrk libluajit2-5.1-2 && dpkg -x wrk_*.deb wrk && dpkg -x libluajit2-*.deb wrk)
-    mkdir -p .gpu-carry/wrk && cp /tmp/wrk/usr/bin/wrk /tmp/wrk/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2* .gpu-carry/wrk/
-
-then two device calls back to back (the second while the machine is warm; the wheels and the model do not
-fit one call's 64 MiB together; wrk also needs libssl 3 there):
-
-    call 1, carry [".whl"]:
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .gpu-site .whl/*.whl
-
-    call 2, carry [".gpu-model", ".gpu-carry"], timeout_s 600:
-    export PYTHONPATH=$PWD/.gpu-site:$PWD/.gpu-model HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1; python3 benchmarks/gpu.py --sentences .gpu-carry/sentences.txt.gz --scifact .gpu-carry/beir-scifact --text .gpu-carry/wiki.valid.raw.gz --wrk .gpu-carry/wrk/wrk
-
-It writes $OUT/gpu.json there (``--out``; default $OUT/gpu.json when OUT is set, else
-benchmarks/results/gpu.json). If call 2 finds a fresh machine (call 1's install gone), parts 1, 2 and 4
-still run and parts 3 and 5 record the missing packages.
+A user with a GPU runs it as docs/benchmarks.md says ("Running the benchmarks on a GPU"). Run once on an H100
+(../shared/measurements/gpu-h100-2026-12-05.json). A lent machine that cannot fetch anything (this project's
+device tool: 64 MiB a call with the tree) gets what it lacks carried: benchmarks/gpu_run/prepare.sh lays it out
+call by call and benchmarks/gpu_run/serve.sh's device calls run this script (docs/benchmarks.md, "The GPU
+path on a lent machine"). ``--parts`` picks parts, ``--before DIR`` serves today's code beside this checkout in part 3,
+``--dry-run`` runs the GPU parts on the CPU with the GPU's pass layout, a thin stand-in model and tiny sizes.
+It writes ``--out`` (default $OUT/gpu.json when OUT is set, else benchmarks/results/gpu.json); the file is
+rewritten after every part.
 """
 
 from __future__ import annotations
@@ -69,7 +49,6 @@ import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -89,8 +68,9 @@ SENTENCES = 20_000
 CONNECTIONS = 64
 # Token budgets tried on CUDA; the size limit is lifted (tokens // 8) so the token budget is what binds.
 SWEEP = (2048, 4096, 8192, 16384, 32768, 65536)
-# What each part may take, in seconds; together with pip's install they fit one 10-minute device call.
-BUDGETS = {"device": 120, "embed": 120, "http": 120, "pretrain": 75, "adapt": 330}
+# What each part may take, in seconds (the H100 run's embed part took 118 s with the CPU arm; serve.sh runs
+# embed and http in one call, adapt in another).
+BUDGETS = {"device": 120, "embed": 150, "http": 240, "pretrain": 75, "adapt": 330}
 SERVICE_PACKAGES = (
     "fastapi",
     "starlette",
@@ -163,7 +143,7 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def service_budget() -> tuple[int | None, int, str]:
+def service_budget() -> tuple[int | None, int | None, str]:
     """(max_batch_tokens, max_batch_size) as the service reads them, and where they came from."""
     try:
         from app.settings import Settings
@@ -171,7 +151,7 @@ def service_budget() -> tuple[int | None, int, str]:
         settings = Settings()
         return settings.max_batch_tokens, settings.max_batch_size, "app.settings.Settings"
     except ImportError as exc:  # pydantic-settings not installed: the fields' defaults
-        return None, 64, f"defaults (app.settings not importable: {exc})"
+        return None, None, f"defaults (app.settings not importable: {exc})"
 
 
 def missing(modules: tuple[str, ...]) -> list[str]:
@@ -282,6 +262,8 @@ def rate(runtime, sentences: list[str], repeats: int) -> dict:
         "parallel_passes": runtime.backend.parallel_passes,
         "sentences_per_s": len(sentences) / statistics.median(whole),
         "forward_sentences_per_s": len(sentences) / statistics.median(forward),
+        # tokenising included against the passes alone (texts are tokenised a chunk ahead of the passes)
+        "tokenised_to_forward": statistics.median(forward) / statistics.median(whole),
         "runs_s": [round(s, 4) for s in whole],
     }
 
@@ -293,22 +275,27 @@ def part_embed(args, cuda: bool, sentences: list[str], source: str) -> dict:
     from encoder_runtime.tokenization import plan_batches
 
     tokens, size, budget_from = service_budget()
-    repeats = 1 if args.quick else 3
+    repeats = 1 if args.quick or args.dry_run else 3
     out: dict = {
         "sentences": len(sentences),
         "source": source,
         "mean_words": float(np.mean([len(s.split()) for s in sentences])),
         "service_budget_from": budget_from,
     }
-    cpu = load_encoder(backend="onnx-int8", device="cpu", max_batch_tokens=tokens, max_batch_size=size)
-    out["cpu_onnx_int8"] = rate(cpu, sentences, repeats)
-    reference = load_encoder(backend="torch", device="cpu").embed(sentences[:256]) if cuda else None
-    del cpu
-    if not cuda:
+    if args.cpu_arm:
+        cpu = load_encoder(backend="onnx-int8", device="cpu", max_batch_tokens=tokens, max_batch_size=size)
+        out["cpu_onnx_int8"] = rate(cpu, sentences, repeats)
+        del cpu
+    gpu_arms = cuda or args.dry_run
+    model = dry_run_model(args) if gpu_arms else None
+    reference = (
+        load_encoder(model, backend="torch", device="cpu").embed(sentences[:256]) if gpu_arms else None
+    )
+    if not gpu_arms:
         out["cuda_torch_fp16"] = {"skipped": "no CUDA"}
         out["cuda_token_sweep"] = {"skipped": "no CUDA"}
         return out
-    gpu = load_encoder(backend="torch", device="cuda", max_batch_tokens=tokens, max_batch_size=size)
+    gpu = load_encoder(model, backend="torch", device="cuda", max_batch_tokens=tokens, max_batch_size=size)
     out["cuda_torch_fp16"] = rate(gpu, sentences, repeats)
     out["cuda_torch_fp16"]["cosine_to_cpu_fp32_min"] = float(
         (gpu.embed(sentences[:256]) * reference).sum(axis=1).min()
@@ -317,7 +304,7 @@ def part_embed(args, cuda: bool, sentences: list[str], source: str) -> dict:
     lengths = [len(item) for item in items]
     sweep = []
     for budget in SWEEP:
-        gpu.max_batch_tokens, gpu.max_batch_size = budget, max(size, budget // 8)
+        gpu.max_batch_tokens, gpu.max_batch_size = budget, max(size or 0, budget // 8)
         gpu.embed_encoded(items[:2048])  # warm-up at this shape
         seconds = timed_runs(lambda: gpu.embed_encoded(items), repeats)
         sweep.append(
@@ -340,7 +327,9 @@ def part_embed(args, cuda: bool, sentences: list[str], source: str) -> dict:
 
 
 def part_http(args, cuda: bool, sentences: list[str]) -> dict:
-    if not cuda:
+    """``cloze serve`` under wrk, this checkout and ``--before``'s side by side (benchmarks/http_throughput.py's
+    ``compare_layouts``), against the same runtime in-process; the one-text arm profiled with py-spy."""
+    if not cuda and not args.dry_run:
         return {"skipped": "no CUDA"}
     wrk_path = Path(args.wrk) if args.wrk else (Path(shutil.which("wrk")) if shutil.which("wrk") else None)
     if wrk_path is None or not wrk_path.is_file():
@@ -355,77 +344,51 @@ def part_http(args, cuda: bool, sentences: list[str]) -> dict:
     os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(
         filter(None, [wrk_dir, os.environ.get("LD_LIBRARY_PATH")])
     )
-    import httpx
-    import numpy as np
-
-    from benchmarks.http_throughput import LUA, offline_rate, write_bodies, wrk
+    from benchmarks.http_throughput import compare_layouts, offline_rate
     from encoder_runtime import load_encoder
-    from harness.servers import free_port, wait_until
+    from encoder_runtime.backends.torch_backend import LAYOUT_VARIABLE
 
-    tokens, size, _ = service_budget()
     texts = sentences[: min(len(sentences), 4096)]
-    runtime = load_encoder(backend="torch", device="cuda", max_batch_tokens=tokens, max_batch_size=size)
+    model = dry_run_model(args)
+    runtime = load_encoder(model, backend="torch", device="auto")
     runtime.embed(texts[:256])
-    in_process = offline_rate(runtime, texts, 3)
     work = Path(tempfile.mkdtemp(prefix="cloze-gpu-http-"))
-    script = work / "cycle.lua"
-    script.write_text(LUA)
-    per_request = {1: [{"inputs": s} for s in texts]}
-    per_request[256] = [{"inputs": texts[i : i + 256]} for i in range(0, len(texts) - 255, 256)]
-    bodies = {n: write_bodies(work, f"embed{n}", rows) for n, rows in per_request.items()}
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     env = {
-        **os.environ,
-        "CLOZE_INDEX": str(work / "index"),
         "CLOZE_BACKEND": "torch",
         "CLOZE_DEVICE": "auto",
+        LAYOUT_VARIABLE: "cuda",  # the device's own layout on a GPU; the GPU's on a CPU (--dry-run)
         # 64 connections of 256 texts each keep 16,384 texts in flight: above the 2,048 default, 429s
         "CLOZE_MAX_QUEUE": str(CONNECTIONS * 256 * 2),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        **({"CLOZE_MODEL": str(model)} if model else {}),
     }
-    log = work / "server.log"
+    checkouts = {"after": ROOT} if not args.before else {"before": Path(args.before), "after": ROOT}
+    connections = {1: 8, 256: 2} if args.dry_run else {1: CONNECTIONS, 256: CONNECTIONS}
     out: dict = {
-        "in_process": in_process,
-        "server_env": {k: env[k] for k in ("CLOZE_BACKEND", "CLOZE_MAX_QUEUE")},
+        "in_process": offline_rate(runtime, texts, 1 if args.dry_run else 3),
+        "server_env": env,
+        "load_generator": f"wrk -t2, {args.seconds} s an arm, loopback, connections per shape {connections}",
     }
-    with log.open("w") as handle:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
     try:
-        wait_until(url + "/readyz", server, log, 240)
-        served = np.array(httpx.post(url + "/embed", json={"inputs": texts[:8]}, timeout=60).json())
-        out["served_cosine_min"] = float((served * runtime.embed(texts[:8])).sum(axis=1).min())
-        arms = {}
-        for n, path in bodies.items():
-            try:
-                wrk(url, "/embed", path, CONNECTIONS, 3, script, server.pid)  # warm-up
-            except ZeroDivisionError:  # no request finished within the warm-up: the arm itself says more
-                pass
-            arm = wrk(url, "/embed", path, CONNECTIONS, args.seconds, script, server.pid)
-            arm["texts_per_request"] = n
-            arm["texts_per_s"] = arm["requests_per_s"] * n
-            arm["ratio_to_in_process"] = arm["texts_per_s"] / in_process["sentences_per_s"]
-            arms[f"/embed, {n} text{'s' if n > 1 else ''} a request"] = arm
-            print(f"  {n:>3} a request: {arm['texts_per_s']:,.0f} texts/s p99 {arm['p99_ms']} ms", flush=True)
-        out["arms"] = arms
-        out["load_generator"] = f"wrk -t2, {CONNECTIONS} connections, {args.seconds} s an arm, loopback"
-    except BaseException:
-        out["server_log_tail"] = log.read_text()[-3000:]
-        raise
+        out["served"] = compare_layouts(
+            checkouts, texts, env, args.seconds, connections, args.profile_seconds, work
+        )
     finally:
-        server.terminate()
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
         shutil.rmtree(work, ignore_errors=True)
+    for served in out["served"].values():
+        for arm in served["arms"].values():
+            arm["ratio_to_in_process"] = arm["texts_per_s"] / out["in_process"]["sentences_per_s"]
     return out
+
+
+def dry_run_model(args) -> Path | None:
+    """--dry-run serves a thin stand-in for the bundled encoder (harness.tiny_model.make_thin_encoder):
+    the same steps, quick on a CPU. None: the bundled encoder."""
+    if not args.dry_run:
+        return None
+    from encoder_runtime.model_dir import bundled_model_path
+    from harness.tiny_model import make_thin_encoder
+
+    return make_thin_encoder(Path(tempfile.mkdtemp(prefix="cloze-thin-")) / "model", bundled_model_path())
 
 
 # --- part 4 ---------------------------------------------------------------------------------------------
@@ -522,7 +485,7 @@ def cuda_steps(cfg, models: dict, blocks, steps: int) -> dict:
 
 
 def part_adapt(args, cuda: bool, seconds_left: float) -> dict:
-    if not cuda:
+    if not cuda and not args.dry_run:
         return {"skipped": "no CUDA"}
     scifact = Path(args.scifact) if args.scifact else SHARED / "beir-scifact"
     if not (scifact / "corpus.jsonl.gz").is_file():
@@ -536,9 +499,11 @@ def part_adapt(args, cuda: bool, seconds_left: float) -> dict:
 
     work = Path(tempfile.mkdtemp(prefix="cloze-gpu-adapt-"))
     log = work / "commands.log"
-    # Evaluation and start-up take about 90 s beside training; a run started late trains for less.
-    minutes = round(min(args.adapt_minutes, (seconds_left - 90) / 60), 2)
-    if minutes <= 0.5:
+    # The two scorings and start-ups take over 76 s on the H100 (the first run's ran out there): 150 s are kept
+    # for them, within the part's own budget; a run started late trains for less.
+    seconds_left = min(seconds_left, BUDGETS["adapt"])
+    minutes = round(min(args.adapt_minutes, (seconds_left - 150) / 60), 2)
+    if minutes < 0.25:
         return {"skipped": f"too little time left in the run ({seconds_left:.0f} s)"}
     out: dict = {"minutes": minutes, "split": "test", "mode": "dense", "backend": "torch (fp16 on CUDA)"}
     try:
@@ -631,6 +596,17 @@ def main() -> None:
         "--deadline-s", type=float, default=560, help="the whole run ends its last part by then"
     )
     parser.add_argument("--quick", action="store_true", help="200 sentences, one timed run: the CPU test")
+    parser.add_argument("--parts", default=",".join(BUDGETS), help="which parts to run, comma-separated")
+    parser.add_argument(
+        "--no-cpu-arm", dest="cpu_arm", action="store_false", help="part 2 without ONNX int8 on the CPU cores"
+    )
+    parser.add_argument("--before", help="part 3 serves this checkout too, beside this one (today's code)")
+    parser.add_argument("--profile-seconds", type=int, default=15, help="py-spy under part 3's one-text load")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run the GPU parts on the CPU with tiny sizes (the GPU's pass layout, a thin stand-in model)",
+    )
     parser.add_argument(
         "--prepare", type=Path, metavar="DIR", help="write the GPU machine's carry into DIR, then stop"
     )
@@ -641,11 +617,15 @@ def main() -> None:
     started = time.monotonic()
     deadline = started + args.deadline_s
     out = args.out or default_out()
-    count = 200 if args.quick else args.count
+    count = 200 if args.quick else 600 if args.dry_run else args.count  # a dry run sends 256-text requests
     cuda = cuda_available()
+    if args.dry_run:  # the GPU's pass layout on whatever runs this, and a short run
+        os.environ["CLOZE_TORCH_PASSES"] = "cuda"
+        args.seconds, args.profile_seconds = min(args.seconds, 3), min(args.profile_seconds, 2)
+        BUDGETS["adapt"] = 1200  # the bundled encoder's scorings take minutes on a 2-core CPU
     result: dict = {
         "command": command(),
-        "issue": 49,
+        "issue": 56,
         "cuda": cuda,
         "note": None if cuda else "no CUDA: the GPU parts were skipped",
         "machine": {
@@ -664,8 +644,12 @@ def main() -> None:
         "pretrain": lambda: part_pretrain(args, cuda),
         "adapt": lambda: part_adapt(args, cuda, deadline - time.monotonic()),
     }
-    for name, fn in parts.items():
-        guarded(result, name, BUDGETS[name], deadline, fn, out)
+    chosen = args.parts.split(",")
+    unknown = set(chosen) - set(parts)
+    if unknown:
+        raise SystemExit(f"unknown parts {sorted(unknown)}; choose from {', '.join(parts)}")
+    for name in chosen:
+        guarded(result, name, BUDGETS[name], deadline, parts[name], out)
     result["wall_s"] = round(time.monotonic() - started, 1)
     result["machine"]["load_at_end"] = load_average()
     write(result, out)
@@ -708,6 +692,10 @@ def prepare(folder: Path, count: int) -> None:
     )
     # Loaders read the weights' dtype unless the config names one: fp32, so the CPU arms, the ONNX export and
     # cloze adapt run in fp32 as with the real package (the tensors are upcast at load time).
+    # What a delta trained over this copy names as its base (benchmarks/gpu_run/train.py): the package here.
+    from encoder_runtime.model_dir import fingerprint
+
+    (target / "model" / "travelled_from.json").write_text(json.dumps({"fingerprint": fingerprint(source)}))
     config_path = target / "model" / "config.json"
     config = json.loads(config_path.read_text())
     config["dtype"] = "float32"

@@ -16,6 +16,20 @@ per-request cost of the HTTP stack, which inference on other threads does not bl
 
     apt-get install -y wrk
     .venv/bin/python benchmarks/http_throughput.py [--seconds 20] [--out benchmarks/results/http_throughput.json]
+
+``--compare-layout BEFORE`` measures instead the service on the GPU's pass layout (``CLOZE_TORCH_PASSES=cuda``:
+one pass at a time on torch's threads, the GPU's budgets) served from the checkout BEFORE and from this one, in
+turn in one run: server CPU per request against the in-process CPU per text of this checkout's runtime, one
+text a request and 256 texts a request, p50/p99, and a py-spy profile of each server under the one-text load
+(``--profile-seconds``). benchmarks/gpu.py runs the same comparison on a GPU (``compare_layouts``):
+
+    git archive <before> | (mkdir -p /tmp/before && tar -x -C /tmp/before)
+    .venv/bin/python benchmarks/http_throughput.py --compare-layout /tmp/before --thin --seconds 12 \
+        --out benchmarks/results/http_cuda_layout.json
+
+``--thin`` serves a stand-in for the bundled encoder 32 units wide (its tokenizer, pooling and the same torch
+calls a pass, each next to free): on a CPU the passes' arithmetic would otherwise hide what the host does
+around them, which is what a GPU leaves to it.
 """
 
 from __future__ import annotations
@@ -167,12 +181,225 @@ def wrk(
     line = next(line for line in out.splitlines() if line.startswith("RESULT "))
     result = json.loads(line.removeprefix("RESULT "))
     result["requests_per_s"] = result["requests"] / result["seconds"]
-    result["server_cpu_us_per_request"] = server_cpu / result["requests"] * 1e6
-    result["loop_cpu_us_per_request"] = loop_cpu / result["requests"] * 1e6
-    result["wrk_cpu_us_per_request"] = wrk_cpu / result["requests"] * 1e6
+    result["server_cpu_s"] = server_cpu
+    done = result["requests"]  # none answered in time: no figure per request
+    result["server_cpu_us_per_request"] = server_cpu / done * 1e6 if done else None
+    result["loop_cpu_us_per_request"] = loop_cpu / done * 1e6 if done else None
+    result["wrk_cpu_us_per_request"] = wrk_cpu / done * 1e6 if done else None
     result["errors_total"] = sum(result["errors"].values())
     result["load"] = load_average()
     return result
+
+
+def profile_summary(raw: Path, top: int = 15) -> dict:
+    """py-spy's raw output (``stack;frames count`` lines) as the frames with the most samples, by thread:
+    on their own (self) and with what they call (inclusive)."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    threads: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames, samples = stack.split(";"), int(count)
+        total += samples
+        root = next((f for f in frames if "_infer" in f or "Runner.run" in f or "_tokenize" in f), frames[0])
+        threads[root] = threads.get(root, 0) + samples
+        own[frames[-1]] = own.get(frames[-1], 0) + samples
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + samples
+
+    def ranked(counts: dict[str, int]) -> list[list]:
+        return [[frame, n] for frame, n in sorted(counts.items(), key=lambda kv: -kv[1])[:top]]
+
+    return {
+        "samples": total,
+        "by_thread": ranked(threads),
+        "self": ranked(own),
+        "inclusive": ranked(inclusive),
+    }
+
+
+def profiled_wrk(args: tuple, pid: int, seconds: int, raw: Path) -> tuple[dict, dict | None]:
+    """``wrk(*args)`` with py-spy recording the server meanwhile (when py-spy is installed)."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if spy is None:
+        return wrk(*args), None
+    recorder = subprocess.Popen(
+        [spy, "record", "-p", str(pid), "-d", str(seconds), "-r", "50", "--nonblocking", "--format", "raw",
+         "-o", str(raw)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    result = wrk(*args)
+    recorder.wait(seconds + 30)
+    return result, profile_summary(raw) if raw.is_file() else None
+
+
+def compare_layouts(
+    checkouts: dict[str, Path],
+    sentences: list[str],
+    env: dict[str, str],
+    seconds: int,
+    connections: dict[int, int],
+    profile_seconds: int,
+    work: Path,
+) -> dict:
+    """Each checkout's ``cloze serve`` in turn under wrk: per request shape (texts a request -> connections)
+    throughput, p50/p99, errors and server CPU per request and per text; the one-text arm profiled."""
+    from harness.servers import serve_process
+
+    script = work / "cycle.lua"
+    script.write_text(LUA)
+    shapes = {1: [{"inputs": s} for s in sentences]}
+    shapes[256] = [{"inputs": sentences[i : i + 256]} for i in range(0, len(sentences) - 255, 256)]
+    bodies = {n: write_bodies(work, f"embed{n}", rows) for n, rows in shapes.items()}
+    out: dict = {}
+    for name, checkout in checkouts.items():
+        # the checkout first, then what else this process was given (carried packages, a model package)
+        others = [
+            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT
+        ]
+        path = os.pathsep.join([str(checkout), *others])
+        server_env = {**env, "CLOZE_INDEX": str(work / f"index-{name}"), "PYTHONPATH": path}
+        arms: dict = {}
+        with serve_process(server_env, work / f"{name}.log", timeout=600, checkout=checkout) as (url, server):
+            for n, path in bodies.items():
+                args = (url, "/embed", path, connections[n], seconds, script, server.pid, "10s")
+                wrk(url, "/embed", path, connections[n], 3, script, server.pid, "10s")  # warm-up
+                embedded = embedded_texts(url)
+                if n == 1 and profile_seconds:
+                    arm, profile = profiled_wrk(args, server.pid, profile_seconds, work / f"{name}.raw")
+                    arm["profile"] = profile
+                else:
+                    arm = wrk(*args)
+                arm["texts_embedded"] = embedded_texts(url) - embedded
+                arm["server_cpu_us_per_text_embedded"] = (
+                    arm["server_cpu_s"] / max(arm["texts_embedded"], 1) * 1e6
+                )
+                arm["connections"] = connections[n]
+                arm["texts_per_s"] = arm["requests_per_s"] * n
+                per_request = arm["server_cpu_us_per_request"]
+                arm["server_cpu_us_per_text"] = per_request / n if per_request is not None else None
+                arms[f"{n} text{'s' if n > 1 else ''} a request"] = arm
+                print(
+                    f"{name:>6} {n:>3} a request, c={connections[n]}: {arm['texts_per_s']:7.0f} texts/s  p50"
+                    f" {arm['p50_ms']:7.1f} ms  p99 {arm['p99_ms']:7.1f} ms  errors {arm['errors_total']}"
+                    f"  server CPU {arm['server_cpu_s']:.1f} s, {arm['server_cpu_us_per_text_embedded']:.0f} us a text"
+                    " embedded",
+                    flush=True,
+                )
+        out[name] = {"checkout": git_head(checkout), "arms": arms}
+    return out
+
+
+# 64 requests of 256 texts (random lengths of 8-60 tokens) queued at once through a checkout's MicroBatcher,
+# each pass 2 ms of sleep (a device's time: no host CPU), so the queue stays deep as 64 connections of 256
+# texts keep it on a GPU: the CPU spent is the queue's own (planning each pass, answering).
+QUEUE_COST = """
+import asyncio, json, random, sys, time
+from encoder_runtime.batcher import MicroBatcher
+from encoder_runtime.tokenization import Encoded
+size, padding = int(sys.argv[1]), int(sys.argv[2])
+random.seed(0)
+passes = []
+def encode(texts):
+    return [Encoded((1,) * int(text), False) for text in texts]
+def run(items):
+    passes.append(len(items))
+    time.sleep(0.002)
+    return [0] * len(items)
+async def main():
+    batcher = MicroBatcher(encode, run, max_batch_tokens=8192, max_batch_size=size, max_queue=10**6,
+                           max_padding=0.1, padding_tokens=padding, inline_chars=10**9)
+    requests = [[str(random.randint(8, 60)) for _ in range(256)] for _ in range(64)]
+    started = time.process_time()
+    await asyncio.gather(*(batcher.submit(texts) for texts in requests))
+    spent = time.process_time() - started
+    await batcher.stop()
+    print(json.dumps({"texts": sum(passes), "passes": len(passes), "cpu_us_per_text": spent / sum(passes) * 1e6}))
+asyncio.run(main())
+"""
+
+
+def queue_cost(checkout: Path, size: int, padding: int) -> dict:
+    """CPU a text spends in ``checkout``'s batcher with 16,384 texts queued, passes free (``QUEUE_COST``)."""
+    done = subprocess.run(
+        [sys.executable, "-c", QUEUE_COST, str(size), str(padding)],
+        env={**os.environ, "PYTHONPATH": str(checkout)},
+        cwd=checkout,  # ``-c`` puts the working directory first on the path
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {
+        "max_batch_size": size,
+        "padding_tokens": padding,
+        **json.loads(done.stdout.strip().splitlines()[-1]),
+    }
+
+
+def embedded_texts(url: str) -> float:
+    """Texts the server's embedding batcher has run through passes (``/metrics``): what CPU is divided by when
+    requests time out and per-request figures count only the few that finished."""
+    text = httpx.get(url + "/metrics", timeout=30).text
+    line = next(
+        line for line in text.splitlines() if line.startswith('cloze_batch_size_sum{batcher="embed"}')
+    )
+    return float(line.rsplit(" ", 1)[1])
+
+
+def git_head(checkout: Path) -> str:
+    head = subprocess.run(
+        ["git", "-C", str(checkout), "log", "-1", "--format=%h %s"], capture_output=True, text=True
+    )
+    return head.stdout.strip() or str(checkout)
+
+
+def layout_main(args) -> None:
+    """``--compare-layout``: the GPU's pass layout on this machine, the checkout BEFORE against this one."""
+    from encoder_runtime import load_encoder
+    from encoder_runtime.backends.torch_backend import LAYOUT_VARIABLE
+
+    os.environ[LAYOUT_VARIABLE] = "cuda"
+    sentences = distinct_sentences(args.sentences)
+    work = Path(tempfile.mkdtemp(prefix="cloze-layout-"))
+    env = {"CLOZE_BACKEND": "torch", LAYOUT_VARIABLE: "cuda", "CLOZE_MAX_QUEUE": "40000"}
+    model = None
+    if args.thin:  # the host's work around the passes, which is what a GPU leaves to the CPU
+        from encoder_runtime.model_dir import bundled_model_path
+        from harness.tiny_model import make_thin_encoder
+
+        model = make_thin_encoder(work / "thin", bundled_model_path())
+        env["CLOZE_MODEL"] = str(model)
+    encoder = load_encoder(model, backend="torch")
+    encoder.embed(sentences[:128])  # warm-up
+    in_process = offline_rate(encoder, sentences, args.repeats)
+    show("in-process", in_process)
+    checkouts = {"before": Path(args.compare_layout).resolve(), "after": ROOT}
+    connections = {1: CONNECTIONS, 256: args.many_connections}
+    # each checkout's batcher as its GPU layout shapes it: before 64 texts a pass in length buckets
+    queued = {"before": queue_cost(checkouts["before"], 64, 0), "after": queue_cost(ROOT, 1024, 4096)}
+    print(f"queue of 16,384 texts: {json.dumps(queued)}", flush=True)
+    served = compare_layouts(checkouts, sentences, env, args.seconds, connections, args.profile_seconds, work)
+    result = {
+        "command": command(),
+        "what": "cloze serve on the GPU's pass layout (CLOZE_TORCH_PASSES=cuda) on this CPU: before and after",
+        "model": "the bundled encoder 32 units wide (harness.tiny_model.make_thin_encoder): its tokenizer, "
+        "pooling and torch calls a pass, each next to free, as a GPU's passes look from its host"
+        if args.thin
+        else "the bundled encoder",
+        "machine": {"cpus": os.cpu_count()},
+        "sentences": len(sentences),
+        "server_env": env,
+        "load_generator": f"wrk -t2, {args.seconds} s an arm, loopback, connections per shape {connections}",
+        "in_process": in_process,
+        "queue_of_16384_texts": queued,
+        "served": served,
+        "load_at_end": load_average(),
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"wrote {args.out}")
 
 
 def show(name: str, row: dict) -> None:
@@ -211,9 +438,20 @@ def main() -> None:
         help="serve from this checkout instead (e.g. main's, for a baseline beside this one's result)",
     )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "http_throughput.json"))
+    parser.add_argument("--compare-layout", metavar="BEFORE", help="checkout to compare on the GPU's layout")
+    parser.add_argument("--many-connections", type=int, default=8, help="connections of 256 texts a request")
+    parser.add_argument(
+        "--profile-seconds", type=int, default=10, help="py-spy under the one-text load; 0: none"
+    )
+    parser.add_argument(
+        "--thin", action="store_true", help="--compare-layout with a thin stand-in for the bundled encoder"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install -y wrk")
+    if args.compare_layout:
+        layout_main(args)
+        return
 
     from app.settings import Settings
     from encoder_runtime import load_encoder

@@ -1203,6 +1203,76 @@ def gpu(data: dict, command: str) -> Body:
     )
 
 
+LENT_LAYOUT = """**Run once on an H100 (issue 49, `../shared/measurements/gpu-h100-2026-12-05.json`); the runs below are
+prepared and dry-run here, not yet run on a GPU (issues 56 and 61: blocked, no GPU machine was lent).** That
+run found the engine fast in-process (torch fp16 7,403 sentences/s at the service's budget, 19,594 forward-only
+at 16,384 tokens) and the service not: 246 texts/s one text a request, every 256-text request timed out.
+Without a GPU, `CLOZE_TORCH_PASSES=cuda` runs the GPU's pass layout on the CPU, and
+`benchmarks/http_throughput.py --compare-layout BEFORE --thin` serves today's code and this checkout side by
+side with a 32-wide stand-in model, so the host's work is not hidden by the CPU's arithmetic
+(`benchmarks/results/http_cuda_layout.json`): passes were ~7 texts (a 10% padding bound and 64 texts a pass),
+and with 16,384 texts queued each pass was planned over the whole queue (the batcher's CPU 128 -> 10 us a text
+after the fix); server CPU a text, 256 texts a request, 295 -> 261 us, one text a request unchanged within the
+noise (602 -> 673 us, 789 -> 749 in a second run), against 211 us in-process."""
+
+LENT_CALLS = """A machine lent without a network (this project's device tool) gets what it lacks carried, each call under
+64 MiB with the working tree (about 25 MiB): wheels for Python 3.12 with py-spy, the bundled encoder at fp16 in checked parts (`benchmarks/gpu_run/parts.py`), sentences, SciFact,
+wrk, today's code for the side by side, and the fill-mask corpus. Here, once:
+
+```
+benchmarks/gpu_run/prepare.sh        # .gpu-carry/{call1,call2,train}; prints each call's MiB with the tree
+```
+
+The served path (issue 56), three calls back to back, then `give_back`; `OUT` is the machine's:
+
+| call | carry | timeout_s | command |
+|---|---|---|---|
+| 1 | `[".gpu-carry/call1"]` | 120 | `bash benchmarks/gpu_run/serve.sh install` |
+| 2 | `[".gpu-carry/call2"]` | 600 | `bash benchmarks/gpu_run/serve.sh measure` |
+| 3 | `[]` | 420 | `bash benchmarks/gpu_run/serve.sh adapt` |
+
+Call 2 writes `serve.json`: the CUDA token budget sweep (forward only) and tokenising ahead against the passes
+alone (`tokenised_to_forward`, target >= 0.8); `cloze serve` from today's code and from this checkout under
+wrk (64 connections, one text and 256 texts a request: texts/s, p50/p99, errors, server CPU per request, ratio
+to in-process), each profiled by py-spy for 15 s under the one-text load. Call 3 writes `adapt.json` (part 5:
+`cloze adapt` on SciFact for 2.5 minutes, dense nDCG@10 before and after). Copy both to `benchmarks/results/`.
+
+Training (issue 61), three calls back to back, then `give_back`:
+
+| call | carry | timeout_s | command |
+|---|---|---|---|
+| 1 | `[".gpu-carry/call1"]` | 120 | `bash benchmarks/gpu_run/serve.sh install` |
+| 2 | `[".gpu-carry/call2"]` | 120 | `bash benchmarks/gpu_run/serve.sh stage` |
+| 3 | `[".gpu-carry/train"]` | 600 | `bash benchmarks/gpu_run/train.sh` |
+
+Call 3 (`benchmarks/gpu_run/train.py`) resumes the fill-mask recipe from the shipped weights for 3 minutes
+(held-out loss every 300 steps) and trains `cloze train reranker` on SciFact train with the setting that won
+short runs on the train split's dev queries (loss, learning rate, the bundled or the fill-mask encoder as the
+start), for at most 4 epochs; both come back as `trained.partNN` (under 16 MiB each, with checksums) beside
+`train.json`. Then here, one command joins them, scores each beside what ships on data it neither trained nor
+chose settings on (`benchmarks/fill_mask_quality.py`; `benchmarks/rerank.py` on SciFact test and the MS MARCO
+subset, 50 candidates, fp32 and int8 within 0.01) and, with `--ship`, replaces the fill-mask delta where it wins:
+
+```
+python benchmarks/gpu_run/bring_back.py FILES_AT [--ship]    # -> benchmarks/results/gpu_training.json
+```
+
+Every step runs here first: `bash benchmarks/gpu_run/serve.sh install|measure|adapt --dry-run` and
+`bash benchmarks/gpu_run/train.sh --dry-run` (the CPU, the GPU's pass layout, a thin or tiny model, seconds-long
+budgets, a 120-document SciFact)."""
+
+
+@section(
+    "The GPU path on a lent machine",
+    "http_cuda_layout.json",
+    "python benchmarks/http_throughput.py --compare-layout BEFORE --thin",
+    closing=False,
+    when_missing=LENT_CALLS,
+)
+def gpu_lent(data: dict, command: str) -> Body:
+    return Body([LENT_LAYOUT, f"Command: {ran(command, 'http_cuda_layout.json')}", LENT_CALLS])
+
+
 # ---------------------------------------------------------------------------------------------------------
 
 

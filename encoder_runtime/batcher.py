@@ -48,6 +48,9 @@ class _Waiting:
     bulk: bool = False
 
 
+# Passes' worth of the oldest queued texts a pass is planned from (``MicroBatcher._window``).
+WINDOW_PASSES = 4
+
 BatchObserver = Callable[[int, int], None]  # (sequences, padded tokens) per forward pass
 
 
@@ -90,22 +93,31 @@ class MicroBatcher:
         # waits a round trip through the event loop (docs/design-decisions.md).
         self.parallel_passes = parallel_passes
         self._queue = threading.Condition()
-        self._waiting: deque[_Waiting] = deque()  # guarded by ``_queue``
+        # Queries and bulk texts queued, each oldest first, and their tokens (all guarded by ``_queue``).
+        self._queries: deque[_Waiting] = deque()
+        self._bulk: deque[_Waiting] = deque()
+        self._queued_tokens = 0
         self._stopping = False
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     def for_runtime(
-        cls, runtime: TokenizedRuntime, max_batch_tokens: int | None = None, **settings: Any
+        cls,
+        runtime: TokenizedRuntime,
+        max_batch_tokens: int | None = None,
+        max_batch_size: int | None = None,
+        **settings: Any,
     ) -> MicroBatcher:
         """A batcher over ``runtime``, shaped as its backend runs best (passes side by side, padding bound,
-        and the backend's own token budget unless ``max_batch_tokens`` sets one)."""
+        and the backend's own budget of tokens and texts unless ``max_batch_tokens``/``max_batch_size`` set
+        one)."""
         backend = runtime.backend
         return cls(
             runtime.encode,
             runtime.run,
             max_batch_tokens=max_batch_tokens or backend.batch_tokens,
+            max_batch_size=max_batch_size or backend.batch_size,
             parallel_passes=backend.parallel_passes,
             max_padding=backend.max_padding,
             padding_tokens=backend.padding_tokens,
@@ -159,9 +171,10 @@ class MicroBatcher:
                 items = await self._tokenized(loop, texts)
             futures = [loop.create_future() for _ in items]
             with self._queue:
-                self._waiting.extend(
+                (self._bulk if bulk else self._queries).extend(
                     _Waiting(item, future, bulk) for item, future in zip(items, futures, strict=True)
                 )
+                self._queued_tokens += sum(map(len, items))
                 self._queue.notify()
             if len(futures) == 1:
                 return items, [await futures[0]]
@@ -216,7 +229,7 @@ class MicroBatcher:
                 batch = self._take()
                 bulk = bool(batch) and batch[0].bulk
                 self._bulk_running += bulk
-                if self._waiting:
+                if self._queries or self._bulk:
                     self._queue.notify()  # what this pass left behind is for a thread that is free
             if not batch:
                 continue
@@ -233,13 +246,13 @@ class MicroBatcher:
     def _can_take(self) -> bool:
         """Lock held: a query waits, or bulk work waits and a bulk slot is free."""
         if self._bulk_running < self.bulk_threads:
-            return bool(self._waiting)
-        return any(not w.bulk for w in self._waiting)
+            return bool(self._queries or self._bulk)
+        return bool(self._queries)
 
     def _fill(self) -> None:
         """Wait up to ``max_wait`` for the budget to fill, so a burst shares a forward pass (lock held)."""
         deadline = time.monotonic() + self.max_wait
-        while sum(len(w.item) for w in self._waiting) < self.max_batch_tokens and not self._stopping:
+        while self._queued_tokens < self.max_batch_tokens and not self._stopping:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -256,30 +269,42 @@ class MicroBatcher:
         """One forward pass over what is queued (``oldest_pass``): from the queries, or from the bulk texts
         when a bulk thread is free and no query waits (one pass in ``bulk_share`` while they do). Called with
         the lock held; a future cancelled meanwhile is read racily, and at worst runs once more."""
-        live = [w for w in self._waiting if not w.future.cancelled()]
-        if not live:
-            self._waiting.clear()
-            return []
-        queries = [w for w in live if not w.bulk]
-        bulk = [w for w in live if w.bulk]
-        bulk_free = bool(bulk) and self._bulk_running < self.bulk_threads
-        if queries and (not bulk_free or self._passes_since_bulk < self.bulk_share - 1):
+        bulk_free = bool(self._bulk) and self._bulk_running < self.bulk_threads
+        if self._queries and (not bulk_free or self._passes_since_bulk < self.bulk_share - 1):
             self._passes_since_bulk += bulk_free
-            group, rest = queries, bulk
+            group = self._queries
         elif bulk_free:
             self._passes_since_bulk = 0
-            group, rest = bulk, queries
+            group = self._bulk
         else:  # only bulk waits, and its threads are busy
-            self._waiting = deque(live)
+            return []
+        window = self._window(group)
+        if not window:
             return []
         chosen = oldest_pass(
-            [len(w.item) for w in group],
+            [len(w.item) for w in window],
             self.max_batch_tokens, self.max_batch_size, self.max_padding, self.padding_tokens,
         )  # fmt: skip
         taken = set(chosen)
-        left = [w for i, w in enumerate(group) if i not in taken]
-        self._waiting = deque(left + rest)  # each kind stays oldest first
-        return [group[i] for i in chosen]
+        group.extendleft(reversed([w for i, w in enumerate(window) if i not in taken]))  # still oldest first
+        batch = [window[i] for i in chosen]
+        self._queued_tokens -= sum(len(w.item) for w in batch)
+        return batch
+
+    def _window(self, group: deque[_Waiting]) -> list[_Waiting]:
+        """The oldest live texts of ``group`` a pass is planned from, taken off its head (lock held). Planning
+        over the whole queue cost every pass time in proportion to the queue, under the lock and the GIL
+        (15 ms a pass with 16,384 texts queued, docs/design-decisions.md); four passes' worth finds nearly as full a pass."""
+        window: list[_Waiting] = []
+        tokens, most_tokens = 0, WINDOW_PASSES * self.max_batch_tokens
+        while group and len(window) < WINDOW_PASSES * self.max_batch_size and tokens < most_tokens:
+            waiting = group.popleft()
+            if waiting.future.cancelled():
+                self._queued_tokens -= len(waiting.item)
+            else:
+                window.append(waiting)
+                tokens += len(waiting.item)
+        return window
 
     def _answer(self, batch: list[_Waiting], outputs: list[Any]) -> None:
         """On the event loop: each caller gets its own output (or its pass's exception)."""

@@ -31,7 +31,7 @@ def default_fill_mask_path() -> Path:
         )
     target = _cache_root() / _delta_key()
     if not (target / "model.safetensors").is_file():
-        _assemble(target)
+        assemble(target)
     return target
 
 
@@ -59,13 +59,14 @@ def _cache_root() -> Path:
     return path
 
 
-def _assemble(target: Path) -> None:
-    """Base weights with a ``bert.`` prefix, the delta on top, the base tokenizer; atomic rename."""
+def assemble(target: Path, delta_dir: Path = DELTA_DIR) -> None:
+    """Base weights with a ``bert.`` prefix, the delta on top, the base tokenizer; atomic rename. Another
+    ``delta_dir`` assembles a candidate delta the same way (a training run's, to compare with the shipped)."""
     import numpy as np
     from safetensors.numpy import load_file, save_file
 
     base = bundled_model_path()
-    manifest = json.loads((DELTA_DIR / "manifest.json").read_text())
+    manifest = json.loads((delta_dir / "manifest.json").read_text())
     if manifest["base_fingerprint"] != fingerprint(base):
         raise RuntimeError(f"the fill-mask delta was trained over another base model than {base}")
     state = {
@@ -76,7 +77,7 @@ def _assemble(target: Path) -> None:
     state.update(
         {
             key: value.astype(np.float32)
-            for key, value in load_file(str(DELTA_DIR / "delta.safetensors")).items()
+            for key, value in load_file(str(delta_dir / "delta.safetensors")).items()
         }
     )
     config = json.loads((base / "config.json").read_text())

@@ -85,7 +85,7 @@ def load_reranker(
     threads: int = 0,
     onnx_cache: Path | None = None,
     max_batch_tokens: int | None = None,
-    max_batch_size: int = 64,
+    max_batch_size: int | None = None,
 ) -> RerankerRuntime:
     info = ModelInfo.read(resolve_model_path(model))
     if not is_reranker(info.path):

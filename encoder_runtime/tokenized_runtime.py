@@ -30,7 +30,7 @@ class TokenizedRuntime:
         tokenizer: TextTokenizer,
         backend: Backend,
         max_batch_tokens: int | None = None,
-        max_batch_size: int = 64,
+        max_batch_size: int | None = None,
     ):
         """A runtime that plans its own passes: ``max_batch_tokens`` None is what the backend runs best. It
         runs one probe pass (``probe``) before it is handed out, so a model that cannot serve fails at load."""
@@ -38,7 +38,7 @@ class TokenizedRuntime:
         self.tokenizer = tokenizer
         self.backend = backend
         self.max_batch_tokens = max_batch_tokens or backend.batch_tokens
-        self.max_batch_size = max_batch_size
+        self.max_batch_size = max_batch_size or backend.batch_size
         if backend.parallel_passes > 1:
             self._passes = ThreadPoolExecutor(backend.parallel_passes, thread_name_prefix=self.task)
         self.probe()

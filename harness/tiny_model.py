@@ -44,3 +44,26 @@ def make_tiny_cross_encoder(out: Path, base: Path) -> Path:
     torch.manual_seed(0)
     CrossEncoder(str(base), num_labels=1, device="cpu").save(str(out))
     return out
+
+
+def make_thin_encoder(out: Path, base: Path, width: int = 32) -> Path:
+    """``base`` (a sentence-transformers folder) at ``width`` hidden units, random weights: its tokenizer,
+    pooling and layer count, so a pass makes as many torch calls as ``base``'s, each next to free on a CPU.
+    That is how a GPU's pass looks from its host (launches, not arithmetic), so what the host does around
+    the passes (requests, tokenising, queueing, copies, answers, the GIL) can be measured on a CPU."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, BertModel
+
+    out.mkdir(parents=True, exist_ok=True)
+    for item in base.iterdir():
+        if item.is_file() and item.suffix not in (".safetensors", ".bin"):
+            shutil.copy2(item, out / item.name)
+        elif item.is_dir() and item.name != "onnx":
+            shutil.copytree(item, out / item.name, dirs_exist_ok=True)
+    config = AutoConfig.from_pretrained(base)
+    config.hidden_size, config.intermediate_size, config.num_attention_heads = width, 2 * width, 2
+    torch.manual_seed(0)
+    BertModel(config).eval().save_pretrained(out)
+    return out

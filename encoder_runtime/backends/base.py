@@ -31,6 +31,8 @@ class Backend(Protocol):
     # pass runs slower per token (its activations outgrow the cache), and ONNX Runtime's arena keeps what its
     # largest pass needed (docs/design-decisions.md). A GPU wants full passes.
     batch_tokens: int
+    # Most sequences in one pass when the caller sets no limit (``max_batch_size``).
+    batch_size: int
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> np.ndarray: ...
 

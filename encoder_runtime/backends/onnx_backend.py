@@ -52,6 +52,7 @@ class OnnxBackend:
         # On a CPU a longer pass runs slower per token and grows the arena (docs/design-decisions.md); the CUDA
         # budget is the one the service always had (not measured on a GPU).
         self.batch_tokens = 512 if on_cpu else 8192
+        self.batch_size = 64
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = 1 if on_cpu else cores

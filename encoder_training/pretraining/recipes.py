@@ -61,6 +61,9 @@ class PretrainConfig:
     heldout_fraction: float = field(
         default=0.02, metadata=option("share of the text held out for the loss check")
     )
+    eval_steps: int = field(
+        default=0, metadata=option("also score the held-out blocks every N steps (0: only at the end)")
+    )
     init_from: str = field(
         default="", metadata=option('an existing BERT folder to continue from ("bundled" = all-MiniLM-L6-v2)')
     )

@@ -87,6 +87,27 @@ class Throughput(TrainerCallback):
         self.last = (state.global_step, now)
 
 
+class HeldoutEvery(TrainerCallback):
+    """Held-out loss and accuracy every ``steps`` steps, into the log history (``heldout_loss``): when the text
+    is the limit, training loss keeps falling while held-out loss turns, and this shows where."""
+
+    def __init__(self, steps: int, model: torch.nn.Module, blocks: torch.Tensor, collator):
+        self.steps, self.model, self.blocks, self.collator = steps, model, blocks, collator
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.steps or not state.is_world_process_zero:
+            return
+        cpu_rng = torch.random.get_rng_state()  # heldout_metrics seeds its masks: training's draws go on
+        cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        metrics = heldout_metrics(self.model, self.blocks, self.collator)
+        torch.random.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+        state.log_history.append(
+            {"step": state.global_step, **{f"heldout_{k}": round(v, 4) for k, v in metrics.items()}}
+        )
+
+
 class TimeBox(TrainerCallback):
     """Stops training after a wall-clock budget, so a time-boxed run still saves and reports; its clock
     starts with training and also drives ``budget_schedule``."""
@@ -270,6 +291,8 @@ def pretrain(
     tokens_per_step = cfg.batch_size * cfg.block_size * cfg.grad_accum * max(1, args.world_size)
     time_box = TimeBox(cfg.max_time_minutes) if cfg.max_time_minutes else None
     callbacks = [Throughput(tokens_per_step, model), *([time_box] if time_box else [])]
+    if cfg.eval_steps and len(heldout):
+        callbacks.append(HeldoutEvery(cfg.eval_steps, model, heldout, collator))
     trainer = PretrainTrainer(
         model=model,
         args=args,

@@ -88,3 +88,12 @@ class RerankConfig:
     )
     dev_candidates: int = field(default=30, metadata=option("first-stage candidates the dev check reranks"))
     seed: int = 42
+    min_epochs: float = field(
+        default=1.0,
+        metadata=option(
+            "refuse to train when the budget buys fewer epochs than this (a few steps are timed first)"
+        ),
+    )
+    force: bool = field(
+        default=False, metadata=option("train even when the budget buys fewer than --min-epochs")
+    )

@@ -32,6 +32,11 @@ from index.search_index import SearchIndex
 log = logging.getLogger(__name__)
 TRAINING_RECORD = "training.json"
 MINED = "mined.json"
+# Steps timed before training, after one that warms up (``estimate_epochs``).
+PROBE_STEPS = 3
+# Below this many epochs a budget is said up front to be likely too little: on SciFact 1.36 epochs still
+# lowered the held-out queries' nDCG@10 (docs/design-decisions.md).
+WARN_EPOCHS = 3.0
 
 
 def mining_settings(config: RerankConfig) -> MiningSettings:
@@ -168,25 +173,9 @@ def fit(
     config: RerankConfig, model, rows: list[dict[str, Any]], work: Path, state: RunState
 ) -> dict[str, Any]:
     from datasets import Dataset
-    from sentence_transformers.base.sampler import BatchSamplers
-    from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments
 
-    if not rows:
-        raise ValueError("no training rows: no judged query had a positive")
     time_box = ResumableTimeBox(config.max_time_minutes, state, "train")
-    args = CrossEncoderTrainingArguments(
-        output_dir=str(work / "checkpoints"),
-        per_device_train_batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
-        max_steps=config.max_steps or 1_000_000,  # else the clock stops it
-        batch_sampler=BatchSamplers.NO_DUPLICATES if config.loss == "mnrl" else BatchSamplers.BATCH_SAMPLER,
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=1,
-        logging_steps=10,
-        report_to="none",
-        seed=config.seed,
-    )
+    args = training_arguments(config, work / "checkpoints")
     trainer = budget_trainer_class()(
         model=model,
         args=args,
@@ -208,6 +197,95 @@ def fit(
         "first_loss": losses[0] if losses else None,
         "final_loss": losses[-1] if losses else None,
     }
+
+
+class BudgetTooSmall(ValueError):
+    pass
+
+
+def training_arguments(config: RerankConfig, output_dir: Path, **overrides: Any):
+    from sentence_transformers.base.sampler import BatchSamplers
+    from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments
+
+    settings: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "per_device_train_batch_size": config.batch_size,
+        "learning_rate": config.learning_rate,
+        "max_steps": config.max_steps or 1_000_000,  # else the clock stops it
+        "batch_sampler": BatchSamplers.NO_DUPLICATES
+        if config.loss == "mnrl"
+        else BatchSamplers.BATCH_SAMPLER,
+        "save_strategy": "steps",
+        "save_steps": config.save_steps,
+        "save_total_limit": 1,
+        "logging_steps": 10,
+        "report_to": "none",
+        "seed": config.seed,
+    }
+    return CrossEncoderTrainingArguments(**(settings | overrides))
+
+
+def estimate_epochs(config: RerankConfig, model, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the budget buys, before training: ``PROBE_STEPS`` real steps (after one that warms up) timed on
+    a copy of the model, and the epochs of ``rows`` the budget's steps make at that pace."""
+    import copy
+    import tempfile
+
+    from datasets import Dataset
+    from sentence_transformers.cross_encoder import CrossEncoderTrainer
+    from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def __init__(self):
+            self.ends: list[float] = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.ends.append(time.perf_counter())
+
+    probe, clock = copy.deepcopy(model), StepClock()
+    sample = rows[: config.batch_size * (PROBE_STEPS + 1)]
+    with tempfile.TemporaryDirectory(prefix="rerank-probe-") as scratch:
+        args = training_arguments(
+            config, Path(scratch), max_steps=PROBE_STEPS + 1, save_strategy="no", logging_strategy="no",
+            disable_tqdm=True,
+        )  # fmt: skip
+        trainer = CrossEncoderTrainer(
+            model=probe,
+            args=args,
+            train_dataset=Dataset.from_list(sample),
+            loss=make_loss(config.loss, probe, rows),
+            callbacks=[clock],
+        )
+        trainer.train()
+    step_seconds = (clock.ends[-1] - clock.ends[0]) / max(1, len(clock.ends) - 1)
+    steps = int(config.max_time_minutes * 60 / max(step_seconds, 1e-9))
+    if config.max_steps:
+        steps = min(steps, config.max_steps)
+    return {
+        "step_seconds": round(step_seconds, 4),
+        "steps": steps,
+        "epochs": round(steps * config.batch_size / len(rows), 2),
+        "minutes_per_epoch": round(len(rows) / config.batch_size * step_seconds / 60, 1),
+    }
+
+
+def budget_verdict(config: RerankConfig, estimate: dict[str, Any], rows: int) -> str | None:
+    """None when the budget looks enough; a warning when it is thin; ``BudgetTooSmall`` when it buys fewer
+    than ``config.min_epochs`` epochs and ``config.force`` is not set."""
+    epochs = estimate["epochs"]
+    bought = (
+        f"the budget buys about {epochs} epochs of the {rows} training rows ({estimate['steps']} steps of "
+        f"{estimate['step_seconds']} s here; one epoch takes about {estimate['minutes_per_epoch']} minutes)"
+    )
+    if epochs < config.min_epochs and not config.force:
+        raise BudgetTooSmall(
+            f"{bought}: too little to help (on SciFact 0.16 of an epoch halved nDCG@10 with the top 10 "
+            f"reranked). Give --max-time-minutes {config.min_epochs * estimate['minutes_per_epoch']:.0f} or "
+            "more, train on a GPU, or add --force to train anyway."
+        )
+    if epochs < WARN_EPOCHS:
+        return f"{bought}: likely too little (on SciFact 1.36 epochs still lowered the dev queries' nDCG@10)"
+    return None
 
 
 def dev_check(model, dev: list[dict[str, Any]], depth: int) -> dict[str, Any]:
@@ -248,8 +326,17 @@ def train_reranker(config: RerankConfig) -> Path:
     work = work_dir(out)
     state = RunState(work)
     prepared = prepare(config, work)
+    rows = prepared["rows"]
+    if not rows:
+        raise ValueError("no training rows: no judged query had a positive")
     model = build_cross_encoder(config.model, config.max_length)
-    training = fit(config, model, prepared["rows"], work, state)
+    if not state.record("estimate"):  # a resumed run was judged when it started
+        estimate = estimate_epochs(config, model, rows)
+        if warning := budget_verdict(config, estimate, len(rows)):
+            log.warning("cloze train reranker: %s", warning)
+            estimate["warning"] = warning
+        state.finish("estimate", estimate)
+    training = fit(config, model, rows, work, state) | {"estimate": state.record("estimate")}
     started = time.perf_counter()
     dev = dev_check(model, prepared["dev"], config.dev_candidates)
     model.save(str(out))

@@ -299,3 +299,39 @@ def test_bulk_passes_leave_one_inference_thread_to_queries():
     asyncio.run(scenario())
     assert most[0] == 1
     assert answered == ["query", "bulk"]
+
+
+def test_a_pass_is_planned_from_the_oldest_texts_not_the_whole_queue():
+    """With thousands queued, each pass is planned from a few passes' worth of the oldest texts (planning over
+    the whole queue cost every pass time in proportion to it), and every text still gets its own answer."""
+    from encoder_runtime.batcher import WINDOW_PASSES
+    from encoder_runtime.tokenization import Encoded
+
+    release = threading.Event()
+    passes: list[list[int]] = []
+
+    def run(items):
+        release.wait(5)  # the first pass holds the thread until all 3,000 texts are queued
+        passes.append([item.ids[0] for item in items])
+        return [item.ids[0] for item in items]
+
+    def encode(texts):
+        return [Encoded((int(text),) * (5 + int(text) % 7), False) for text in texts]
+
+    async def scenario() -> list[int]:
+        batcher = MicroBatcher(encode, run, max_batch_tokens=256, max_batch_size=16, max_queue=10_000)
+        first = asyncio.ensure_future(batcher.submit(["0"]))
+        await asyncio.sleep(0.05)
+        rest = asyncio.ensure_future(batcher.submit([str(i) for i in range(1, 3000)]))
+        await asyncio.sleep(0.05)
+        release.set()
+        (_, head), (_, tail) = await first, await rest
+        await batcher.stop()
+        assert batcher._queued_tokens == 0
+        return head + tail
+
+    assert asyncio.run(scenario()) == list(range(3000))
+    window = WINDOW_PASSES * 16
+    for done, batch in enumerate(passes):
+        left = sorted(i for later in passes[done:] for i in later)  # the queue, oldest first
+        assert min(batch) == left[0] and set(batch) <= set(left[:window])

@@ -42,3 +42,51 @@ def test_explicit_onnx_without_onnxruntime_is_a_clear_error():
 
     with pytest.raises(RuntimeError, match="needs onnxruntime"):
         resolve_backend_name("onnx-int8", "embed", "cpu", has_onnxruntime=False)
+
+
+def test_the_gpu_pass_layout_can_run_on_a_cpu(monkeypatch):
+    """``CLOZE_TORCH_PASSES=cuda`` gives a CPU the GPU's layout (one pass at a time on torch's threads), so the
+    service's path to a GPU pass can be profiled without a GPU; anything else is refused by name."""
+    import pytest
+    import torch
+
+    from encoder_runtime.backends.torch_backend import LAYOUT_VARIABLE, layout_kind, pass_layout
+
+    cpu = torch.device("cpu")
+    monkeypatch.delenv(LAYOUT_VARIABLE, raising=False)
+    assert layout_kind(cpu) == "cpu"
+    assert pass_layout("cpu", threads=3).parallel_passes == 3
+    monkeypatch.setenv(LAYOUT_VARIABLE, "cuda")
+    assert layout_kind(cpu) == "cuda"
+    gpu = pass_layout("cuda", threads=3)
+    assert (gpu.parallel_passes, gpu.threads_per_pass) == (1, None)
+    monkeypatch.setenv(LAYOUT_VARIABLE, "tpu")
+    assert (gpu.batch_size, gpu.padding_tokens) == (1024, 4096)  # a GPU pass takes what its budget holds
+    with pytest.raises(ValueError, match=LAYOUT_VARIABLE):
+        layout_kind(cpu)
+
+
+def test_pinned_non_blocking_copies_are_chosen_only_for_a_usable_gpu(monkeypatch):
+    import torch
+
+    from encoder_runtime.backends.torch_backend import pinned_copies
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pinned_copies(torch.device("cuda")) and not pinned_copies(torch.device("cpu"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not pinned_copies(torch.device("cuda"))
+
+
+def test_pooling_on_the_device_equals_the_hosts():
+    import numpy as np
+    import torch
+
+    from encoder_runtime.backends.torch_backend import pool_states
+    from encoder_runtime.encoder import pool
+
+    rng = np.random.default_rng(0)
+    states = rng.normal(size=(3, 5, 4)).astype(np.float32)
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]])
+    for mode in ("mean", "cls", "max"):
+        on_device = pool_states(torch.from_numpy(states), torch.from_numpy(mask), mode).numpy()
+        np.testing.assert_allclose(on_device, pool(states, mask, mode), rtol=1e-6, atol=1e-6)

@@ -93,6 +93,45 @@ def test_batched_embeddings_equal_one_by_one(bundled_torch, shared_data):
     np.testing.assert_allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
 
 
+def test_texts_are_tokenised_a_chunk_ahead_of_the_passes(bundled_torch, shared_data, monkeypatch):
+    """Many texts: the next chunk is tokenised (on another thread) while the current chunk's passes run, and
+    the vectors are those of one text at a time."""
+    import threading
+
+    from encoder_runtime import encoder
+
+    texts = sts_sentences(shared_data, 24)
+    monkeypatch.setattr(encoder, "TOKENIZE_AHEAD", 8)
+    encode, run = bundled_torch.encode, bundled_torch.run
+    second_chunk_started = threading.Event()
+    first_pass_saw_it: list[bool] = []
+    chunks: list[str] = []
+
+    def tokenise(chunk: list[str]):
+        chunks.append(chunk[0])
+        if chunk[0] == texts[8]:
+            second_chunk_started.set()
+        return encode(chunk)
+
+    first_pass = threading.Lock()  # a chunk's passes may run side by side: only the first one waits
+
+    def passes(items):
+        with first_pass:
+            if (
+                not first_pass_saw_it
+            ):  # tokenising one chunk, then running it, would leave this waiting in vain
+                first_pass_saw_it.append(second_chunk_started.wait(5))
+        return run(items)
+
+    monkeypatch.setattr(bundled_torch, "encode", tokenise)
+    monkeypatch.setattr(bundled_torch, "run", passes)
+    ahead = bundled_torch.embed(texts)
+    monkeypatch.undo()
+    assert first_pass_saw_it == [True] and chunks == [texts[0], texts[8], texts[16]]
+    one_by_one = np.vstack([bundled_torch.embed([text]) for text in texts])
+    np.testing.assert_allclose(ahead, one_by_one, atol=2e-5)
+
+
 def test_bundled_model_matches_sentence_transformers(bundled_torch, bundled_path, shared_data):
     from sentence_transformers import SentenceTransformer
 

@@ -124,6 +124,12 @@ def test_documented_pretrain_command_overrides_the_recipe() -> None:
     recipe = load_recipe("tiny-cpu")
     assert (config.objective, config.max_time_minutes, config.masking) == ("electra", 30.0, "whole_word")
     assert config.learning_rate == 1e-4 and config.hidden_size == recipe.hidden_size
+    assert (
+        load_recipe(
+            "tiny-cpu", vars(_parse("cloze train pretrain --input x --out y --eval-steps 300"))
+        ).eval_steps
+        == 300
+    )
     assert load_recipe("tiny-cpu", vars(_parse("cloze train pretrain --input x --out y"))) == recipe
 
 
@@ -161,6 +167,11 @@ def test_documented_reranker_commands_parse_to_their_config() -> None:
     assert config_from_args(RerankConfig, args) == RerankConfig(
         out="models/scifact-reranker", beir="data/scifact"
     )
+    args = _parse("cloze train reranker --beir data/scifact --out o --min-epochs 0.5 --force")
+    assert config_from_args(RerankConfig, args) == RerankConfig(
+        out="o", beir="data/scifact", min_epochs=0.5, force=True
+    )
+    assert not _parse("cloze train reranker --beir b --out o --no-force").force
 
 
 def test_documented_adapt_commands_parse_to_their_config() -> None:

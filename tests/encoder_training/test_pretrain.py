@@ -133,9 +133,14 @@ def test_mlm_pretrain_cli_learns_and_saves_a_bert_folder(corpus: Path, tmp_path:
     out = tmp_path / "mlm"
     argv = ["train", "pretrain", "--recipe", "tiny-cpu", "--objective", "mlm", "--input", str(corpus)]
     # 40 steps: over 24 the fall was 0.12-0.2 from run to run, too close to the bar.
-    metrics = run_cli([*argv, "--out", str(out), "--vocab-size=500", "--learning-rate=2e-3", *tiny_flags(40)])
+    flags = ["--vocab-size=500", "--learning-rate=2e-3", "--eval-steps=20", *tiny_flags(40)]
+    metrics = run_cli([*argv, "--out", str(out), *flags])
     losses = [e["loss"] for e in metrics["log_history"] if "loss" in e]
     assert losses[-1] < losses[0] - 0.15, losses
+    # held-out loss along the way (--eval-steps), the end's equal to the final held-out figure
+    heldout = [(e["step"], e["heldout_loss"]) for e in metrics["log_history"] if "heldout_loss" in e]
+    assert [step for step, _ in heldout] == [20, 40] and heldout[1][1] < heldout[0][1]
+    assert heldout[1][1] == round(metrics["heldout"]["loss"], 4)
     assert metrics["steps"] == 40 and metrics["tokens_per_s"] > 0 and metrics["peak_rss_mb"] > 100
     assert 0.0 <= metrics["heldout"]["accuracy"] <= 1.0 and metrics["heldout"]["masked_tokens"] > 0
     assert (out / "loss_curve.png").stat().st_size > 1000

@@ -123,9 +123,18 @@ def test_train_reranker_writes_a_cross_encoder_and_resumes(
         "--num-negatives", "3", "--relative-margin", "0", "--max-length", "48", "--batch-size", "4",
         "--max-time-minutes", "2", "--save-steps", "2", "--dev-queries", "2", "--dev-candidates", "5",
     ]  # fmt: skip
-    main([*argv, "--max-steps", "2"])
+    # 2 steps of 4 rows are a fifth of an epoch of the 40 rows: refused before training, unless forced
+    with pytest.raises(
+        SystemExit, match=r"buys about 0.2 epochs of the 40 training rows.*too little to help"
+    ):
+        main([*argv, "--max-steps", "2"])
+    assert not out.exists() and not (work_dir(out) / "checkpoints").exists()
+    main([*argv, "--max-steps", "2", "--force"])
     first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert first["training"]["steps"] == 2 and first["training"]["resumed_from"] is None
+    estimate = first["training"]["estimate"]
+    assert estimate["steps"] == 2 and estimate["epochs"] == 0.2 and estimate["step_seconds"] > 0
+    assert "likely too little" in estimate["warning"]
     record = json.loads((out / "training.json").read_text())
     assert record["data"]["train_queries"] == 10 and record["data"]["dev_queries"] == 2
     assert record["data"]["mining"]["negatives"] == 30  # 3 a query, none of them the judged positive
@@ -145,12 +154,12 @@ def test_train_reranker_writes_a_cross_encoder_and_resumes(
     # a run killed after its step-2 checkpoint: the rerun continues from it, with the same mined rows
     shutil.rmtree(out)
     assert (work_dir(out) / "checkpoints" / "checkpoint-2").is_dir()
-    main([*argv, "--max-steps", "4"])
+    main([*argv, "--max-steps", "4", "--force"])
     resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert resumed["training"]["steps"] == 4 and resumed["training"]["resumed_from"] == "checkpoint-2"
     assert CrossEncoder(str(out), local_files_only=True).predict(pairs).shape == (2,)
     # a finished folder is left as it is
-    main([*argv, "--max-steps", "6"])
+    main([*argv, "--max-steps", "6", "--force"])
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["training"]["steps"] == 4
 
 
