@@ -26,6 +26,7 @@ from app.service.lane import EmbeddingLane
 from app.service.metrics import Metrics
 from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
 from app.service.model_registry import INDEX_MODEL
+from app.service.replication import Replication
 from app.service.routes import (
     collections,
     documents,
@@ -51,10 +52,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loading = asyncio.create_task(load_engines(app.state.engines, settings, metrics))
         follower = asyncio.create_task(follow_published_index(app.state.engines, settings, metrics))
+        replication = asyncio.create_task(app.state.replication.run())
         yield
         follower.cancel()
+        replication.cancel()
         loading.cancel()  # a load in a worker thread finishes there; its retries and backoff end here
-        await asyncio.gather(loading, follower, return_exceptions=True)
+        await asyncio.gather(loading, follower, replication, return_exceptions=True)
         app.state.jobs.shutdown()
         await close_engines(app.state.engines)
 
@@ -77,7 +80,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.jobs = JobRegistry(keep=settings.max_jobs_kept)
     app.state.engines.bound(settings.max_pending)
-    app.state.engines.read_only = settings.index_read_only  # after Engines(): its __init__ resets it
+    app.state.engines.read_only = settings.serves_read_only  # after Engines(): its __init__ resets it
+    app.state.replication = Replication(settings, app.state.engines)
     install_error_handlers(app)
     for module in (inference, rerank, meta, playground, collections):
         app.include_router(module.router)
@@ -103,7 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 def collection_registry(settings: Settings) -> CollectionRegistry:
     """The collections the settings place: ``default`` at ``CLOZE_INDEX``, the others under the data root."""
     default = Collection(
-        DEFAULT_COLLECTION, INDEX_MODEL, Path(settings.index), read_only=settings.index_read_only
+        DEFAULT_COLLECTION, INDEX_MODEL, Path(settings.index), read_only=settings.serves_read_only
     )
     return CollectionRegistry(settings.collections_root, default, settings.max_collections)
 

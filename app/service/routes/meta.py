@@ -110,18 +110,19 @@ async def healthz(request: Request) -> JSONResponse:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """Ready to serve: the embedding model and the index are loaded; else why not (with read keys set,
-    only for a key holder: the reasons name files)."""
-    engines = request.app.state.engines
-    if engines.ready:
-        return JSONResponse(
-            {
-                "status": "ready",
-                "fill_mask": engines.fill_mask is not None,
-                "fill_mask_error": engines.fill_mask_error,
-            }
-        )
-    reason = engines.load_error or engines.index_error or "loading"
+    """Ready to serve: the embedding model and the index are loaded (and a replica holds a copy); else why
+    not (with read keys set, only for a key holder: the reasons name files). ``replication`` says how
+    current a replica is (applied sequence, lag, staleness) or how far a writer has shipped."""
+    engines, replication = request.app.state.engines, request.app.state.replication
+    copy = replication.status()  # a replica stays ready while stale: it says how stale instead
+    if engines.ready and replication.ready:
+        answer = {
+            "status": "ready",
+            "fill_mask": engines.fill_mask is not None,
+            "fill_mask_error": engines.fill_mask_error,
+        }
+        return JSONResponse(answer | ({"replication": copy} if copy else {}))
+    reason = engines.load_error or engines.index_error or (copy or {}).get("waiting") or "loading"
     headers = None if engines.load_failed else {"Retry-After": "2"}
     return JSONResponse(
         {
