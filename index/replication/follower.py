@@ -10,6 +10,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from index.replication.worker import Worker
 
 log = logging.getLogger(__name__)
 POSITION = "replica_position"  # the local store's state key
+PREFETCH = 8  # segments downloaded at once while earlier ones apply
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Follower(Worker):
         self.caught_up_at: float | None = None  # when the bucket last held nothing newer than this copy
         self.writer: dict[str, Any] | None = None  # the writer's last heartbeat
         self.waiting: str | None = "no copy of the writer's index yet"
+        self.fetch = ThreadPoolExecutor(PREFETCH, thread_name_prefix="segment-fetch")
 
     def position(self, index: Any) -> Position | None:
         raw = index.state(POSITION)
@@ -74,14 +77,15 @@ class Follower(Worker):
         if not keys:
             return True
         dimension = int(index.encoder.dimension)
-        for key in keys:
+        keys = keys[: PREFETCH * 4]
+        # Downloads run ahead of the applying (a replica back from a crash has many small segments to fetch)
+        for key, (data, _) in zip(keys, self.fetch.map(self.bucket.get_bytes, keys), strict=True):
             after, through = Keys.segment_range(key)
             if after != position.seq:
                 if int(current["base_seq"]) > position.seq:  # the tail was cut behind a newer base
                     self._bootstrap(index, current)
                     return False
                 raise RuntimeError(f"segment {key} does not continue from sequence {position.seq}")
-            data, _ = self.bucket.get_bytes(key)
             if data is None or not self.live(generation):
                 return False
             _, batch = segments.decode(data, dimension)
