@@ -16,7 +16,7 @@ from app.settings import Settings
 from index.collections import DEFAULT_COLLECTION
 from index.replication.bucket import Bucket, collection_key
 from index.replication.follower import Follower
-from index.replication.shipper import Shipper
+from index.replication.shipper import Shipper, writer_identity
 
 log = logging.getLogger("cloze.replication")
 Ack = Literal["local", "remote"]
@@ -54,6 +54,7 @@ class Replication:
                 settings.replication_epoch,
                 self.work_folder(),
                 settings.replication_base_every,
+                writer_identity(Path(settings.index)),
                 settings.replication_poll_s,
             )
         return Follower(lambda: self.index, bucket, keys, self.work_folder(), settings.replication_poll_s)

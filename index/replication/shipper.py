@@ -10,6 +10,7 @@ import logging
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,23 @@ from index.changelog import ChangelogPruned
 from index.replication import segments
 from index.replication.bucket import Bucket, ConditionFailed, Keys
 from index.replication.worker import Worker
+from index.vectors import atomic_write
 
 log = logging.getLogger(__name__)
 
 CURRENT_FORMAT = 1
 HEARTBEAT_S = 1.0
 MOST_DOCUMENTS_PER_SEGMENT = 5000  # more changed documents than this: a new base is cheaper to copy
+
+
+def writer_identity(root: Path) -> str:
+    """This writer's name in the bucket, kept in its index folder (it moves with the volume): the same
+    across its restarts (it resumes its own tail), another for any other writer (refused at the same epoch)."""
+    path = Path(root) / ".replication-writer"
+    if not path.exists():
+        Path(root).mkdir(parents=True, exist_ok=True)
+        atomic_write(path, uuid.uuid4().hex.encode())
+    return path.read_text().strip()
 
 
 class Fenced(RuntimeError):
@@ -39,12 +51,13 @@ class Shipper(Worker):
         epoch: int,
         work: Path,
         base_every: int,
+        writer_id: str,
         interval: float = 0.5,
     ):
         super().__init__(interval)
         self.index, self.bucket, self.keys, self.epoch = index, bucket, keys, epoch
         self.work, self.base_every = Path(work), base_every
-        self.writer_id = f"{epoch}-{time.time_ns()}"
+        self.writer_id = writer_id
         self.current: dict[str, Any] | None = None  # CURRENT.json as this writer last wrote it
         self.etag: str | None = None
         self.read_current = False
@@ -111,6 +124,7 @@ class Shipper(Worker):
             return
         self._refuse_newer(current)
         if current["epoch"] == self.epoch:
+            self._refuse_twin(current)
             self.current = current
 
     def _refuse_newer(self, current: dict[str, Any]) -> None:
@@ -128,11 +142,15 @@ class Shipper(Worker):
         current, self.etag = self.bucket.get_json(self.keys.current)
         if current is not None:
             self._refuse_newer(current)
-            if current.get("writer") not in (None, self.writer_id) and current["epoch"] == self.epoch:
-                raise Fenced(
-                    f"another writer ({current.get('writer')}) ships epoch {self.epoch} too: give each "
-                    "promotion a new epoch (docs/deployment.md, failover)"
-                )
+            if current["epoch"] == self.epoch:
+                self._refuse_twin(current)
+
+    def _refuse_twin(self, current: dict[str, Any]) -> None:
+        if current.get("writer") != self.writer_id:
+            raise Fenced(
+                f"another writer ({current.get('writer')}) ships epoch {self.epoch}: give each promotion a "
+                "new epoch (docs/deployment.md, failover)"
+            )
 
     def _resume_tail(self, index: Any) -> None:
         """After a restart: the tail continues after the last segment in the bucket (or the base)."""

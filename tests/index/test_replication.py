@@ -65,7 +65,7 @@ def test_a_replica_copies_the_base_then_follows_the_tail(tmp_path: Path, tiny_en
     writer = SearchIndex.open(tmp_path / "w", tiny_encoder)
     replica = SearchIndex.open(tmp_path / "r", tiny_encoder)
     keys = bucket.keys("default")
-    shipper = Shipper(lambda: writer, bucket, keys, 1, tmp_path / "w.work", base_every=1000)
+    shipper = Shipper(lambda: writer, bucket, keys, 1, tmp_path / "w.work", 1000, "writer")
     follower = Follower(lambda: replica, bucket, keys, tmp_path / "r.work")
     try:
         writer.upsert(docs(8, 1, "a"))
@@ -102,8 +102,8 @@ def test_a_writer_of_an_older_epoch_is_fenced(tmp_path: Path, tiny_encoder, buck
     old = SearchIndex.open(tmp_path / "old", tiny_encoder)
     new = SearchIndex.open(tmp_path / "new", tiny_encoder)
     keys = bucket.keys("default")
-    zombie = Shipper(lambda: old, bucket, keys, 1, tmp_path / "o.work", base_every=1000)
-    promoted = Shipper(lambda: new, bucket, keys, 2, tmp_path / "n.work", base_every=1000)
+    zombie = Shipper(lambda: old, bucket, keys, 1, tmp_path / "o.work", 1000, "old")
+    promoted = Shipper(lambda: new, bucket, keys, 2, tmp_path / "n.work", 1000, "promoted")
     try:
         old.upsert(docs(3, 1, "a"))
         zombie.step(zombie._generation)
@@ -115,6 +115,9 @@ def test_a_writer_of_an_older_epoch_is_fenced(tmp_path: Path, tiny_encoder, buck
         assert zombie.fenced and "epoch 2" in zombie.fenced
         assert not zombie.wait_shipped(old.position(), timeout=0.1)
         assert bucket.get_json(keys.current)[0]["epoch"] == 2
+        twin = Shipper(lambda: new, bucket, keys, 2, tmp_path / "t.work", 1000, "twin")
+        twin.step(twin._generation)  # a second writer at the promoted one's epoch: refused at once
+        assert twin.fenced and "another writer" in twin.fenced
     finally:
         old.close()
         new.close()

@@ -109,15 +109,15 @@ def wait_converged(cluster: Cluster, timeout: float = 30, replicas: list[Server]
     raise TimeoutError(f"replicas did not converge in {timeout}s: {last}")
 
 
-FIGURES: dict[str, float | None] = {}
+FIGURES: dict[str, list[float | None]] = {}
 
 
 @pytest.fixture
 def record() -> Callable[[str, float | None], None]:
-    """Keep a figure; with REPLICA_RESULTS set they are written there as JSON after each test."""
+    """Keep a figure (each time a test runs); with REPLICA_RESULTS set they are written there as JSON."""
 
     def keep(name: str, value: float | None) -> None:
-        FIGURES[name] = None if value is None else round(value, 3)
+        FIGURES.setdefault(name, []).append(None if value is None else round(value, 3))
         if os.environ.get("REPLICA_RESULTS"):
             Path(os.environ["REPLICA_RESULTS"]).write_text(json.dumps(FIGURES, indent=2))
 

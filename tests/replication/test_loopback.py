@@ -30,6 +30,8 @@ from tests.replication.conftest import (
 
 pytestmark = pytest.mark.replicas
 CUT_S = float(os.environ.get("REPLICA_CUT_SECONDS", "10"))  # the 30 s: REPLICA_CUT_SECONDS=30
+# benchmarks/replication_faults.py: the fault tests (3, 4, 8, 5) again this many times on the same cluster
+FAULT_ROUNDS = int(os.environ.get("REPLICA_FAULT_ROUNDS", "0"))
 
 
 def top_hit(server: Server, text: str) -> str | None:
@@ -220,9 +222,9 @@ def test_7_a_rebuild_and_a_restore_reach_the_replicas(cluster: Cluster) -> None:
 
 
 def test_8_a_frozen_follower_is_restarted_by_the_watchdog(cluster: Cluster) -> None:
-    frozen = cluster.replicas[1]
-    armed = cluster.chain.work / "replica1.armed"
-    marker = cluster.chain.work / "replica1.paused"
+    frozen = cluster.replicas[0]  # restarted by test 3: its pause point has not fired in this process yet
+    armed = cluster.chain.work / "replica0.armed"
+    marker = cluster.chain.work / "replica0.paused"
     armed.touch()
     try:
         deadline = time.monotonic() + 10
@@ -300,3 +302,13 @@ def test_6_the_writer_killed_replicas_go_on_answering(cluster: Cluster) -> None:
         with contextlib.suppress(httpx.HTTPError):
             statuses[httpx.get(replica.url + "/documents/doc-1", headers=AUTH, timeout=10).status_code] += 1
     assert statuses == {200: 202}, statuses
+
+
+if FAULT_ROUNDS:
+
+    @pytest.mark.parametrize("round_number", range(1, FAULT_ROUNDS + 1))
+    def test_fault_round(cluster: Cluster, record, round_number: int) -> None:
+        test_3_a_replica_killed_under_searches_rejoins_and_converges(cluster, record)
+        test_4_a_replica_cut_from_the_bucket_serves_flags_stale_and_converges(cluster, record)
+        test_8_a_frozen_follower_is_restarted_by_the_watchdog(cluster)
+        test_5_a_paused_bucket_stops_remote_acks_not_local_writes(cluster, record)
