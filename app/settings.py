@@ -259,7 +259,7 @@ class Settings(BaseSettings):
         "in memory",
     )
 
-    # Replication across hosts through an S3-compatible bucket (docs/deployment.md, "Across hosts")
+    # Replication across hosts (an S3-compatible bucket)
     replication_role: Literal["off", "writer", "replica"] = Field(
         "off",
         description="`writer`: ship the default collection to the bucket (bases and the changelog's tail); "

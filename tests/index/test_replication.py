@@ -37,6 +37,17 @@ def bucket():
         yield Bucket(URL, client=client)
 
 
+def shipper(index: SearchIndex, bucket: Bucket, epoch: int, name: str, tmp_path: Path) -> Shipper:
+    return Shipper(
+        lambda: index, bucket, bucket.keys("default"), epoch, tmp_path / f"{name}.work", 1000, name
+    )
+
+
+def step(worker: Shipper | Follower) -> None:
+    """One round of the worker's loop, here in the test's thread."""
+    worker.step(worker._generation)
+
+
 def everything(index: SearchIndex) -> dict[str, Document | None]:
     page, _ = index.list_documents(limit=1000)
     return {d.id: d for d in page}
@@ -64,20 +75,19 @@ def test_a_segment_carries_a_batch_whole(tmp_path: Path, tiny_encoder) -> None:
 def test_a_replica_copies_the_base_then_follows_the_tail(tmp_path: Path, tiny_encoder, bucket) -> None:
     writer = SearchIndex.open(tmp_path / "w", tiny_encoder)
     replica = SearchIndex.open(tmp_path / "r", tiny_encoder)
-    keys = bucket.keys("default")
-    shipper = Shipper(lambda: writer, bucket, keys, 1, tmp_path / "w.work", 1000, "writer")
-    follower = Follower(lambda: replica, bucket, keys, tmp_path / "r.work")
+    ship = shipper(writer, bucket, 1, "writer", tmp_path)
+    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
     try:
         writer.upsert(docs(8, 1, "a"))
-        shipper.step(shipper._generation)  # the first base
-        follower.step(follower._generation)
+        step(ship)  # the first base
+        step(follower)
         assert everything(replica) == everything(writer)
 
         writer.upsert(docs(4, 2, "b"))
         writer.delete("a1")
-        shipper.step(shipper._generation)  # one segment
-        follower.step(follower._generation)
-        follower.step(follower._generation)
+        step(ship)  # one segment
+        step(follower)
+        step(follower)
         assert everything(replica) == everything(writer) and "a1" not in everything(replica)
         status = follower.status(replica, stale_after=10)
         assert status["applied_seq"] == writer.position()[1] and status["lag"] == 0 and not status["stale"]
@@ -87,10 +97,10 @@ def test_a_replica_copies_the_base_then_follows_the_tail(tmp_path: Path, tiny_en
 
         writer.rebuild()  # a new version: a new base, which the replica restores
         writer.upsert(docs(2, 3, "c"))
-        shipper.step(shipper._generation)
-        shipper.step(shipper._generation)
-        follower.step(follower._generation)
-        follower.step(follower._generation)
+        step(ship)
+        step(ship)
+        step(follower)
+        step(follower)
         assert everything(replica) == everything(writer)
         assert follower.position(replica).version == writer.position()[0]
     finally:
@@ -102,21 +112,20 @@ def test_a_writer_of_an_older_epoch_is_fenced(tmp_path: Path, tiny_encoder, buck
     old = SearchIndex.open(tmp_path / "old", tiny_encoder)
     new = SearchIndex.open(tmp_path / "new", tiny_encoder)
     keys = bucket.keys("default")
-    zombie = Shipper(lambda: old, bucket, keys, 1, tmp_path / "o.work", 1000, "old")
-    promoted = Shipper(lambda: new, bucket, keys, 2, tmp_path / "n.work", 1000, "promoted")
+    zombie, promoted = shipper(old, bucket, 1, "old", tmp_path), shipper(new, bucket, 2, "promoted", tmp_path)
     try:
         old.upsert(docs(3, 1, "a"))
-        zombie.step(zombie._generation)
-        promoted.step(promoted._generation)  # takes CURRENT.json over with epoch 2
+        step(zombie)
+        step(promoted)  # takes CURRENT.json over with epoch 2
         current, _ = bucket.get_json(keys.current)
         assert current["epoch"] == 2
         old.upsert(docs(2, 2, "z"))
-        zombie.step(zombie._generation)  # its segment lands under e1; the fence check stops it
+        step(zombie)  # its segment lands under e1; the fence check stops it
         assert zombie.fenced and "epoch 2" in zombie.fenced
         assert not zombie.wait_shipped(old.position(), timeout=0.1)
         assert bucket.get_json(keys.current)[0]["epoch"] == 2
-        twin = Shipper(lambda: new, bucket, keys, 2, tmp_path / "t.work", 1000, "twin")
-        twin.step(twin._generation)  # a second writer at the promoted one's epoch: refused at once
+        twin = shipper(new, bucket, 2, "twin", tmp_path)
+        step(twin)  # a second writer at the promoted one's epoch: refused at once
         assert twin.fenced and "another writer" in twin.fenced
     finally:
         old.close()
