@@ -144,9 +144,9 @@ class Bucket:
     def put_json(self, key: str, value: dict[str, Any], **conditions: Any) -> str:
         return self.put_bytes(key, json.dumps(value, sort_keys=True).encode(), **conditions)
 
-    def upload_file(self, key: str, path: Path) -> None:
+    def upload_file(self, key: str, path: Path, progress: Callable[[int], None] | None = None) -> None:
         try:
-            self.client.upload_file(str(path), self.name, key)
+            self.client.upload_file(str(path), self.name, key, Callback=progress)
         except (BotoCoreError, ClientError, boto3.exceptions.S3UploadFailedError) as exc:
             raise BucketUnavailable(f"upload of s3://{self.name}/{key} failed: {exc}") from exc
 

@@ -91,7 +91,7 @@ class Follower(Worker):
             _, batch = segments.decode(data, dimension)
             position = Position(position.epoch, position.version, through)
             index.apply_batch(batch, {POSITION: json.dumps(asdict(position))})
-            self.beat = time.monotonic()
+            self.alive()
         return False  # more may have landed while these applied: list again before saying caught up
 
     def _bootstrap(self, index: Any, current: dict[str, Any]) -> None:
@@ -101,17 +101,14 @@ class Follower(Worker):
         self.work.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.work, prefix=".base-") as folder:
             archive = Path(folder) / "base.tar"
-            self.bucket.download_file(current["base"], archive, progress=lambda _: self._alive())
-            self._alive()
+            self.bucket.download_file(current["base"], archive, progress=self.alive)
+            self.alive()
             index.restore(archive)
         seq = int(current["base_seq"])
         position = Position(int(current["epoch"]), int(current["version"]), seq)
         index.apply_batch(ChangeBatch(seq, seq), {POSITION: json.dumps(asdict(position))})
         self.waiting = None
         log.info("copied base %s in %.1f s", current["base"], time.monotonic() - started)
-
-    def _alive(self) -> None:
-        self.beat = time.monotonic()
 
     def status(self, index: Any, stale_after: float) -> dict[str, Any]:
         position = self.position(index)

@@ -173,7 +173,7 @@ class Shipper(Worker):
             version, seq = int(entry["version"]), int(entry["sequence"])
             key = self.keys.base(self.epoch, version, seq)
             started = time.monotonic()
-            self.bucket.upload_file(key, Path(folder) / entry["name"])
+            self.bucket.upload_file(key, Path(folder) / entry["name"], progress=self.alive)
         current = {
             "format": CURRENT_FORMAT,
             "epoch": self.epoch,

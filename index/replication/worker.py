@@ -52,6 +52,10 @@ class Worker:
     def live(self, generation: int) -> bool:
         return generation == self._generation and not self._stop.is_set()
 
+    def alive(self, *_: object) -> None:
+        """A beat from inside a long step (an upload's or download's progress), so the watchdog waits."""
+        self.beat = time.monotonic()
+
     def silent_for(self) -> float:
         return time.monotonic() - self.beat
 
