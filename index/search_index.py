@@ -354,9 +354,9 @@ class SearchIndex:
             self._catch_up()
 
     def position(self) -> tuple[int, int]:
-        """The live version's number and its last changelog sequence."""
-        with self._mutate:
-            return self._live.number, self._live.store.max_seq()
+        """The live version's number and its last changelog sequence (no lock: /readyz asks on the event loop)."""
+        live = self._live
+        return live.number, live.store.max_seq()
 
     def state(self, key: str) -> str | None:
         """A value the live version's store keeps beside the documents (``apply_batch``'s ``state``)."""

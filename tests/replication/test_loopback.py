@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import threading
 import time
@@ -17,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from harness.crashes import AUTH, Server
+from harness.crashes import AUTH, Server, wait_ready
+from harness.replication import BUCKET, replication_env
 from tests.replication.conftest import (
     ACK_TIMEOUT_S,
     STALE_AFTER_S,
@@ -302,6 +304,44 @@ def test_6_the_writer_killed_replicas_go_on_answering(cluster: Cluster) -> None:
         with contextlib.suppress(httpx.HTTPError):
             statuses[httpx.get(replica.url + "/documents/doc-1", headers=AUTH, timeout=10).status_code] += 1
     assert statuses == {200: 202}, statuses
+
+
+def test_9_failover_by_the_runbook_loses_no_acknowledged_write(cluster: Cluster) -> None:
+    """After test 6: the dead writer's volume is deleted, replica 1 is promoted with epoch 2 (the runbook in
+    docs/deployment.md), replica 0 follows it; the old writer started again at epoch 1 is fenced."""
+    chain = cluster.chain
+    shutil.rmtree(chain.root)  # the writer's volume is gone: only the bucket and the replicas remain
+    promoted_folder = chain.work / "replica1"
+    cluster.replicas[1].kill()
+    writer_env = {"CLOZE_INDEX": str(promoted_folder), "CLOZE_INDEX_PAUSE_AT": ""}
+    chain.start("promoted", writer_env | replication_env("writer", cluster.moto.url, epoch="2", poll_s="0.3"))
+    cluster.replicas = cluster.replicas[:1]
+    wait_converged(cluster, timeout=60)
+    assert replication(cluster.replicas[0])["epoch"] == 2
+    held = documents(cluster.replicas[0])
+    assert {doc_id: text for doc_id, (text, _) in held.items()} == chain.acked  # every acknowledged write
+    more = chain.new_docs(3)
+    answer = httpx.put(cluster.writer.url + "/documents", params={"ack": "remote"}, json=more, headers=AUTH)
+    assert answer.status_code == 200, answer.text
+    chain.acked |= {d["id"]: d["text"] for d in more}
+    wait_converged(cluster)
+    assert set(documents(cluster.replicas[0])) == set(chain.acked)
+
+    zombie = chain.spawn(
+        "zombie", {"CLOZE_INDEX": str(chain.work / "zombie")} | replication_env("writer", cluster.moto.url)
+    )
+    try:
+        wait_ready(zombie)
+        deadline = time.monotonic() + 30
+        while not replication(zombie).get("fenced") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "epoch 2" in (replication(zombie).get("fenced") or ""), replication(zombie)
+        refused = httpx.put(zombie.url + "/documents", json=chain.new_docs(1), headers=AUTH, timeout=30)
+        assert refused.status_code == 503, refused.text
+        current = cluster.moto.client().get_object(Bucket=BUCKET, Key="loopback/default/CURRENT.json")
+        assert json.loads(current["Body"].read())["epoch"] == 2
+    finally:
+        zombie.kill()
 
 
 if FAULT_ROUNDS:
