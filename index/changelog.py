@@ -66,6 +66,22 @@ class ChangeBatch:
     deletes: list[str] = field(default_factory=list)
 
 
+def merge_batches(batches: list[ChangeBatch]) -> ChangeBatch:
+    """Consecutive batches as one (each document as the last batch holding it has it): applying it gives the
+    state the last batch gives, in one transaction instead of one per batch."""
+    final: dict[str, tuple[Document, list[Chunk], np.ndarray | None] | None] = {}
+    for batch in batches:
+        final |= dict.fromkeys(batch.deletes)
+        final |= {item[0].id: item for item in batch.upserts}
+    merged = ChangeBatch(batches[0].after, batches[-1].through)
+    for doc_id, item in final.items():
+        if item is None:
+            merged.deletes.append(doc_id)
+        else:
+            merged.upserts.append(item)
+    return merged
+
+
 class ChangelogPruned(RuntimeError):
     """The changelog no longer reaches back to the asked sequence (a FAISS snapshot pruned it)."""
 

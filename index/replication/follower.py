@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from index.changelog import ChangeBatch
+from index.changelog import ChangeBatch, merge_batches
 from index.replication import segments
 from index.replication.bucket import Bucket, Keys
 from index.replication.worker import Worker
@@ -23,6 +23,7 @@ from index.replication.worker import Worker
 log = logging.getLogger(__name__)
 POSITION = "replica_position"  # the local store's state key
 PREFETCH = 8  # segments downloaded at once while earlier ones apply
+MERGE_DOCUMENTS = 5000  # documents applied in one transaction at most (a catch-up merges segments)
 
 
 @dataclass(frozen=True)
@@ -73,24 +74,31 @@ class Follower(Worker):
     def _follow_tail(self, index: Any, position: Position, current: dict[str, Any], generation: int) -> bool:
         """Apply every segment after ``position``; True when the bucket had nothing newer left."""
         prefix = self.keys.tail(position.epoch, position.version)
-        keys = self.bucket.list_after(prefix, f"{prefix}{position.seq:0{12}d}")
+        keys = self.bucket.list_after(prefix, f"{prefix}{position.seq:0{12}d}")[: PREFETCH * 4]
         if not keys:
             return True
-        dimension = int(index.encoder.dimension)
-        keys = keys[: PREFETCH * 4]
-        # Downloads run ahead of the applying (a replica back from a crash has many small segments to fetch)
+        # Downloads run ahead of the applying, and consecutive segments apply as one transaction: a replica
+        # back from a crash had hundreds of small segments, each a commit and a FAISS catch-up.
+        run: list[ChangeBatch] = []
+        seq = position.seq
         for key, (data, _) in zip(keys, self.fetch.map(self.bucket.get_bytes, keys), strict=True):
             after, through = Keys.segment_range(key)
-            if after != position.seq:
-                if int(current["base_seq"]) > position.seq:  # the tail was cut behind a newer base
+            if after != seq:
+                if not run and int(current["base_seq"]) > seq:  # the tail was cut behind a newer base
                     self._bootstrap(index, current)
                     return False
-                raise RuntimeError(f"segment {key} does not continue from sequence {position.seq}")
-            if data is None or not self.live(generation):
-                return False
-            _, batch = segments.decode(data, dimension)
-            position = Position(position.epoch, position.version, through)
-            index.apply_batch(batch, {POSITION: json.dumps(asdict(position))})
+                if not run:
+                    raise RuntimeError(f"segment {key} does not continue from sequence {seq}")
+                break
+            if data is None:
+                break
+            run.append(segments.decode(data, int(index.encoder.dimension))[1])
+            seq = through
+            if sum(len(batch.upserts) for batch in run) >= MERGE_DOCUMENTS:
+                break
+        if run and self.live(generation):
+            position = Position(position.epoch, position.version, seq)
+            index.apply_batch(merge_batches(run), {POSITION: json.dumps(asdict(position))})
             self.alive()
         return False  # more may have landed while these applied: list again before saying caught up
 

@@ -10,7 +10,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from index.changelog import ChangeBatch, read_changes
+from index.changelog import ChangeBatch, merge_batches, read_changes
 from index.records import Document
 from index.replication import segments
 from index.replication.bucket import Bucket
@@ -144,3 +144,16 @@ def test_reading_changes_behind_a_pruned_changelog_is_refused(tmp_path: Path, ti
         assert isinstance(index.changes_after(index.position()[1])[1], ChangeBatch)
     finally:
         index.close()
+
+
+def test_merged_batches_give_the_last_state_of_each_document(tiny_encoder) -> None:
+    def doc(doc_id: str, text: str) -> tuple:
+        return (Document(doc_id, text), [], None)
+
+    first = ChangeBatch(0, 5, upserts=[doc("a", "one"), doc("b", "two")])
+    second = ChangeBatch(5, 9, upserts=[doc("a", "three"), doc("c", "four")], deletes=["b"])
+    third = ChangeBatch(9, 12, deletes=["c"], upserts=[doc("b", "five")])
+    merged = merge_batches([first, second, third])
+    assert (merged.after, merged.through) == (0, 12)
+    assert {d.id: d.text for d, _, _ in merged.upserts} == {"a": "three", "b": "five"}
+    assert merged.deletes == ["c"]

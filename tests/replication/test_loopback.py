@@ -101,23 +101,28 @@ class Gateway:
         self.replicas, self.turn = replicas, 0
         self.failures: list[str] = []
         self.answered = 0
+        self.guard = threading.Lock()
 
     def search(self, text: str) -> None:
-        self.turn += 1
+        with self.guard:
+            self.turn += 1
+            first = self.turn
         for attempt in range(len(self.replicas)):
-            server = self.replicas[(self.turn + attempt) % len(self.replicas)]
+            server = self.replicas[(first + attempt) % len(self.replicas)]
             try:
                 answer = httpx.post(
                     server.url + "/search", json={"query": text, "top_k": 3}, headers=AUTH, timeout=10
                 )
             except httpx.TransportError:
                 continue  # connection refused or reset: the next upstream
-            if answer.status_code == 200:
-                self.answered += 1
-                return
-            self.failures.append(f"{answer.status_code}: {answer.text[:200]}")
+            with self.guard:
+                if answer.status_code == 200:
+                    self.answered += 1
+                else:
+                    self.failures.append(f"{answer.status_code}: {answer.text[:200]}")
             return
-        self.failures.append("no replica answered")
+        with self.guard:
+            self.failures.append("no replica answered")
 
 
 def write_in_background(cluster: Cluster, stop: threading.Event) -> threading.Thread:
@@ -138,11 +143,11 @@ def test_3_a_replica_killed_under_searches_rejoins_and_converges(cluster: Cluste
     writes = write_in_background(cluster, stop)
     victim = cluster.replicas[0]
     try:
-        for count in range(1000):
-            if count == 200:
-                victim.process.send_signal(signal.SIGKILL)
-                victim.process.wait(timeout=30)
-            gateway.search(random.choice(texts))
+        with ThreadPoolExecutor(4) as clients:  # four clients at once, as a gateway sees them
+            list(clients.map(gateway.search, random.choices(texts, k=200)))
+            victim.process.send_signal(signal.SIGKILL)
+            victim.process.wait(timeout=30)
+            list(clients.map(gateway.search, random.choices(texts, k=800)))
     finally:
         stop.set()
         writes.join(timeout=60)
@@ -159,9 +164,10 @@ def test_4_a_replica_cut_from_the_bucket_serves_flags_stale_and_converges(cluste
     cut, other = cluster.replicas[1], cluster.replicas[0]
     chain = cluster.chain
     order: list[list[str]] = []  # the batches, in the order the writer acknowledged them
+    phase = f"cut-{time.monotonic_ns()}"  # this run's documents (the fault rounds repeat this test)
 
     def write_batch() -> None:
-        batch = [d | {"metadata": {"phase": "cut"}} for d in chain.new_docs(4)]
+        batch = [d | {"metadata": {"phase": phase}} for d in chain.new_docs(4)]
         assert chain.put(batch) == 200
         order.append([d["id"] for d in batch])
 
@@ -179,7 +185,7 @@ def test_4_a_replica_cut_from_the_bucket_serves_flags_stale_and_converges(cluste
         if flagged_after is None and answer.json()["replication"]["stale"]:
             flagged_after = time.monotonic() - started
         codes[httpx.post(cut.url + "/search", json={"query": "x"}, headers=AUTH, timeout=10).status_code] += 1
-        held = set(documents(cut, json.dumps({"phase": "cut"})))
+        held = set(documents(cut, json.dumps({"phase": phase})))
         seen_states.append(held)
         time.sleep(0.2)
     cluster.proxies[1].heal()
