@@ -93,14 +93,16 @@ def wait_converged(cluster: Cluster, timeout: float = 30, replicas: list[Server]
     deadline = started + timeout
     last: list[dict] = []
     while time.monotonic() < deadline:
-        writer = replication(cluster.writer)
+        writer = replication(cluster.writer)  # {"waiting": ...} until its shipper starts
         last = [writer]
-        done = True
+        done = "version" in writer
         for server in replicas or cluster.replicas:
             with contextlib.suppress(httpx.HTTPError, AssertionError):
                 state = replication(server)
                 last.append(state)
-                if state["version"] == writer["version"] and state["applied_seq"] == writer["seq"]:
+                if state.get("version") == writer.get("version") and state.get("applied_seq") == writer.get(
+                    "seq"
+                ):
                     continue
             done = False
         if done:
