@@ -1,6 +1,6 @@
-"""Issue's eight replication tests on loopback (no Docker): the module's tests run in order on one cluster
-(``conftest.cluster``): a moto S3 server, a writer and two replicas. Marker ``replicas``: ``make
-test-replicas`` runs them; ``make test`` does not (about three minutes on two cores)."""
+"""Replication's tests on loopback (no Docker), numbered as in docs/deployment.md: they run in order on one
+cluster (``conftest.cluster``): a moto S3 server, a writer and two replicas. Marker ``replicas``: ``make
+test-replicas`` runs them; ``make test`` does not (6 to 9 minutes on two cores)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from tests.replication.conftest import (
 )
 
 pytestmark = pytest.mark.replicas
-CUT_S = float(os.environ.get("REPLICA_CUT_SECONDS", "10"))  # the issue's 30 s: REPLICA_CUT_SECONDS=30
+CUT_S = float(os.environ.get("REPLICA_CUT_SECONDS", "10"))  # a 30 s partition: REPLICA_CUT_SECONDS=30
 # benchmarks/replication_faults.py: the fault tests (3, 4, 8, 5) again this many times on the same cluster
 FAULT_ROUNDS = int(os.environ.get("REPLICA_FAULT_ROUNDS", "0"))
 
