@@ -35,8 +35,8 @@ test: lint browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The edit-run loop: unit tests only (no real server, no Docker, no training runs, no browser); `make test`
-# stays the whole suite and CI's command. Under two minutes on 2 quiet cores.
-FAST_TESTS := tests/app tests/encoder_runtime tests/index tests/encoder_training/test_masking.py $(wildcard tests/test_*.py)
+# stays the whole suite and CI's command.
+FAST_TESTS := tests/app tests/encoder_runtime tests/index tests/cloze_search tests/encoder_training/test_masking.py $(wildcard tests/test_*.py)
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not docker" $(FAST_TESTS) $(PYTEST_ARGS)
 
@@ -68,8 +68,8 @@ gpu-image: install docker-engine
 
 # Style, and the layers of docs/architecture.md: import-linter's contracts live in pyproject.toml.
 lint: install
-	$(VENV)/bin/ruff check app encoder_training index encoder_runtime harness tests benchmarks
-	$(VENV)/bin/ruff format --check app encoder_training index encoder_runtime harness tests benchmarks
+	$(VENV)/bin/ruff check app encoder_training index encoder_runtime cloze_search harness tests benchmarks
+	$(VENV)/bin/ruff format --check app encoder_training index encoder_runtime cloze_search harness tests benchmarks
 	$(VENV)/bin/lint-imports
 
 clean:

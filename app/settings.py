@@ -52,7 +52,7 @@ class Settings(BaseSettings):
         '`name = "source"`; a source is a folder, a hub id or `<bundled>`. `default` is the index\'s model '
         "(`CLOZE_MODEL` unless listed here; not both). Names: ASCII letters, digits, `.`, `_`, `-`, at most 64. "
         "Set, `/v1/embeddings` needs a `model` it serves (404 otherwise); unset, it serves `default` whatever "
-        '`model` says (README, "Named models")',
+        '`model` says (docs/api.md, "Named models")',
     )
     fill_mask_models: str = Field(
         "",
@@ -87,6 +87,12 @@ class Settings(BaseSettings):
         description="Most collections besides `default`; `POST /collections` answers 409 past it (an empty "
         'collection holds an open SQLite store and FAISS index: docs/benchmarks.md, "Memory per collection")',
     )
+    delete_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description="How long `DELETE /collections/{name}` waits for the requests running on the collection "
+        "(writes and restores included); past it the delete answers 409 and the collection stays",
+    )
     index_read_only: bool = Field(
         False,
         description="Open the index read-only (replicas, a read-only volume): it follows the writer's "
@@ -112,12 +118,13 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Write keys: a write key may call every route. Once any key is set, "
-        "every write needs a write key",
+        "every write needs a write key and every read a key",
     )
     read_api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Read keys: a read key may read, and gets 403 on a write; empty = reads "
-        "are open. With read keys and no write keys every write is refused",
+        description="Read keys: a read key may read, and gets 403 on a write. Once any key of any kind is "
+        "set every read needs a key too; with no key at all reads are open. With read keys and no write keys "
+        "every write is refused",
     )
     collection_api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -130,7 +137,7 @@ class Settings(BaseSettings):
         description="Serve without keys on a non-loopback host (otherwise `cloze serve` refuses to start there)",
     )
     open_operations: bool = Field(
-        False, description="With read keys set, still answer `/metrics` and `/readyz` without a key"
+        False, description="With keys set, still answer `/metrics` and `/readyz` without a key"
     )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -186,6 +193,12 @@ class Settings(BaseSettings):
         "per token)",
     )
     max_top_k: int = Field(100, ge=1, description="Largest `top_k` for `/search`")
+    max_page_bytes: int = Field(
+        8 * 2**20,
+        ge=1024,
+        description="Texts and metadata in one page of `GET /documents`: a page of long documents holds fewer "
+        "than `limit` (always at least one; follow `next_cursor`)",
+    )
     max_document_chars: int = Field(
         1_000_000, ge=1, description="Most characters in one document's text (`PUT /documents`; 422 above)"
     )
@@ -354,11 +367,6 @@ class Settings(BaseSettings):
 
     def scoped_keys(self) -> list[ScopedKey]:
         return [parse_scoped_key(entry) for entry in self.collection_api_keys]
-
-    @property
-    def serves_read_only(self) -> bool:
-        """Writes answer 409: a read-only index, or a replica (whose copy only its follower changes)."""
-        return self.index_read_only or self.replication_role == "replica"
 
     @property
     def collections_root(self) -> Path:

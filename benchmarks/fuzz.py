@@ -1,10 +1,12 @@
-"""Schemathesis over /openapi.json against `cloze serve`: generated requests to every operation, with keys
-(a write key) and without, checking that none gets a 5xx (``not_a_server_error``).
+"""Schemathesis over /openapi.json against `cloze serve`: generated requests to every operation, with a write
+key, with a key scoped to one collection, and without, checking that none gets a 5xx (``not_a_server_error``).
 
     python benchmarks/fuzz.py --examples 200 --out benchmarks/results/fuzz.json
 
-The server runs keyed (write and read keys) on loopback with the shipped models over a fresh index that
-holds 200 documents of the demo corpus (small, so the fuzzer's rebuilds stay short). Counts come from
+The server runs keyed (write, read and collection-scoped keys) on loopback with the shipped models over a
+fresh index that holds 200 documents of the demo corpus (small, so the fuzzer's rebuilds stay short), plus a
+collection (``fuzz-a``, the scoped key's) with documents and a snapshot, so the collection and snapshot
+routes meet real targets as well as made-up ones. Counts come from
 schemathesis's summary ("Test cases: N generated"); statuses from its NDJSON event stream.
 """
 
@@ -29,6 +31,7 @@ from harness.provenance import command, load_average  # noqa: E402
 from harness.servers import READ_KEY, WRITE_KEY, serve_process  # noqa: E402
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
+SCOPED_KEY, SCOPED_COLLECTION = "fuzz-scoped-key-0123456789", "fuzz-a"
 
 
 def rss_mb(pid: int) -> dict[str, float]:
@@ -56,6 +59,16 @@ def seed_documents(url: str, count: int) -> None:
         httpx.put(
             url + "/documents", json=body[start : start + 50], headers=headers, timeout=300
         ).raise_for_status()
+
+
+def seed_collection(url: str) -> None:
+    """A second collection with a few documents and a snapshot of them."""
+    headers = {"Authorization": f"Bearer {WRITE_KEY}"}
+    base = f"{url}/collections/{SCOPED_COLLECTION}"
+    httpx.post(url + "/collections", json={"name": SCOPED_COLLECTION}, headers=headers).raise_for_status()
+    docs = [{"id": f"f{i}", "text": f"fuzzed collection document {i}"} for i in range(10)]
+    httpx.put(base + "/documents", json=docs, headers=headers, timeout=120).raise_for_status()
+    httpx.post(base + "/snapshots", headers=headers, timeout=120).raise_for_status()
 
 
 def run_schemathesis(url: str, label: str, header: str | None, examples: int, workdir: Path) -> dict:
@@ -126,15 +139,24 @@ def main() -> None:
         "CLOZE_INDEX": str(work / "index"),
         "CLOZE_API_KEYS": WRITE_KEY,
         "CLOZE_READ_API_KEYS": READ_KEY,
+        "CLOZE_COLLECTION_API_KEYS": f"{SCOPED_KEY}=write:{SCOPED_COLLECTION}",
         "CLOZE_LOG_LEVEL": "warning",
     }
     log_path = work / "server.log"
     load_before = load_average()
     with serve_process(env, log_path, timeout=300, drop=("CLOZE_FILL_MASK_MODEL",)) as (url, process):
         seed_documents(url, args.documents)
+        seed_collection(url)
         runs = [
             run_schemathesis(
                 url, "with a write key", f"Authorization: Bearer {WRITE_KEY}", args.examples, work
+            ),
+            run_schemathesis(
+                url,
+                "with a key scoped to one collection",
+                f"Authorization: Bearer {SCOPED_KEY}",
+                args.examples,
+                work,
             ),
             run_schemathesis(url, "without keys", None, args.examples, work),
         ]

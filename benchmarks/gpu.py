@@ -27,9 +27,24 @@ split into sentences. ``--prepare DIR`` (run here, where ../shared/data is) writ
 lacks into DIR: the sentences, SciFact, WikiText-2 valid and the bundled model's package with its weights
 at fp16 (the fp32 wheel, 84 MB, is over a call's 64 MiB; on CUDA the runtime runs fp16 weights anyway).
 
-Not yet run on a GPU (issue 49 was lent no GPU machine). On the GPU machine, after the preparation in
-docs/benchmarks.md ("The GPU path"), two device calls back to back (the second while the machine is
-warm; the wheels and the model do not fit one call's 64 MiB together):
+A user with a GPU runs it as docs/benchmarks.md says ("Running the benchmarks on a GPU"). A lent machine
+that cannot fetch anything (this project's device tool: 64 MiB a call with the tree) gets what it lacks
+carried, prepared in a checkout beside ../shared/data:
+
+    printf '/.whl/\\n/.gpu-carry/\\n/.gpu-model/\\n/.gpu-site/\\n' >> .git/info/exclude
+    python benchmarks/gpu.py --prepare .gpu-carry        # sentences, SciFact, WikiText-2 valid; .gpu-model/
+    python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \\
+      --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl \\
+      faiss-cpu==1.15.1 fastapi==0.165.0 starlette==1.10.0 uvicorn==0.55.0 pydantic==2.14.4 \\
+      pydantic-core==2.50.5 pydantic-settings==2.16.3 python-dotenv==1.2.4 typing-inspection==0.4.5 \\
+      annotated-types==0.8.0 orjson==3.13.0 httptools==0.9.0 PyStemmer==3.1.0 datasets==5.2.0 dill==0.4.1 \\
+      multiprocess==0.70.19 opentelemetry-api typing_extensions     # about 24 MB
+    (cd /tmp && apt-get download wrk libluajit2-5.1-2 && dpkg -x wrk_*.deb wrk && dpkg -x libluajit2-*.deb wrk)
+    mkdir -p .gpu-carry/wrk && cp /tmp/wrk/usr/bin/wrk /tmp/wrk/usr/lib/x86_64-linux-gnu/libluajit-5.1.so.2* .gpu-carry/wrk/
+
+then two device calls back to back (the second while the machine is warm; the wheels and the model do not
+fit one call's 64 MiB together; wrk also needs libssl 3 there):
 
     call 1, carry [".whl"]:
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .gpu-site .whl/*.whl

@@ -11,7 +11,8 @@ load).
 
 wrk, the server and the runtime share the machine's cores, as they would on a 2-core host. Each HTTP arm
 also records the CPU time the server and wrk spent per request (from /proc and rusage), which a machine
-shared with other work distorts less than wall-clock rates.
+shared with other work distorts less than wall-clock rates, and the CPU of its event-loop thread alone (the
+per-request cost of the HTTP stack, which inference on other threads does not blur).
 
     apt-get install -y wrk
     .venv/bin/python benchmarks/http_throughput.py [--seconds 20] [--out benchmarks/results/http_throughput.json]
@@ -122,6 +123,11 @@ def cpu_seconds(pid: int) -> float:
     return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
 
 
+def loop_cpu_seconds(pid: int) -> float:
+    """CPU of the server's main thread: its event loop (inference runs on threads of its own)."""
+    return stat_cpu_seconds(Path(f"/proc/{pid}/task/{pid}/stat"))
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -137,7 +143,7 @@ def wrk(
     pid: int,
     timeout: str = "10s",
 ) -> dict:
-    server_cpu, wrk_cpu = cpu_seconds(pid), children_cpu()
+    server_cpu, wrk_cpu, loop_cpu = cpu_seconds(pid), children_cpu(), loop_cpu_seconds(pid)
     threads = min(2, connections)  # wrk needs a connection per thread
     argv = [
         "wrk",
@@ -157,10 +163,12 @@ def wrk(
         check=True,
     ).stdout
     server_cpu, wrk_cpu = cpu_seconds(pid) - server_cpu, children_cpu() - wrk_cpu
+    loop_cpu = loop_cpu_seconds(pid) - loop_cpu
     line = next(line for line in out.splitlines() if line.startswith("RESULT "))
     result = json.loads(line.removeprefix("RESULT "))
     result["requests_per_s"] = result["requests"] / result["seconds"]
     result["server_cpu_us_per_request"] = server_cpu / result["requests"] * 1e6
+    result["loop_cpu_us_per_request"] = loop_cpu / result["requests"] * 1e6
     result["wrk_cpu_us_per_request"] = wrk_cpu / result["requests"] * 1e6
     result["errors_total"] = sum(result["errors"].values())
     result["load"] = load_average()
@@ -177,7 +185,8 @@ def show(name: str, row: dict) -> None:
     print(
         f"{name:16s} c={row['connections']:<3d} {row['requests_per_s']:7.0f} req/s  p50 {row['p50_ms']:6.1f} ms"
         f"  p99 {row['p99_ms']:6.1f} ms  errors {row['errors_total']}  CPU us/request: server"
-        f" {row['server_cpu_us_per_request']:.0f} wrk {row['wrk_cpu_us_per_request']:.0f}  load {row['load']}"
+        f" {row['server_cpu_us_per_request']:.0f} (event loop {row['loop_cpu_us_per_request']:.0f})"
+        f" wrk {row['wrk_cpu_us_per_request']:.0f}  load {row['load']}"
     )
 
 

@@ -62,7 +62,8 @@ def build_index(root: Path, passages: int) -> float:
 
 
 def state(server: Server) -> dict:
-    return httpx.get(server.url + "/readyz", headers=AUTH, timeout=10).json().get("replication") or {}
+    answer = httpx.get(server.url + "/readyz", headers=AUTH, timeout=10).json()
+    return answer.get("collections", {}).get("default", {}).get("replication") or {}
 
 
 def wait_converged(writer: Server, replicas: list[Server], timeout: float = 300) -> float:

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import gzip
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,7 @@ SCIFACT = ROOT.parent / "shared" / "data" / "beir-scifact"
 sys.path.insert(0, str(ROOT))
 
 from harness.provenance import command, load_average  # noqa: E402
+from harness.servers import serve_process  # noqa: E402
 
 
 def scifact_index(backend: str) -> Path:
@@ -139,41 +139,20 @@ async def during_upsert(url: str, texts: list[str], requests: int, rounds: int) 
 
 
 def run_during_upsert(args: argparse.Namespace, index: Path) -> None:
-    from harness.servers import free_port, wait_until
-
     copy = Path(tempfile.mkdtemp(prefix="cloze-upsert-bench-")) / "index"
     shutil.copytree(index, copy)  # the upserts must not change the cached SciFact index
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "CLOZE_INDEX": str(copy),
-        "CLOZE_BACKEND": args.backend,
-        "CLOZE_LOG_LEVEL": "warning",
-        "CLOZE_ACCESS_LOG": "false",
-    }
+    env = {"CLOZE_INDEX": str(copy), "CLOZE_BACKEND": args.backend, "CLOZE_LOG_LEVEL": "warning"}
     root = Path(args.server_root).resolve()
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
     ).stdout.strip()
     log = Path(tempfile.gettempdir()) / f"cloze-upsert-bench-{args.label}.log"
-    with log.open("w") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=root,  # `-m app.cli` imports the app from this checkout
-        )
     try:
-        wait_until(url + "/readyz", server, log, 600)
-        texts = queries()
-        asyncio.run(load(url, texts, "hybrid", 4, 40))  # warm-up
-        arm = asyncio.run(during_upsert(url, texts, args.requests, args.upsert_rounds))
+        with serve_process(env | {"CLOZE_ACCESS_LOG": "false"}, log, timeout=600, checkout=root) as (url, _):
+            texts = queries()
+            asyncio.run(load(url, texts, "hybrid", 4, 40))  # warm-up
+            arm = asyncio.run(during_upsert(url, texts, args.requests, args.upsert_rounds))
     finally:
-        server.terminate()
-        server.wait(60)
         shutil.rmtree(copy.parent, ignore_errors=True)
     arm |= {
         "label": args.label,
@@ -211,33 +190,15 @@ def main() -> None:
     parser.add_argument("--label", default="after", help="the arm's name in the --during-upsert result")
     args = parser.parse_args()
 
-    from harness.servers import free_port, wait_until
-
     index = scifact_index(args.backend)
     if args.during_upsert:
         if args.out == parser.get_default("out"):
             args.out = str(ROOT / "benchmarks" / "results" / "search_during_upsert.json")
         return run_during_upsert(args, index)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "CLOZE_INDEX": str(index),
-        "CLOZE_BACKEND": args.backend,
-        "CLOZE_LOG_LEVEL": "warning",
-    }
+    env = {"CLOZE_INDEX": str(index), "CLOZE_BACKEND": args.backend, "CLOZE_LOG_LEVEL": "warning"}
     log = Path(tempfile.gettempdir()) / "cloze-search-latency-server.log"
-    with log.open("w") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
     rows = []
-    try:
-        wait_until(url + "/readyz", server, log, 600)
+    with serve_process(env, log, timeout=600) as (url, _):
         texts = queries()
         asyncio.run(load(url, texts, "hybrid", 4, 40))  # warm-up
         for mode in args.modes.split(","):
@@ -255,9 +216,6 @@ def main() -> None:
                 print(
                     f"{mode:7s} c={concurrency:<3d} p50 {rows[-1]['p50_ms']:7.1f} ms  p99 {rows[-1]['p99_ms']:7.1f} ms"
                 )
-    finally:
-        server.terminate()
-        server.wait(60)
     result = {
         "command": command(),
         "index": str(index),

@@ -1,4 +1,5 @@
-"""Soak: mixed traffic at 32 connections with Debian's `wrk` against `cloze serve` on the demo index.
+"""Soak: mixed traffic at 32 connections with Debian's `wrk` against `cloze serve` on the demo index, while
+collections are created, filled, snapshotted, restored and deleted with keys scoped to them.
 
     apt-get install -y wrk
     python benchmarks/soak.py --minutes 10 --out benchmarks/results/soak.json
@@ -6,8 +7,13 @@
 One `wrk` process per route (a Python client saturates a core by itself here near 170 requests/s and would
 measure itself), their connections adding up to 32: searches in each mode (dense, BM25, hybrid, filtered
 hybrid), /embed, /fill-mask, upserts and deletes of a rotating set of ids. Each wrk's Lua script counts
-statuses and reports p50/p99 latency. A warm-up of the same mix runs first; the server's RSS is sampled
-every 5 s from /proc, and growth is the last minute's highest RSS over the RSS when the warm-up ended.
+statuses and reports p50/p99 latency. The server runs with keys: wrk sends the admin key; beside it, Python
+threads (``harness.lifecycle``) run collection lifecycles with scoped write keys (create, upserts, search,
+the other collection's key refused, snapshot, restore of the stored snapshot and of its download by upload,
+delete), snapshot the default collection, and upsert uniquely named documents there; every write they had
+acknowledged is checked where it must be (present, or gone after a restore to an earlier snapshot). A
+warm-up of the same mix (lifecycles included) runs first; the server's RSS is sampled every 5 s from /proc, and growth is the last
+minute's highest RSS over the RSS when the warm-up ended.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from harness.lifecycle import ADMIN_KEY, SCOPED_KEYS, AcknowledgedWriter, Lifecycle  # noqa: E402
 from harness.provenance import command, load_average  # noqa: E402
 from harness.servers import serve_process  # noqa: E402
 
@@ -80,7 +87,7 @@ counts = {}  -- a global: done() reads it per thread with thread:get
 function request()
   i = i % #bodies + 1
   local p = string.gsub(path, "{i}", tostring(i - 1))
-  local headers = {["Content-Type"] = "application/json"}
+  local headers = {["Content-Type"] = "application/json", ["Authorization"] = "Bearer {KEY}"}
   if bodies[i] == "" then return wrk.format(method, p, headers) end
   return wrk.format(method, p, headers, bodies[i])
 end
@@ -109,7 +116,8 @@ end
 
 def lua_script(method: str, path: str, bodies: list[str]) -> str:
     quoted = ", ".join(json.dumps(b) for b in bodies)  # JSON strings are valid Lua strings here
-    return LUA.replace("{BODIES}", "{" + quoted + "}").replace("{METHOD}", method).replace("{PATH}", path)
+    script = LUA.replace("{BODIES}", "{" + quoted + "}").replace("{METHOD}", method).replace("{PATH}", path)
+    return script.replace("{KEY}", ADMIN_KEY)
 
 
 def run_mix(url: str, seconds: int, work: Path) -> dict[str, dict]:
@@ -161,8 +169,13 @@ def main() -> None:
         raise SystemExit(f"no demo index at {demo}: run `make demo-index` first")
     work = Path(tempfile.mkdtemp(prefix="cloze-soak-"))
     shutil.copytree(demo, work / "index")
-    env = {"CLOZE_INDEX": str(work / "index"), "CLOZE_LOG_LEVEL": "warning"}
-    keyless = ("CLOZE_API_KEYS", "CLOZE_READ_API_KEYS", "CLOZE_FILL_MASK_MODEL")
+    env = {
+        "CLOZE_INDEX": str(work / "index"),
+        "CLOZE_LOG_LEVEL": "warning",
+        "CLOZE_API_KEYS": ADMIN_KEY,
+        "CLOZE_COLLECTION_API_KEYS": ",".join(f"{key}=write:{name}" for name, key in SCOPED_KEYS.items()),
+    }
+    keyless = ("CLOZE_READ_API_KEYS", "CLOZE_FILL_MASK_MODEL")
     log_path = work / "server.log"
     seconds = int(args.minutes * 60)
     with serve_process(env, log_path, timeout=300, drop=keyless) as (url, process):
@@ -170,13 +183,19 @@ def main() -> None:
         sampler = RssSampler(process.pid)
         sampler.start()
         load_before = load_average()
+        side = [Lifecycle(url), AcknowledgedWriter(url)]  # the warm-up runs the whole mix, lifecycles too
+        for thread in side:
+            thread.start()
         warmup = run_mix(url, args.warmup_seconds, work)
         warm_rss = sampler.samples[-1][1]
         warm_at = sampler.samples[-1][0]
         measured = run_mix(url, seconds, work)
+        for thread in side:
+            thread.finish()
         sampler.stop.set()
         sampler.join()
         load_after = load_average()
+        acknowledged = side[1].check()
     samples = sampler.samples
     last_minute = [rss for t, rss in samples if t >= samples[-1][0] - 60]
     five_xx = sum(
@@ -185,6 +204,8 @@ def main() -> None:
         for status, count in route.get("statuses", {}).items()
         if status.startswith("5")
     )
+    lifecycle, writer = side[0].report(), side[1].report()
+    five_xx += lifecycle["five_xx"] + writer["five_xx"]
     result = {
         "command": command(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -192,8 +213,14 @@ def main() -> None:
         "seconds": seconds,
         "routes": measured,
         "warmup_routes": warmup,
-        "total_requests": sum(r.get("requests", 0) for r in measured.values()),
+        "total_requests": sum(r.get("requests", 0) for r in measured.values())
+        + lifecycle["requests"]
+        + writer["requests"],
         "server_5xx": five_xx,
+        "lifecycle": lifecycle,
+        "acknowledged_writer": writer | {"final_check": acknowledged},
+        "acknowledged_writes_checked": lifecycle["writes_checked"] + acknowledged["checked"],
+        "acknowledged_writes_lost": lifecycle["writes_lost"] + acknowledged["lost"],
         "rss_mb": {
             "after_warmup": round(warm_rss, 1),
             "after_warmup_at_s": warm_at,

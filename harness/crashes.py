@@ -252,7 +252,7 @@ class Chain:
 
     def metric(self, name: str) -> float:
         assert self.server is not None
-        text = httpx.get(self.server.url + "/metrics", timeout=10).text
+        text = httpx.get(self.server.url + "/metrics", headers=AUTH, timeout=10).text
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
     # ---- the disk -----------------------------------------------------------------------------------
@@ -288,7 +288,7 @@ def wait_ready(server: Server, timeout: float = 240) -> None:
         if server.process.poll() is not None:
             raise RuntimeError(f"server exited with {server.process.returncode}:\n{server.tail()}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(server.url + "/readyz", timeout=2).status_code == 200:
+            if httpx.get(server.url + "/readyz", headers=AUTH, timeout=2).status_code == 200:
                 return
         time.sleep(0.2)
     raise TimeoutError(f"{server.url} not ready after {timeout}s:\n{server.tail()}")
@@ -296,7 +296,7 @@ def wait_ready(server: Server, timeout: float = 240) -> None:
 
 def readiness(server: Server) -> tuple[int, str]:
     with contextlib.suppress(httpx.HTTPError):
-        answer = httpx.get(server.url + "/readyz", timeout=2)
+        answer = httpx.get(server.url + "/readyz", headers=AUTH, timeout=2)
         return answer.status_code, answer.json().get("reason", "")
     return 0, ""
 

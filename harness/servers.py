@@ -36,10 +36,12 @@ def serve_process(
     ready_path: str = "/readyz",
     timeout: float = 240,
     drop: tuple[str, ...] = (),
+    checkout: Path = ROOT,
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """`cloze serve` on a free loopback port with this process's environment, ``HF_HUB_OFFLINE=1`` and
     ``env``, less the variables in ``drop``; yields (url, process) once ``ready_path`` answers 200, and
-    stops the server with SIGTERM (as a supervisor would) at the end."""
+    stops the server with SIGTERM (as a supervisor would) at the end. ``checkout``: the tree the app is
+    imported from (another checkout measures a commit before a change with the same script)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
@@ -51,10 +53,13 @@ def serve_process(
             env=full_env,
             stdout=log,
             stderr=subprocess.STDOUT,
-            cwd=ROOT,
+            cwd=checkout,
         )
         try:
-            wait_until(url + ready_path, process, log_path, timeout)
+            key = (full_env.get("CLOZE_READ_API_KEYS") or full_env.get("CLOZE_API_KEYS") or READ_KEY).split(
+                ","
+            )[0]
+            wait_until(url + ready_path, process, log_path, timeout, key)
             yield url, process
         finally:
             process.send_signal(signal.SIGTERM)
@@ -72,14 +77,16 @@ def running_server(
         yield url
 
 
-def wait_until(url: str, process: subprocess.Popen, log_path: Path, timeout: float) -> None:
+def wait_until(
+    url: str, process: subprocess.Popen, log_path: Path, timeout: float, key: str = READ_KEY
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
         with contextlib.suppress(httpx.HTTPError):
-            # /readyz needs a read key when read keys are set; a key is ignored where none are.
-            if httpx.get(url, timeout=2, headers={"Authorization": f"Bearer {READ_KEY}"}).status_code == 200:
+            # /readyz needs a key once any is set; a key is ignored where none are.
+            if httpx.get(url, timeout=2, headers={"Authorization": f"Bearer {key}"}).status_code == 200:
                 return
         time.sleep(0.25)
     raise TimeoutError(f"{url} not ready after {timeout}s:\n{log_path.read_text()[-4000:]}")

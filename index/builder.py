@@ -45,7 +45,7 @@ INGEST_BATCH = 512
 EMBED_PAGE = 2048
 # Texts handed to the encoder at once. Its forward passes run on one FIFO pool that the service's own
 # upserts share: a whole page (2,048 chunks, hundreds of passes) queued there made a 5-document upsert
-# wait for all of it during a rebuild (7.6 s here; 12.5 s in issue 42). A slice is a few passes per core;
+# wait for all of it during a rebuild (seconds on two cores). A slice is a few passes per core;
 # it is also how often a rebuild can be cancelled.
 EMBED_SLICE = 64
 FORMAT_VERSION = 1

@@ -12,6 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+MIN_WINDOW = 8
+
+
+def overlap_problem(window: int, overlap: int) -> str | None:
+    """Why neighbouring chunks may not share ``overlap`` of ``window`` tokens (None when they may). At most
+    half the window: each token then lands in at most two chunks, so a document's chunks (and the
+    embedding work of an upsert) stay within twice its tokens over the window; a stride of one token made
+    a 4 MB upsert about a million chunks."""
+    if window < MIN_WINDOW:
+        return f"chunk_window {window} is under {MIN_WINDOW} tokens"
+    if not 0 <= overlap <= window // 2:
+        return (
+            f"chunk_overlap {overlap} is outside 0..{window // 2} (at most half of the {window}-token window)"
+        )
+    return None
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -29,16 +45,20 @@ class Chunker:
         from tokenizers import Tokenizer
 
         specials = hf_tokenizer.backend_tokenizer.num_special_tokens_to_add(False)
-        longest = max(8, max_tokens - specials)  # what the model reads beside its special tokens
-        self.window = longest if window is None else max(8, min(window, longest))
-        self.overlap = min(self.window // 4 if overlap is None else overlap, self.window - 1)
+        longest = max(MIN_WINDOW, max_tokens - specials)  # what the model reads beside its special tokens
+        self.window = longest if window is None else max(MIN_WINDOW, min(window, longest))
+        self.overlap = min(self.window // 4 if overlap is None else overlap, self.window // 2)
         # A private copy of the fast tokenizer without truncation: we need the offsets of *all* tokens.
         self._fast = Tokenizer.from_str(hf_tokenizer.backend_tokenizer.to_str())
         self._fast.no_truncation()
         self._fast.no_padding()
 
     @classmethod
-    def for_encoder(cls, encoder: Any, overlap: int | None = None, window: int | None = None) -> Chunker:
+    def for_encoder(
+        cls, encoder: Any, overlap: int | None = None, window: int | None = None
+    ) -> Chunker | WholeDocuments:
+        if encoder.tokenizer is None:  # a collection of the caller's own vectors: one per document
+            return WholeDocuments()
         return cls(encoder.tokenizer.hf, encoder.max_tokens, overlap, window)
 
     def split(self, texts: list[str]) -> list[list[Chunk]]:
@@ -59,3 +79,14 @@ class Chunker:
             if end == len(offsets):
                 return chunks
             start += step
+
+
+class WholeDocuments:
+    """One chunk per document, the whole text: where callers supply one vector per document, there is no
+    window to cut to (and no tokenizer to cut with)."""
+
+    window = None
+    overlap = None
+
+    def split(self, texts: list[str]) -> list[list[Chunk]]:
+        return [[Chunk(0, text, 0)] for text in texts]

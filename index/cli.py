@@ -7,6 +7,8 @@ import argparse
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,10 @@ def _register_collections(collection: argparse._SubParsersAction) -> None:
     create.add_argument("--factory", help="FAISS factory string for its builds (default: chosen by size)")
     create.add_argument("--chunk-window", type=int, help="tokens per chunk (default: the model's window)")
     create.add_argument("--chunk-overlap", type=int, help="tokens neighbouring chunks share")
+    create.add_argument(
+        "--dimension", type=int, help="instead of a model: a collection of your own vectors of this length"
+    )
+    create.add_argument("--metric", choices=["cosine", "dot"], help="with --dimension (default cosine)")
     _model_args(create)
     for name, text, handler in (
         ("list", "list the collections", _collection_list),
@@ -127,16 +133,33 @@ def _collection_create(args: argparse.Namespace) -> None:
         "chunk_window": args.chunk_window,
         "chunk_overlap": args.chunk_overlap,
     }
+    own = {"dimension": args.dimension, "metric": args.metric}
     if args.url:
-        body = {"name": args.name, "model": args.model_name} | {k: v for k, v in options.items() if v}
-        print(json.dumps(_call_service(args, "POST", "/collections", json_body=body)))
+        model = None if args.dimension else args.model_name
+        with _service(args) as client:
+            _print(client.create_collection(args.name, model=model, **own, **options))
         return
-    info = CollectionInfo(args.name, args.model_name, **options)
+    if args.dimension:
+        info = CollectionInfo(
+            args.name, None, args.factory, dimension=args.dimension, metric=args.metric or "cosine"
+        )
+    else:
+        info = CollectionInfo(args.name, args.model_name, **options)
     try:
-        path = create_collection(args.root, info, _encoder(args))
-    except CollectionError as exc:
+        path = create_collection(args.root, info, info.own_vectors() or _encoder(args))
+    except (CollectionError, ValueError) as exc:
         raise SystemExit(f"cloze collection create: {exc}") from exc
-    print(json.dumps({"created": args.name, "path": str(path), "model": args.model_name}))
+    print(
+        json.dumps(
+            {
+                "created": args.name,
+                "path": str(path),
+                "model": info.model,
+                "dimension": info.dimension,
+                "metric": info.metric,
+            }
+        )
+    )
 
 
 def _collection_list(args: argparse.Namespace) -> None:
@@ -145,7 +168,8 @@ def _collection_list(args: argparse.Namespace) -> None:
     from index.collections import list_collections
 
     if args.url:
-        print(json.dumps(_call_service(args, "GET", "/collections")))
+        with _service(args) as client:
+            print(json.dumps({"collections": [asdict(c) for c in client.list_collections()]}))
         return
     print(json.dumps({"collections": [asdict(info) for info in list_collections(args.root)]}))
 
@@ -158,7 +182,8 @@ def _collection_show(args: argparse.Namespace) -> None:
     from index.store import DocumentStore
 
     if args.url:
-        print(json.dumps(_call_service(args, "GET", f"/collections/{args.name}")))
+        with _service(args) as client:
+            _print(client.get_collection(args.name))
         return
     folder = _existing_collection(args.root, args.name)
     version = layout.current_version(folder)
@@ -179,7 +204,8 @@ def _collection_delete(args: argparse.Namespace) -> None:
     from index.records import IndexLocked
 
     if args.url:
-        print(json.dumps(_call_service(args, "DELETE", f"/collections/{args.name}")))
+        with _service(args) as client:
+            print(json.dumps({"deleted": client.delete_collection(args.name)}))
         return
     folder = _existing_collection(args.root, args.name)
     try:
@@ -216,11 +242,17 @@ def _collection_folder(args: argparse.Namespace, create: bool = False) -> Path:
         folder = folder_of(args.root, args.collection)
     except CollectionError as exc:
         raise SystemExit(f"cloze index: {exc}") from exc
-    if read_info(folder) is None:
+    info = read_info(folder)
+    if info is None:
         if not create:
             raise SystemExit(f"cloze index: no collection named {args.collection!r} under {args.root}")
         model_name = getattr(args, "model_name", "default")
         create_collection(args.root, CollectionInfo(args.collection, model_name), _encoder(args))
+    elif info.dimension is not None:
+        raise SystemExit(
+            f"cloze index: the collection {args.collection!r} holds vectors its callers supply, and this "
+            "command embeds text with a model: write it through the service (PUT with a `vector` per document)"
+        )
     return folder
 
 
@@ -373,10 +405,11 @@ def _delete(args: argparse.Namespace) -> None:
 
 def _snapshot(args: argparse.Namespace) -> None:
     if args.url:
-        entry = _call_service(args, "POST", f"/collections/{args.collection}/snapshots")
-        if args.download:
-            _download(args, f"/collections/{args.collection}/snapshots/{entry['name']}", args.download)
-        print(json.dumps(entry))
+        with _service(args) as client:
+            entry = client.create_snapshot(collection=args.collection)
+            if args.download:
+                client.download_snapshot(entry.name, args.download, collection=args.collection)
+        _print(entry)
         return
     from index.records import IndexLocked
     from index.snapshots import SnapshotError, default_folder, snapshot_offline
@@ -394,12 +427,13 @@ def _restore(args: argparse.Namespace) -> None:
     if not args.archive.is_file():
         raise SystemExit(f"cloze index restore: no archive at {args.archive}")
     if args.url:
-        with args.archive.open("rb") as body:
-            print(json.dumps(_call_service(args, "POST", f"/collections/{args.collection}/restore", body)))
+        with _service(args) as client:
+            _print(client.upload_snapshot(args.archive, collection=args.collection))
         return
     from index.layout import BuildInProgress
     from index.records import IndexLocked
-    from index.snapshots import SnapshotError, restore_offline
+    from index.restore import restore_offline
+    from index.snapshots import SnapshotError
 
     _offline_collection(args)
     try:
@@ -417,36 +451,20 @@ def _offline_collection(args: argparse.Namespace) -> None:
         )
 
 
-def _call_service(
-    args: argparse.Namespace, method: str, path: str, body: Any = None, json_body: Any = None
-) -> dict[str, Any]:
-    import httpx
+@contextmanager
+def _service(args: argparse.Namespace) -> Iterator[Any]:
+    """The Python client on ``--url`` (no timeout: an upload or a snapshot may take long); a refusal exits
+    with the service's message and the field it names."""
+    from cloze_search import Client, ClozeError
 
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    if body is not None:
-        headers["Content-Type"] = "application/octet-stream"
     try:
-        answer = httpx.request(
-            method, args.url.rstrip("/") + path, content=body, json=json_body, headers=headers, timeout=None
-        )
-    except httpx.HTTPError as exc:
-        raise SystemExit(f"cloze index: cannot reach {args.url}: {exc}") from exc
-    if answer.status_code >= 400:
-        try:
-            reason = answer.json().get("error", answer.text)
-        except ValueError:
-            reason = answer.text
-        raise SystemExit(f"cloze index: {method} {path} answered {answer.status_code}: {reason}")
-    return answer.json()
+        with Client(args.url, api_key=args.api_key, timeout=None) as client:
+            yield client
+    except ClozeError as exc:
+        raise SystemExit(f"cloze: {args.url} answered {exc}") from exc
 
 
-def _download(args: argparse.Namespace, path: str, out: Path) -> None:
-    import httpx
+def _print(answer: Any) -> None:
+    from dataclasses import asdict
 
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    with httpx.stream("GET", args.url.rstrip("/") + path, headers=headers, timeout=None) as answer:
-        if answer.status_code != 200:
-            raise SystemExit(f"cloze index: GET {path} answered {answer.status_code}")
-        with out.open("wb") as handle:
-            for block in answer.iter_bytes():
-                handle.write(block)
+    print(json.dumps(asdict(answer)))

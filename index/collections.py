@@ -1,6 +1,6 @@
 """Collections: named index folders under one data root, each built with one named model.
 
-    <root>/<name>/collection.json       name, model, options, created: written last, so it marks a whole one
+    <root>/<name>/collection.json       name, model, options, created, incarnation: written last, so it marks a whole one
     <root>/<name>/CURRENT, versions/    an ordinary index folder (``index.layout``)
     <root>/.creating-<name>-<token>/    a create in progress: renamed to <name> once whole
     <root>/.deleting-<name>-<token>/    a delete in progress: renamed away first, then removed
@@ -27,9 +27,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from index import layout
 from index.builder import BuildOptions, create_empty_version
+from index.chunking import Chunker, overlap_problem
+from index.factories import check_factory_string, probe_shape, probe_training_size
 from index.faultpoints import pause_for_tests
+from index.own_vectors import OwnVectors
 from index.records import collection_name_problem
 from index.vectors import VectorIndex, atomic_write, fsync_dir
 
@@ -52,11 +57,20 @@ class CollectionError(ValueError):
 @dataclass
 class CollectionInfo:
     name: str
-    model: str  # the named model (``CLOZE_MODELS``) its vectors come from
+    model: str | None  # the named model (``CLOZE_MODELS``) its vectors come from; None: the caller's own
     factory: str | None = None  # FAISS factory for its builds (None: chosen by corpus size)
     chunk_window: int | None = None  # tokens per chunk (None: the model's window)
     chunk_overlap: int | None = None  # tokens shared by neighbouring chunks (None: a quarter of the window)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    dimension: int | None = None  # set (and model None): vectors its callers supply, one per document
+    metric: str | None = None  # with ``dimension``: cosine or dot (``index.own_vectors``)
+    # Set when the collection is made: one deleted and made again under its name is another (None: made
+    # before incarnations were recorded).
+    incarnation: str | None = None
+
+    def own_vectors(self) -> OwnVectors | None:
+        """What stands for the encoder of a collection of the caller's own vectors; None for a model's."""
+        return None if self.dimension is None else OwnVectors(self.dimension, self.metric or "cosine")
 
     def build_options(self, **overrides: Any) -> BuildOptions:
         return BuildOptions(
@@ -115,6 +129,19 @@ def create_collection(root: Path, info: CollectionInfo, encoder: Any) -> Path:
     root = Path(root)
     target = folder_of(root, info.name)
     check_factory(info.factory, encoder.dimension)
+    check_chunking(info, encoder)
+    if (
+        info.dimension is not None
+        and info.factory
+        and VectorIndex.create(info.factory, info.dimension).needs_training
+    ):
+        raise CollectionError(
+            f"factory: {info.factory!r} needs training, which happens at a rebuild; a collection of your own "
+            "vectors is never rebuilt (nothing re-embeds them): use a Flat or HNSW factory",
+            422,
+            "factory",
+        )
+    info.incarnation = info.incarnation or secrets.token_hex(8)
     with collections_lock(root):
         if target.exists():
             raise CollectionError(f"name: a collection named {info.name!r} exists", 409)
@@ -129,21 +156,38 @@ def create_collection(root: Path, info: CollectionInfo, encoder: Any) -> Path:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    log.info("collection %r created (model %r)", info.name, info.model)
+    log.info("collection %r created (%s)", info.name, info.model or f"own vectors of {info.dimension}")
     return target
 
 
 def check_factory(factory: str | None, dimension: int) -> None:
-    """A FAISS factory string FAISS can build (422 naming ``factory`` otherwise)."""
+    """A factory within the grammar (``index.factories``) that takes a probe add and search at toy size:
+    422 naming ``factory`` otherwise, before anything is written."""
     if factory is None:
         return
     try:
-        VectorIndex.create(factory, dimension)
-    except (RuntimeError, ValueError) as exc:
+        check_factory_string(factory, dimension)
+        probe = VectorIndex.create(probe_shape(factory), dimension)
+        sample = np.random.default_rng(0).standard_normal(
+            (probe_training_size(factory), dimension), np.float32
+        )
+        sample /= np.linalg.norm(sample, axis=1, keepdims=True)
+        probe.train(sample)
+        probe.add(np.arange(2, dtype=np.int64), sample[:2])
+        probe.remove([0])
+        probe.search(sample[1], 1)
+    except (RuntimeError, ValueError, MemoryError) as exc:
         first_line = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise CollectionError(
-            f"factory: {factory!r} is not a FAISS factory string: {first_line}", 422, "factory"
-        ) from exc
+        raise CollectionError(f"factory: {first_line}", 422, "factory") from exc
+
+
+def check_chunking(info: CollectionInfo, encoder: Any) -> None:
+    """The chunk shape rule (``chunking.overlap_problem``), against the window the collection will use."""
+    if info.chunk_overlap is None:
+        return
+    window = Chunker.for_encoder(encoder, 0, info.chunk_window).window
+    if problem := overlap_problem(window, info.chunk_overlap):
+        raise CollectionError(f"chunk_overlap: {problem}", 422, "chunk_overlap")
 
 
 def delete_collection(root: Path, name: str) -> None:

@@ -177,7 +177,7 @@ class LexicalIndex:
                 return []
             # Copies, never np.frombuffer views: a view exports the array's buffer for as long as it lives
             # (past the lock when the frame outlives it, as a traceback keeps it), and while it does every
-            # append of a write fails with BufferError, half-applied (a soak of issue 42 met it).
+            # append of a write fails with BufferError, half-applied (a soak run hit it).
             alive = np.array(self._alive, np.int8)
             lengths = np.array(self._lengths, np.float32)
             norm_scale = K1 * B / (self._alive_length / self._alive_count)

@@ -20,10 +20,12 @@ def assemble_hits(
     *,
     explanations: dict[str, Explanation] | None = None,
     highlight: bool = False,
+    text_chars: int | None = None,
 ) -> list[SearchHit]:
+    """``text_chars``: each hit's document text cut there (0: the caller shows no text, None: whole)."""
     doc_ids = [doc_id for doc_id, _, _ in ranked]
     chunks = version.store.chunks_of(doc_ids)
-    documents = version.store.documents_of(doc_ids)  # each document's text read once, not per chunk
+    documents = version.store.documents_of(doc_ids, text_chars)  # each document's text read once
     hits = []
     for doc_id, score, chunk_id in ranked:
         rows, document = chunks.get(doc_id), documents.get(doc_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 import sqlite3
 import threading
@@ -41,8 +42,9 @@ from index.records import (
     ReadOnlyIndex,
     SearchHit,
 )
+from index.restore import ExpectedModel, check_restored, open_restored, verify_archive
 from index.results import assemble_hits
-from index.snapshots import ExpectedModel, check_restored, prepare_version, take_snapshot, verify_archive
+from index.snapshots import take_snapshot
 from index.version import OpenVersion, Repair, check_model, report_repair
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ Mode = Literal["dense", "bm25", "hybrid"]
 # (``list_documents``) or narrow the filter.
 MAX_SEARCH_WINDOW = 1000
 MAX_LIST_LIMIT = 1000
+MAX_PAGE_BYTES = 8 << 20  # texts and metadata of one page of documents (the service's CLOZE_MAX_PAGE_BYTES)
 
 
 class SearchIndex:
@@ -229,7 +232,7 @@ class SearchIndex:
             with store.transaction() as conn:  # StorageError (disk full): nothing written, nothing to undo
                 store.write_documents(conn, items, log=True)
             layout.pause_for_tests("upsert")  # durable in SQLite, not yet in FAISS
-            self._catch_up()
+            self._apply_landed("an upsert")
         return len(items)
 
     def delete(self, doc_id: str) -> bool:
@@ -238,8 +241,20 @@ class SearchIndex:
             store = self._live.store
             with store.transaction() as conn:
                 removed = store.delete_document(conn, doc_id, log=True)
-            self._catch_up()
+            self._apply_landed("a delete")
         return removed is not None
+
+    def _apply_landed(self, what: str) -> None:
+        """The catch-up after a commit. The write has landed (durable in the store and its changelog), so a
+        FAISS or BM25 failure here must not report it lost: it is logged and counted, and the changelog is
+        replayed again (removing before adding, in case the failure left half of it applied) by the next
+        write, the next poll or the next open. Caller holds _mutate."""
+        try:
+            self._catch_up()
+        except Exception as exc:  # noqa: BLE001  (any failure of the derived copies, a MemoryError included)
+            self._live.replaying = True
+            log.exception("%s is committed; applying it to the search structures failed (retried)", what)
+            report_repair(self._on_repair, "catch-up-failed", f"{what}: {type(exc).__name__}: {exc}")
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Re-embed every document into a new version with the live version's build options; searches and
@@ -301,13 +316,12 @@ class SearchIndex:
         snapshot and this restore are not in it: that is what a restore (a rollback) means."""
         self.require_writable()
         expected = ExpectedModel(self.encoder.info.fingerprint, int(self.encoder.dimension))
-        info = verify_archive(archive, expected)
+        info = verify_archive(archive, expected, self.root)
         with layout.build_lock(self.root):
             number = layout.next_version(self.root)
             fresh: OpenVersion | None = None
             try:
-                prepare_version(self.root, number, archive, info)
-                fresh = OpenVersion(self.root, number, False, self._on_repair)
+                fresh = open_restored(self.root, number, archive, info, self._on_repair)
                 check_restored(fresh, info)
                 layout.pause_for_tests("restore")  # complete on disk, not published
                 with self._mutate:
@@ -347,11 +361,12 @@ class SearchIndex:
 
     def apply_batch(self, batch: ChangeBatch, state: dict[str, str]) -> None:
         """Another index's changes (with their vectors) and ``state`` in one transaction, then FAISS and BM25
-        caught up through the changelog as after any write: readers see all of the batch or none of it."""
+        caught up through the changelog as after any write (a failed catch-up is replayed, as after any write):
+        readers see all of the batch or none of it."""
         self.require_writable()
         with self._mutate:
             write_changes(self._live.store, None, batch, log=True, state=state)
-            self._catch_up()
+            self._apply_landed("a replicated batch")
 
     def position(self) -> tuple[int, int]:
         """The live version's number and its last changelog sequence (no lock: /readyz asks on the event loop)."""
@@ -376,11 +391,13 @@ class SearchIndex:
         fusion: Fusion | None = None,
         explained: bool = False,
         highlight: bool = False,
+        text_chars: int | None = None,
     ) -> list[SearchHit]:
         """Results ``offset`` .. ``offset + top_k`` of the ranking a search with ``top_k = offset + top_k``
         returns (so pages are slices of one ranking). The filter is applied before ranking in every mode.
         ``fusion`` merges hybrid's lists (RRF with k = 60 by default); ``explained`` sets each hit's
-        ``explanation`` and ``highlight`` its ``highlights`` (the chunk's spans that match query terms)."""
+        ``explanation`` and ``highlight`` its ``highlights`` (the chunk's spans that match query terms);
+        ``text_chars`` cuts each hit's document text (0 when the caller shows none: a long text is not read)."""
         if mode not in ("dense", "bm25", "hybrid"):
             raise ValueError(f"unknown search mode {mode!r} (dense, bm25 or hybrid)")
         if mode != "bm25" and query_vector is None:
@@ -418,24 +435,36 @@ class SearchIndex:
                 query_text,
                 explanations=explain(page, dense, sparse) if explained else None,
                 highlight=highlight,
+                text_chars=text_chars,
             )
 
     # ---- listing ------------------------------------------------------------------------------------
 
     def list_documents(
-        self, limit: int = 100, cursor: str | None = None, filters: dict[str, Any] | None = None
+        self,
+        limit: int = 100,
+        cursor: str | None = None,
+        filters: dict[str, Any] | None = None,
+        max_bytes: int = MAX_PAGE_BYTES,
     ) -> tuple[list[Document], str | None]:
         """One page of the documents matching ``filters``, in a stable order (by id), and the cursor of the
-        next page (None after the last). A document that exists the whole time a client pages is listed
+        next page (None after the last): at most ``limit`` documents, fewer when their texts and metadata
+        pass ``max_bytes`` (always at least one). A document that exists the whole time a client pages is listed
         exactly once, whatever is upserted, deleted or rebuilt meanwhile; ``InvalidCursor`` for a cursor
         this index did not hand out, ``UnknownFilterField`` / ``InvalidFilterValue`` as for search."""
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit {limit} is outside 1..{MAX_LIST_LIMIT}")
         after = decode_cursor(cursor) if cursor else None
         with self._rw.read():
-            page = self._live.store.list_documents(limit + 1, after, filters or None)
-        more = len(page) > limit
-        page = page[:limit]
+            page = self._live.store.list_documents(limit + 1, after, filters or None, max_bytes)
+        kept, size = 0, 0
+        for document in page[:limit]:
+            size += len(document.text) + len(json.dumps(document.metadata))
+            if kept and size > max_bytes:
+                break
+            kept += 1
+        more = len(page) > kept
+        page = page[:kept]
         return page, encode_cursor(page[-1].id) if more else None
 
     def count_documents(self, filters: dict[str, Any] | None = None) -> int:

@@ -12,15 +12,13 @@ so it holds exactly the changelog up to ``sequence`` while writes go on. FAISS m
 (``synced_seq`` <= ``sequence``) only if the live copy did; the restored version then replays the copy's
 changelog at open, as after a crash (nothing was pruned past ``synced_seq``).
 
-A restore verifies everything (member names and types, sizes, checksums, format, model) before it writes
-anything, then extracts into a new version folder (checking each checksum again as it writes), opens it
-(FAISS must agree with the store), and publishes it atomically under the writer lock. The draft carries
-the rebuild marker, so a restore killed before its switch is deleted when the next writer opens the index.
+Restoring one is ``index.restore``: it trusts only what it checks itself (``index.archive_checks``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import io
@@ -32,39 +30,41 @@ import shutil
 import sqlite3
 import tarfile
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import faiss
 
 from index import layout
-from index.builder import FORMAT_VERSION, REBUILD_MARKER
+from index.archive_checks import (
+    ARCHIVE_FORMAT,
+    INFO,
+    SIDECAR,
+    ArchiveTooLarge,
+    BadArchive,
+    SnapshotError,
+)
 from index.faultpoints import pause_for_tests
-from index.records import IndexError_
+from index.restore import read_info
 from index.vectors import fsync_dir
 from index.version import OpenVersion
 
 log = logging.getLogger(__name__)
 
-ARCHIVE_FORMAT = 1
-INFO = "snapshot.json"
-SIDECAR = "vectors.json"
-FILES = (layout.MANIFEST, SIDECAR, layout.VECTORS, layout.STORE)  # after INFO, in this order
-MAX_INFO_BYTES = 1 << 20
+__all__ = ["ArchiveTooLarge", "BadArchive", "SnapshotError"]  # defined in archive_checks, raised here
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\.tar(\.gz)?")
 LOCK = ".snapshot.lock"
 PARTIAL = ".partial"
 BACKUP_PAGES = 4096  # SQLite pages copied per backup step (16 MB at 4 KB pages): one progress line per step
 READ_CHUNK = 1 << 20
+GZIP_MAGIC = b"\x1f\x8b"
+ARCHIVE_ERRORS = (tarfile.TarError, EOFError, OSError, zlib.error)
 Compression = str  # "none" | "gzip"
-
-
-class SnapshotError(IndexError_):
-    """Base of snapshot and restore refusals; each says what is wrong."""
 
 
 class SnapshotInProgress(SnapshotError):
@@ -81,10 +81,6 @@ class SnapshotNotFound(SnapshotError):
 
 class InvalidSnapshotName(SnapshotError, ValueError):
     """A name that is not one this module hands out (path separators, ``..``, other suffixes)."""
-
-
-class BadArchive(SnapshotError, ValueError):
-    """A truncated, corrupted or foreign archive: nothing was written."""
 
 
 @dataclass
@@ -121,7 +117,7 @@ def check_name(name: str) -> str:
 def path_of(folder: Path, name: str) -> Path:
     path = Path(folder) / check_name(name)
     if not path.is_file():
-        raise SnapshotNotFound(f"no snapshot named {name!r} in {folder}")
+        raise SnapshotNotFound(f"no snapshot named {name!r}")
     return path
 
 
@@ -146,16 +142,10 @@ def describe(path: Path) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": path.name, "bytes": path.stat().st_size}
     try:
         info = read_info(path)
-    except BadArchive as exc:
+    except SnapshotError as exc:
         return entry | {"problem": str(exc)}
     keep = ("created", "sequence", "documents", "chunks", "vectors", "version", "model_fingerprint")
     return entry | {key: info.get(key) for key in keep}
-
-
-def read_info(path: Path) -> dict[str, Any]:
-    """The archive's ``snapshot.json`` (its first member), without reading the rest."""
-    with _open_archive(path) as archive:
-        return _read_info_member(archive, path)
 
 
 def delete_snapshot(folder: Path, name: str) -> None:
@@ -186,9 +176,7 @@ def exclusive(folder: Path) -> Iterator[None]:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
-            raise SnapshotInProgress(
-                f"a snapshot or restore of this collection is already running (snapshot folder {folder})"
-            ) from exc
+            raise SnapshotInProgress("a snapshot or restore of this collection is already running") from exc
         try:
             for leftover in folder.glob(f".*{PARTIAL}"):  # a killed snapshot's temp files
                 leftover.unlink(missing_ok=True)
@@ -248,7 +236,7 @@ def check_space(folder: Path, needed: int) -> None:
     free = shutil.disk_usage(folder).free
     if free < needed:
         raise SnapshotNoSpace(
-            f"a snapshot needs about {needed / 2**20:.1f} MiB in {folder}, which has {free / 2**20:.1f} MiB "
+            f"a snapshot needs about {needed / 2**20:.1f} MiB; the snapshot folder has {free / 2**20:.1f} MiB "
             "free: free space, lower the retention (CLOZE_SNAPSHOT_KEEP) or set CLOZE_SNAPSHOTS_DIR elsewhere"
         )
 
@@ -284,7 +272,7 @@ def take_snapshot(
         except OSError as exc:
             if _is_no_space(exc):
                 raise SnapshotNoSpace(
-                    f"the disk of {folder} filled while writing snapshot {name}: {exc}"
+                    f"the snapshot folder's disk filled while writing snapshot {name}"
                 ) from exc
             raise
         finally:
@@ -297,8 +285,6 @@ def take_snapshot(
 
 
 def _is_no_space(exc: OSError) -> bool:
-    import errno
-
     return exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -374,207 +360,6 @@ def _file_sha256(path: Path) -> str:
         while block := handle.read(READ_CHUNK):
             digest.update(block)
     return digest.hexdigest()
-
-
-# ---- verifying and restoring ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ExpectedModel:
-    """What the collection restored into runs: an archive of another model is foreign."""
-
-    fingerprint: str
-    dimension: int
-
-
-def verify_archive(path: Path, expected: ExpectedModel | None) -> dict[str, Any]:
-    """Every check a restore makes before it writes anything; returns ``snapshot.json``. ``BadArchive``
-    names the problem: not a tar, truncated, an unexpected member (a link, a path, a duplicate), a size or
-    checksum that differs, another format version, another model."""
-    with _open_archive(path) as archive:
-        info = _read_info_member(archive, path)
-        _check_compatible(info, expected)
-        for member, stream in _members(archive, info):
-            _copy_checked(stream, member.name, info["files"][member.name], None)
-    return info
-
-
-def extract_archive(path: Path, folder: Path, info: dict[str, Any]) -> None:
-    """Each file into ``folder`` (a draft no reader looks at), its checksum checked again as it is written
-    (the archive could have changed since it was verified); then the files are fsync'd."""
-    with _open_archive(path) as archive:
-        _read_info_member(archive, path)
-        for member, stream in _members(archive, info):
-            with (folder / member.name).open("wb") as out:
-                _copy_checked(stream, member.name, info["files"][member.name], out)
-    layout.fsync_tree(folder)
-
-
-def _open_archive(path: Path) -> Any:
-    try:
-        return tarfile.open(path, "r:*")
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise BadArchive(f"{Path(path).name} is not a readable tar archive (.tar or .tar.gz): {exc}") from exc
-
-
-def _read_info_member(archive: tarfile.TarFile, path: Path) -> dict[str, Any]:
-    try:
-        first = archive.next()
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise BadArchive(f"{Path(path).name} is truncated or not a tar archive: {exc}") from exc
-    if first is None or first.name != INFO or not first.isreg():
-        found = "nothing" if first is None else repr(first.name)
-        raise BadArchive(
-            f"{Path(path).name} is not a cloze snapshot: its first member is {found}, not {INFO}"
-        )
-    if first.size > MAX_INFO_BYTES:
-        raise BadArchive(f"{INFO} is {first.size} bytes, over the {MAX_INFO_BYTES}-byte limit")
-    try:
-        stream = archive.extractfile(first)
-        info = json.loads(stream.read() if stream else b"")
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
-        raise BadArchive(f"{INFO} in {Path(path).name} is truncated or not JSON: {exc}") from exc
-    if not isinstance(info, dict) or not isinstance(info.get("files"), dict):
-        raise BadArchive(f"{INFO} in {Path(path).name} has no file list")
-    return info
-
-
-def _check_compatible(info: dict[str, Any], expected: ExpectedModel | None) -> None:
-    if info.get("format") != ARCHIVE_FORMAT:
-        raise BadArchive(
-            f"snapshot format {info.get('format')!r}, but this version of cloze-search reads format {ARCHIVE_FORMAT}"
-        )
-    if info.get("index_format") != FORMAT_VERSION:
-        raise BadArchive(
-            f"the snapshot holds an index of format {info.get('index_format')!r}; this version reads format "
-            f"{FORMAT_VERSION}"
-        )
-    if sorted(info["files"]) != sorted(FILES):
-        raise BadArchive(f"{INFO} lists files {sorted(info['files'])}, expected {sorted(FILES)}")
-    if expected is not None and (
-        info.get("model_fingerprint") != expected.fingerprint or info.get("dimension") != expected.dimension
-    ):
-        raise BadArchive(
-            f"the snapshot was made with model {info.get('model_id')!r} (fingerprint "
-            f"{info.get('model_fingerprint')}, dimension {info.get('dimension')}), but this collection runs "
-            f"fingerprint {expected.fingerprint}, dimension {expected.dimension}: restore it into a service "
-            "running that model"
-        )
-
-
-def _members(archive: tarfile.TarFile, info: dict[str, Any]) -> Iterator[tuple[tarfile.TarInfo, IO[bytes]]]:
-    """The remaining members in order, each checked to be a plain file the snapshot lists, once."""
-    seen: set[str] = set()
-    while True:
-        try:
-            member = archive.next()
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            raise BadArchive(f"the archive is truncated or damaged after {sorted(seen)}: {exc}") from exc
-        if member is None:
-            break
-        if member.name not in FILES or "/" in member.name:
-            raise BadArchive(
-                f"unexpected member {member.name[:100]!r} in the archive (only {', '.join(FILES)})"
-            )
-        if not member.isreg():
-            raise BadArchive(f"member {member.name!r} is not a regular file (links and folders are refused)")
-        if member.name in seen:
-            raise BadArchive(f"member {member.name!r} appears twice")
-        if member.size != info["files"][member.name].get("bytes"):
-            raise BadArchive(
-                f"{member.name} is {member.size} bytes in the archive, {INFO} says "
-                f"{info['files'][member.name].get('bytes')}"
-            )
-        seen.add(member.name)
-        stream = archive.extractfile(member)
-        assert stream is not None  # a regular file always has one
-        yield member, stream
-    missing = sorted(set(FILES) - seen)
-    if missing:
-        raise BadArchive(f"the archive is truncated: {', '.join(missing)} missing")
-
-
-def _copy_checked(stream: IO[bytes], name: str, expected: dict[str, Any], out: IO[bytes] | None) -> None:
-    digest, size = hashlib.sha256(), 0
-    try:
-        while block := stream.read(READ_CHUNK):
-            digest.update(block)
-            size += len(block)
-            if out is not None:
-                out.write(block)
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        if out is not None and not isinstance(exc, (tarfile.TarError, EOFError)):
-            raise  # a write error (a full disk) is the disk's problem, not the archive's
-        raise BadArchive(f"{name} is truncated or damaged in the archive: {exc}") from exc
-    if size != expected.get("bytes"):
-        raise BadArchive(f"{name} is truncated: {size} bytes read, {expected.get('bytes')} expected")
-    if digest.hexdigest() != expected.get("sha256"):
-        raise BadArchive(
-            f"{name} is corrupted: its sha256 is {digest.hexdigest()}, {INFO} says {expected.get('sha256')}"
-        )
-    if out is not None:
-        out.flush()
-        os.fsync(out.fileno())
-
-
-def prepare_version(root: Path, number: int, archive: Path, info: dict[str, Any]) -> None:
-    """The archive's files as version ``number``, unpublished and marked as a draft to discard if this
-    process dies: the manifest renumbered and told where it came from."""
-    folder = layout.version_dir(root, number)
-    folder.mkdir(parents=True)
-    (folder / REBUILD_MARKER).touch()
-    manifest_path = folder / layout.MANIFEST
-    extract_archive(archive, folder, info)
-    manifest = json.loads(manifest_path.read_text())
-    manifest_path.unlink()  # written back last, renumbered: the version is complete only then
-    manifest |= {
-        "version": number,
-        "restored_from": {"sequence": info.get("sequence"), "created": info.get("created")},
-    }
-    layout.write_manifest(folder, manifest)
-
-
-def check_restored(version: OpenVersion, info: dict[str, Any]) -> None:
-    """The opened copy must hold what the archive says it holds (FAISS agrees with the store after the
-    replay at open: ``OpenVersion`` repairs a disagreement from the store's vectors)."""
-    counts = version.store.counts()
-    if counts["documents"] != info.get("documents") or counts["chunks"] != info.get("chunks"):
-        raise BadArchive(
-            f"the restored store holds {counts}, the snapshot says {info.get('documents')} documents"
-        )
-    version.verify()
-
-
-def restore_offline(root: Path, archive: Path) -> dict[str, Any]:
-    """``cloze index restore`` without a service: takes the writer lock (``IndexLocked`` naming the holder
-    while a service writes the index), verifies, extracts into a new version and publishes it."""
-    root = Path(root)
-    lease = layout.WriterLease(root)
-    try:
-        with layout.build_lock(root):
-            current = layout.current_version(root)
-            manifest = layout.read_manifest_safely(layout.version_dir(root, current)) if current else None
-            expected = (
-                ExpectedModel(manifest["model_fingerprint"], int(manifest["dimension"])) if manifest else None
-            )
-            info = verify_archive(archive, expected)
-            number = layout.next_version(root)
-            try:
-                prepare_version(root, number, archive, info)
-                version = OpenVersion(root, number)
-                try:
-                    check_restored(version, info)
-                finally:
-                    version.close(save=True)
-                pause_for_tests("restore")
-                layout.publish(root, number)
-            except BaseException:
-                if layout.current_version(root) != number:
-                    layout.remove_version(root, number)
-                raise
-        return {"version": number, **{k: info.get(k) for k in ("sequence", "documents", "chunks")}}
-    finally:
-        lease.release()
 
 
 def snapshot_offline(root: Path, folder: Path, compression: Compression, keep: int | None) -> dict[str, Any]:

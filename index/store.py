@@ -103,7 +103,7 @@ class DocumentStore:
         self.read_only = read_only
         # How a read-only store is read. ``immutable=1`` tells SQLite the file never changes (no locks, no
         # -wal or -shm written: fits a read-only mount), which is false beside a live writer: a replica
-        # read pages the writer was checkpointing ("database disk image is malformed", issue 42) and never
+        # read pages the writer was checkpointing ("database disk image is malformed") and never
         # saw its WAL. So immutable only while no WAL exists (no writer has the store open); with one, an
         # ordinary WAL reader (``mode=ro``) that sees each commit; ``writer_appeared`` tells the follower
         # to reopen when a writer starts later. A read-only mount holding a -wal needs its -shm as well.
@@ -411,10 +411,12 @@ class DocumentStore:
             out.setdefault(r[1], []).append(ChunkRow(r[0], r[1], r[2], r[3]))
         return out
 
-    def documents_of(self, doc_ids: Iterable[str]) -> dict[str, Document]:
-        """Each document once: id -> ``Document`` (missing ids are left out)."""
+    def documents_of(self, doc_ids: Iterable[str], text_chars: int | None = None) -> dict[str, Document]:
+        """Each document once: id -> ``Document`` (missing ids are left out), its text cut at ``text_chars``
+        characters by SQLite (so a caller that needs none or a prefix never reads a long text whole)."""
+        text = "text" if text_chars is None else f"substr(text, 1, {int(text_chars)})"
         rows = self._conn().execute(
-            "SELECT id, text, metadata FROM documents WHERE id IN (SELECT value FROM json_each(?))",
+            f"SELECT id, {text}, metadata FROM documents WHERE id IN (SELECT value FROM json_each(?))",
             (json.dumps(list(doc_ids)),),
         )
         return {r[0]: Document(r[0], r[1], json.loads(r[2])) for r in rows}
@@ -479,18 +481,27 @@ class DocumentStore:
             self.refresh_fields()
         return compile_filters(filters, self._fields, values_table=values_table and self.values_table)
 
-    def list_documents(self, limit: int, after: str | None, filters: dict[str, Any] | None) -> list[Document]:
+    def list_documents(
+        self, limit: int, after: str | None, filters: dict[str, Any] | None, max_bytes: int | None = None
+    ) -> list[Document]:
         """Up to ``limit`` documents whose id sorts after ``after``, in id order (binary collation).
 
         Ordered by id, not rid: an id never changes while its document exists, and a rebuild renumbers rids,
         so keyset paging over ids neither repeats nor skips a document that exists the whole time, whatever
-        is upserted, deleted or rebuilt between pages (the UNIQUE index on id serves the order)."""
+        is upserted, deleted or rebuilt between pages (the UNIQUE index on id serves the order). Reading stops
+        after the document that takes the texts and metadata past ``max_bytes``."""
         where, params = self.filter_sql(filters or {})
         rows = self._conn().execute(
             f"SELECT d.id, d.text, d.metadata FROM documents d WHERE d.id > ? AND {where} ORDER BY d.id LIMIT ?",
             [after if after is not None else "", *params, limit],
         )
-        return [Document(r[0], r[1], json.loads(r[2])) for r in rows]
+        found, size = [], 0
+        for row in rows:
+            found.append(Document(row[0], row[1], json.loads(row[2])))
+            size += len(row[1]) + len(row[2])
+            if max_bytes is not None and size > max_bytes:
+                break
+        return found
 
     def count_documents(self, filters: dict[str, Any] | None) -> int:
         where, params = self.filter_sql(filters or {})

@@ -9,7 +9,7 @@ Inner product on L2-normalised vectors (= cosine). The factory is chosen by corp
   large corpus fits in memory. Its lossy scores are repaired by re-scoring the best candidates exactly with
   the float vectors kept in SQLite (``SearchIndex`` does that, see ``rerank``).
 
-Any factory string can be forced; for one without ``remove_ids`` (HNSW) deleted ids become tombstones
+A factory can be forced within the grammar of ``index.factories``; for one without ``remove_ids`` (HNSW) deleted ids become tombstones
 excluded with an ``IDSelector`` until the next rebuild. Search parameters (nprobe, efSearch, selectors)
 travel in a ``SearchParameters`` object per call instead of being set on the shared index, which is what
 makes concurrent searches with different settings safe.
@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from index.factories import check_factory_string
 from index.faultpoints import pause_for_tests
 from index.records import DamagedFile
 
@@ -102,6 +103,8 @@ class VectorIndex:
 
     @classmethod
     def create(cls, factory: str, dimension: int, params: dict[str, Any] | None = None) -> VectorIndex:
+        """``InvalidFactory`` (a ValueError) for a factory outside the grammar of ``index.factories``."""
+        check_factory_string(factory, dimension)
         index = faiss.index_factory(dimension, factory, faiss.METRIC_INNER_PRODUCT)
         if hasattr(index, "do_polysemous_training"):
             # The factory turns it on for 8-bit PQ; it only serves Hamming pre-filtering (unused here) and

@@ -1,10 +1,12 @@
-"""Who may call what: one table of routes and scopes (``required_access``), one key ring, one gate.
+"""Who may call what: one key ring and its check. What each route needs is declared on the route itself
+(``route_table.declare``); the access gate (``middleware.AccessGate``) reads that declaration and asks here.
 
-Write keys (``CLOZE_API_KEYS``) may do everything; read keys (``CLOZE_READ_API_KEYS``) may read. Reads are
-open while no read key is set; writes are open only while no key at all is set (a loopback-only service,
-``check_exposure``): a service with read keys but no write keys refuses every write. 401 = no or unknown
-key; 403 = a valid key without the scope. Keys are compared in constant time, and every configured key is
-compared, so timing says nothing about which one (or whether one) matched.
+Write keys (``CLOZE_API_KEYS``) may do everything; read keys (``CLOZE_READ_API_KEYS``) may read; keys scoped
+to collections (``CLOZE_COLLECTION_API_KEYS``) reach only theirs. One rule: once any key of any kind is set,
+every route but the public ones needs a key (reads included); with no key at all everything is open (a
+loopback-only service, ``check_exposure``). A service with read keys but no write keys refuses every write.
+401 = no or unknown key; 403 = a valid key without the scope. Keys are compared in constant time, and every
+configured key is compared, so timing says nothing about which one (or whether one) matched.
 """
 
 from __future__ import annotations
@@ -17,52 +19,12 @@ from typing import Literal
 from fastapi.security import HTTPBearer
 from starlette.types import Scope
 
-from app.service.collections import split_collection_route
 from app.service.errors import ApiError
-from app.service.model_registry import split_model_route
 from app.settings import ScopedKey
 
-Access = Literal["public", "operations", "read", "write"]
 KeyScope = Literal["read", "write"]
-# Documents the scheme in OpenAPI; the gate below decides.
+# Documents the scheme in OpenAPI; the access gate decides.
 bearer = HTTPBearer(auto_error=False, description="An API key from CLOZE_API_KEYS or CLOZE_READ_API_KEYS")
-
-# The table. GET and HEAD read; a POST reads only when listed here; everything else writes, so a route
-# added without a line here needs a write key (tests/app/test_auth_table.py walks every route).
-PUBLIC_PATHS = frozenset({"/", "/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
-PUBLIC_PREFIXES = ("/static/",)
-# /metrics and /readyz: read keys when set (error texts name file paths), unless CLOZE_OPEN_OPERATIONS.
-OPERATIONS_PATHS = frozenset({"/metrics", "/readyz"})
-READING_POSTS = frozenset(
-    {
-        "/search",
-        "/embed",
-        "/v1/embeddings",
-        "/similarity",
-        "/tokenize",
-        "/decode",
-        "/fill-mask",
-        "/mask-preview",
-        "/rerank",
-        "/v1/rerank",
-        "/v2/rerank",
-    }
-)
-READING_METHODS = frozenset({"GET", "HEAD"})
-
-
-def required_access(method: str, path: str) -> Access:
-    _, path = split_model_route(path)  # /models/{name}/embed reads as /embed does
-    named, route = split_collection_route(path)
-    if named is not None and path.startswith("/collections/"):
-        path = route or "/collections/{name}"  # /collections/{name}/search reads as /search does
-    if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
-        return "public"
-    if path in OPERATIONS_PATHS:
-        return "operations"
-    if method in READING_METHODS or (method == "POST" and path in READING_POSTS):
-        return "read"
-    return "write"
 
 
 @dataclass(frozen=True)
@@ -99,18 +61,18 @@ class KeyRing:
         grant = self.grant_of(token)
         return grant.scope if grant is not None else None
 
-    def guarded(self, needed: KeyScope) -> bool:
-        scoped_reads = any(grant.scope == "read" for _, grant in self.scoped)
-        if needed == "read":
-            return bool(self.read_keys) or scoped_reads
+    @property
+    def keyed(self) -> bool:
+        """Whether any key is configured: then every route that is not public needs one."""
         return bool(self.write_keys or self.read_keys or self.scoped)
 
     def check(
-        self, token: str | None, needed: KeyScope, collection: str | None = None, path: str = ""
+        self, token: str | None, needed: KeyScope, collection: str | None = None, operations: bool = False
     ) -> Grant | None:
-        """The caller's grant when the key may do ``needed`` (on ``collection``, for a collection's route);
-        None when the route is open. 401 for a missing or unknown key, 403 for one without the right."""
-        if not self.guarded(needed):
+        """The caller's grant when the key may do ``needed`` (on ``collection``, for a collection's route;
+        ``operations``: /metrics and /readyz); None when the route is open. 401 for a missing or unknown
+        key, 403 for one without the right."""
+        if not self.keyed:
             return None
         if not token:
             raise ApiError(
@@ -126,18 +88,18 @@ class KeyRing:
                 raise ApiError(403, "writes are disabled: this service has read keys but no write keys")
             raise ApiError(403, "this API key may read but not write")
         if grant.collections is not None:
-            check_scoped(grant, needed, collection, path)
+            check_scoped(grant, needed, collection, operations)
         return grant
 
 
-def check_scoped(grant: Grant, needed: KeyScope, collection: str | None, path: str) -> None:
+def check_scoped(grant: Grant, needed: KeyScope, collection: str | None, operations: bool) -> None:
     """A key scoped to collections reaches those collections, the collection listing (which shows only
     them) and the model routes; anything else (creating a collection, /metrics) needs an unscoped key."""
     names = ", ".join(sorted(grant.collections or ()))
     if collection is not None:
         if not grant.may_read(collection):
             raise ApiError(403, f"this API key is scoped to the collections {names}, not {collection!r}")
-    elif needed == "write" or path in OPERATIONS_PATHS:
+    elif needed == "write" or operations:
         raise ApiError(403, f"this API key is scoped to the collections {names}: this needs an unscoped key")
 
 

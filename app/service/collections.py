@@ -1,41 +1,40 @@
-"""Collections as the service holds them: each an open index (or why not), its model's name, and the
-requests in flight on it, so that a delete lets them finish while new ones get 404.
+"""Collections as the service holds them: each an open index (or why not), its model's name, its figures,
+and the requests in flight on it, so that a delete lets them finish while new ones get 404.
 
-``default`` is the service's own index (``CLOZE_INDEX``), opened and followed as before collections; the
-others live under the data root (``index.collections``) and are opened, followed and dropped as their
-folders appear and go (a replica, or a ``cloze collection`` command beside the service, sees the same)."""
+``default`` is the service's own index (``CLOZE_INDEX``); the others live under the data root
+(``index.collections``). ``app.service.lifecycle`` opens, follows, probes and closes every one of them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from app.service.errors import ApiError
+from index import snapshots
 from index.collections import DEFAULT_COLLECTION, CollectionInfo
 from index.records import ReadOnlyIndex, collection_name_problem
-
-# ``/collections/{name}`` and what lies under it; the same routes without the prefix are ``default``'s.
-COLLECTION_ROUTE = re.compile(r"/collections/(?P<name>[^/]+)(?P<route>/.*)?")
-DEFAULT_COLLECTION_ROUTES = ("/search", "/documents", "/index/", "/jobs/")
-DRAIN_TIMEOUT_S = 30.0  # a delete waits this long for in-flight requests, then closes anyway
 
 
 @dataclass
 class Collection:
     name: str
-    model: str  # the named embedding model its vectors come from
+    model: str | None  # the named embedding model its vectors come from (None: the caller's own vectors)
     path: Path
     info: CollectionInfo | None = None  # None for ``default``: no collection.json, settings say it all
     index: Any = None  # index.SearchIndex, once open
     error: str | None = None  # why it is not open (or, with ``failing``, not readable)
     failing: bool = False  # opened, but the last probe could not read it
     read_only: bool = False
+    replica: bool = False  # a copy another host's writer ships: its follower changes it, requests do not
+    snapshots: Path | None = None  # its snapshot folder (``snapshot_folder_of``)
+    stats: dict[str, int] = field(
+        default_factory=dict
+    )  # documents, chunks, vectors: refreshed in the background
     in_flight: int = 0
     closing: bool = False
 
@@ -56,6 +55,10 @@ class Collection:
         """The index, for a write: the read-only check (409) comes before anything is embedded or queued."""
         if self.read_only:
             raise ReadOnlyIndex("the index is open read-only: change documents through the indexer")
+        if self.replica:
+            raise ReadOnlyIndex(
+                "this service is a replica (CLOZE_REPLICATION_ROLE=replica): write to the writer"
+            )
         return self.require_index()
 
 
@@ -66,6 +69,7 @@ class CollectionRegistry:
     root: Path
     default: Collection
     limit: int = 100  # collections besides ``default``
+    drain_timeout: float = 30.0  # a delete waits this long for in-flight requests, then refuses (409)
     collections: dict[str, Collection] = field(default_factory=dict)
     lifecycle: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -97,6 +101,18 @@ class CollectionRegistry:
         finally:
             collection.in_flight -= 1
 
+    @contextlib.contextmanager
+    def held(self, collection: Collection) -> Iterator[bool]:
+        """Count ``collection`` in flight while the block runs (False, and not counted, once withdrawn)."""
+        if collection.closing:
+            yield False
+            return
+        collection.in_flight += 1
+        try:
+            yield True
+        finally:
+            collection.in_flight -= 1
+
     def withdraw(self, name: str) -> Collection:
         """Take a collection out of service for its delete: new requests get 404 from here on."""
         collection = self.get(name, "name")
@@ -104,21 +120,24 @@ class CollectionRegistry:
         self.collections.pop(name, None)
         return collection
 
-    async def drained(self, collection: Collection, timeout: float = DRAIN_TIMEOUT_S) -> bool:
-        """Wait for the requests in flight on a withdrawn collection; False if some outlived ``timeout``."""
-        deadline = time.monotonic() + timeout
+    def reinstate(self, collection: Collection) -> None:
+        """Put back a collection whose delete was refused."""
+        collection.closing = False
+        self.collections[collection.name] = collection
+
+    async def drained(self, collection: Collection) -> bool:
+        """Wait for the requests in flight on a withdrawn collection; False if some outlived the wait."""
+        deadline = time.monotonic() + self.drain_timeout
         while collection.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         return collection.in_flight == 0
 
 
-def split_collection_route(path: str) -> tuple[str | None, str]:
-    """The collection a path addresses, and the path as the collection's own routes spell it:
-    ``/collections/legal/search`` -> ("legal", "/search"), ``/collections/legal`` -> ("legal", ""),
-    ``/search`` -> ("default", "/search"); a path about no collection -> (None, path)."""
-    match = COLLECTION_ROUTE.fullmatch(path)
-    if match:
-        return match["name"], match["route"] or ""
-    if path == "/search" or path.startswith(DEFAULT_COLLECTION_ROUTES):
-        return DEFAULT_COLLECTION, path
-    return None, path
+def snapshot_folder_of(configured: Path | None, name: str, path: Path) -> Path:
+    """Where a collection's snapshots go: ``CLOZE_SNAPSHOTS_DIR`` (the others' in its ``collections/<name>``),
+    else ``<folder>.snapshots`` beside the collection's folder."""
+    if configured is None:
+        return snapshots.default_folder(path)
+    if name == DEFAULT_COLLECTION:
+        return Path(configured)
+    return Path(configured) / "collections" / name

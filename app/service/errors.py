@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from index.layout import BuildInProgress
 from index.records import InvalidDocument, ReadOnlyIndex, StorageError
 from index.snapshots import (
+    ArchiveTooLarge,
     BadArchive,
     InvalidSnapshotName,
     SnapshotError,
@@ -27,9 +30,21 @@ SNAPSHOT_ERRORS: dict[type[SnapshotError], tuple[int, str | None]] = {
     SnapshotNotFound: (404, "snapshot"),
     InvalidSnapshotName: (422, "snapshot"),
     BadArchive: (422, "archive"),
+    ArchiveTooLarge: (413, "archive"),
 }
 
 log = logging.getLogger("cloze.service")
+# An absolute path of two parts or more, up to its last part: where the server keeps a file is not the
+# client's business (the log has it), the file's own name may be (``store.sqlite``, a snapshot's).
+SERVER_PATH = re.compile(r"(?<![\w.:/])/(?:[\w.@+=-]+/)+(?=[\w.@+=-])")
+
+
+def without_server_paths(message: str) -> str:
+    """``index at /data/index/versions/3 failed`` -> ``index at …/3 failed``."""
+    return SERVER_PATH.sub("…/", message)
+
+
+CLIENT_CLOSED = 499  # nginx's "client closed request": no answer reached anyone, and it is not a server error
 
 
 class BodyRejected(StarletteHTTPException):
@@ -64,6 +79,14 @@ def validation_error(errors: list) -> tuple[str, str]:
 def known_error(exc: Exception) -> tuple[int, dict, dict[str, str] | None] | None:
     """(status, body, headers) for an error this service answers on purpose; None for a bug (500). The app's
     handlers and the embedding lane (which answers ahead of them) both map errors here."""
+    known = _known_error(exc)
+    if known is None:
+        return None
+    status, body, headers = known
+    return status, {**body, "error": without_server_paths(body["error"])}, headers
+
+
+def _known_error(exc: Exception) -> tuple[int, dict, dict[str, str] | None] | None:
     if isinstance(exc, ApiError):
         return exc.status, {"error": exc.message, "field": exc.field}, exc.headers
     if isinstance(exc, ReadOnlyIndex | BuildInProgress):
@@ -96,8 +119,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         field = getattr(exc, "field", None)
-        message = str(exc.detail)
+        message = without_server_paths(str(exc.detail))
         return JSONResponse({"error": message, "field": field}, exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, _: ClientDisconnect) -> Response:
+        log.info("the client went away during %s %s", request.method, request.url.path)
+        return Response(status_code=CLIENT_CLOSED)  # never delivered; counted as 499 in the metrics
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

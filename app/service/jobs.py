@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.service.errors import without_server_paths
+
 log = logging.getLogger("cloze.service")
 
 
@@ -97,8 +99,9 @@ class JobRegistry:
         except JobCancelled as exc:
             log.info("job %s (%s) cancelled at shutdown", job.job_id, job.kind)
             job.error, job.status = f"{type(exc).__name__}: {exc}", "failed"
-        except Exception as exc:  # the job's error is its result; the service goes on
-            job.error, job.status = f"{type(exc).__name__}: {exc}", "failed"
+        except Exception as exc:  # the job's error is its result (less server paths; the log has them)
+            log.warning("job %s (%s) failed", job.job_id, job.kind, exc_info=exc)
+            job.error, job.status = without_server_paths(f"{type(exc).__name__}: {exc}"), "failed"
 
     def shutdown(self) -> None:
         """Cancel the running job (at its next progress report) and queued ones, then wait for the thread."""

@@ -10,23 +10,20 @@ from pathlib import Path
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.routing import Mount
 
 from app.service.auth import KeyRing, bearer
-from app.service.collections import Collection, CollectionRegistry
-from app.service.engines import (
-    Engines,
-    close_engines,
-    follow_published_index,
-    load_engines,
-    model_registries,
-)
+from app.service.collections import Collection, CollectionRegistry, snapshot_folder_of
+from app.service.engines import Engines, close_engines, load_engines, model_registries
 from app.service.errors import install_error_handlers
 from app.service.jobs import JobRegistry
-from app.service.lane import EmbeddingLane
+from app.service.lane import lane_routes
+from app.service.lifecycle import Lifecycle
 from app.service.metrics import Metrics
 from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
 from app.service.model_registry import INDEX_MODEL
 from app.service.replication import Replication
+from app.service.route_table import RouteTable, declare, declare_route
 from app.service.routes import (
     collections,
     documents,
@@ -42,16 +39,20 @@ from app.settings import Settings, get_settings
 from index.collections import DEFAULT_COLLECTION
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
+OAUTH_REDIRECT = "/docs/oauth2-redirect"  # FastAPI's default swagger_ui_oauth2_redirect_url
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
+    """``lane``: answer the hot embedding routes through ``EmbeddingLane`` (False: FastAPI's routes answer
+    them, as the lane's tests compare)."""
     settings = settings or get_settings()
     metrics = Metrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        loading = asyncio.create_task(load_engines(app.state.engines, settings, metrics))
-        follower = asyncio.create_task(follow_published_index(app.state.engines, settings, metrics))
+        engines, lifecycle = app.state.engines, app.state.lifecycle
+        loading = asyncio.create_task(load_engines(engines, lifecycle, settings, metrics))
+        follower = asyncio.create_task(lifecycle.follow())
         replication = asyncio.create_task(app.state.replication.run())
         yield
         follower.cancel()
@@ -59,7 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         loading.cancel()  # a load in a worker thread finishes there; its retries and backoff end here
         await asyncio.gather(loading, follower, replication, return_exceptions=True)
         app.state.jobs.shutdown()
-        await close_engines(app.state.engines)
+        await close_engines(engines, lifecycle)
 
     app = FastAPI(
         title="cloze-search",
@@ -78,9 +79,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         rerankers=rerankers,
         collections=collection_registry(settings),
     )
+    app.state.lifecycle = Lifecycle(app.state.engines.collections, embedding_models, settings, metrics)
     app.state.jobs = JobRegistry(keep=settings.max_jobs_kept)
     app.state.engines.bound(settings.max_pending)
-    app.state.engines.read_only = settings.serves_read_only  # after Engines(): its __init__ resets it
     app.state.replication = Replication(settings, app.state.engines)
     install_error_handlers(app)
     for module in (inference, rerank, meta, playground, collections):
@@ -94,34 +95,52 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             dependencies=[Depends(collections.collection_in_path)],
         )
     _add_pages(app)
-    # Outermost first: every request logged and counted; browser guard and keys before a body is read.
+    for route in app.routes:  # FastAPI's own pages: the schema and the docs
+        if getattr(route, "path", None) in (app.openapi_url, app.docs_url, app.redoc_url, OAUTH_REDIRECT):
+            declare_route(route, "public")
+    if lane:
+        app.router.routes[:0] = lane_routes(app.state, app.routes)
+    app.state.routes = routes = RouteTable(app.routes)
+    # Outermost first: every request, the lane's included, logged and counted; browser guard and keys before
+    # a body is read.
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_bytes, upload_bytes=settings.max_snapshot_upload_bytes
     )
-    app.add_middleware(AccessGate, keys=app.state.keys, open_operations=settings.open_operations)
+    app.add_middleware(
+        AccessGate, keys=app.state.keys, open_operations=settings.open_operations, routes=routes
+    )
     app.add_middleware(BrowserGuard, settings=settings)
-    app.add_middleware(RequestLog, recorder=app.state.recorder)
+    app.add_middleware(RequestLog, recorder=app.state.recorder, routes=routes)
     return app
 
 
 def collection_registry(settings: Settings) -> CollectionRegistry:
     """The collections the settings place: ``default`` at ``CLOZE_INDEX``, the others under the data root."""
+    path = Path(settings.index)
     default = Collection(
-        DEFAULT_COLLECTION, INDEX_MODEL, Path(settings.index), read_only=settings.serves_read_only
+        DEFAULT_COLLECTION,
+        INDEX_MODEL,
+        path,
+        read_only=settings.index_read_only,
+        replica=settings.replication_role == "replica",
+        snapshots=snapshot_folder_of(settings.snapshots_dir, DEFAULT_COLLECTION, path),
     )
-    return CollectionRegistry(settings.collections_root, default, settings.max_collections)
+    return CollectionRegistry(
+        settings.collections_root, default, settings.max_collections, settings.delete_wait_s
+    )
 
 
-def create_service(settings: Settings | None = None) -> EmbeddingLane:
-    """What ``cloze serve`` runs: the app behind the lane that answers the two hot embedding routes."""
-    return EmbeddingLane(create_app(settings))
+def create_service(settings: Settings | None = None) -> FastAPI:
+    """What ``cloze serve`` runs."""
+    return create_app(settings)
 
 
 def _add_pages(app: FastAPI) -> None:
     """The playground: files from the app's own static folder only (StaticFiles refuses paths outside it)."""
-    app.mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
+    static = Mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
+    app.router.routes.append(declare_route(static, "public"))
 
-    @app.get("/", include_in_schema=False)
+    @app.get("/", include_in_schema=False, openapi_extra=declare("public"))
     async def home() -> Response:
         page = STATIC / "index.html"
         return FileResponse(page) if page.is_file() else RedirectResponse("/docs")

@@ -16,10 +16,10 @@ import orjson
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.service.auth import KeyRing, bearer_token, required_access
-from app.service.collections import split_collection_route
-from app.service.errors import ApiError, known_error
+from app.service.auth import KeyRing, KeyScope, bearer_token
+from app.service.errors import CLIENT_CLOSED, ApiError, known_error
 from app.service.metrics import Metrics
+from app.service.route_table import RouteTable
 from app.settings import Settings
 
 access_log = logging.getLogger("cloze.access")
@@ -114,21 +114,20 @@ class BodySizeLimit:
 
 
 class AccessGate:
-    """Checks every HTTP request against the table before its body is read or a route runs. The embedding
-    lane, which answers ahead of the app, calls ``check`` too."""
+    """Checks every HTTP request against what its route declared, before its body is read or a route runs."""
 
-    def __init__(self, app: ASGIApp, keys: KeyRing, open_operations: bool):
-        self.app, self.keys, self.open_operations = app, keys, open_operations
+    def __init__(self, app: ASGIApp, keys: KeyRing, open_operations: bool, routes: RouteTable):
+        self.app, self.keys, self.open_operations, self.routes = app, keys, open_operations, routes
 
     def check(self, scope: Scope) -> None:
         """Refuse (ApiError) or let through; a key scoped to collections is left in ``request.state.grant``
         for the routes that list collections."""
-        access = required_access(scope["method"], scope["path"])
-        if access == "public" or (access == "operations" and self.open_operations):
+        declared = self.routes.resolve(scope)
+        if declared.access == "public" or (declared.access == "operations" and self.open_operations):
             return
-        collection, _ = split_collection_route(scope["path"])
-        needed = "write" if access == "write" else "read"
-        grant = self.keys.check(bearer_token(scope), needed, collection, scope["path"])
+        needed: KeyScope = "write" if declared.access == "write" else "read"
+        operations = declared.access == "operations"
+        grant = self.keys.check(bearer_token(scope), needed, declared.collection, operations)
         scope.setdefault("state", {})["grant"] = grant
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -183,7 +182,7 @@ def _is_ip_address(name: str) -> bool:
 class BrowserGuard:
     """What keeps a web page the user happens to visit from driving the service through their browser.
 
-    - While reads need no key (no read keys set), the ``Host`` header must be a loopback name, an IP
+    - While reads need no key (no key of any kind set), the ``Host`` header must be a loopback name, an IP
       address or a name in ``CLOZE_ALLOWED_HOSTS``: a DNS-rebound name (evil.example -> 127.0.0.1, or -> the
       service's address on the user's network) gets 403, so a page cannot read through the browser. An
       IP address cannot be rebound: a page at one is the service's own origin.
@@ -195,7 +194,7 @@ class BrowserGuard:
 
     def __init__(self, app: ASGIApp, settings: Settings):
         self.app = app
-        self.reads_open = not settings.read_api_keys
+        self.reads_open = not (settings.api_keys or settings.read_api_keys or settings.collection_api_keys)
         self.allowed_hosts = {name.strip().lower() for name in settings.allowed_hosts}
         self.trusted = {origin.rstrip("/").lower() for origin in settings.trusted_origins}
 
@@ -255,11 +254,14 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
+
+
 class RequestRecorder:
-    """Request ids, request metrics and the access line, shared by ``RequestLog`` and ``EmbeddingLane``.
+    """Request ids, request metrics and the access line of ``RequestLog``.
 
     On the event loop's path of every request, so it stays cheap (the lane's per-request cost is in
-    docs/benchmarks.md, "Design measurements"): ids are a per-process prefix and a counter rather than
+    docs/design-decisions.md, "the embedding lane"): ids are a per-process prefix and a counter rather than
     ``uuid4``, metric children are looked up once per (route, method, status), and the access line is written
     only when ``cloze.access`` logs at INFO (``CLOZE_ACCESS_LOG=false`` turns it off)."""
 
@@ -275,7 +277,9 @@ class RequestRecorder:
         return given.decode("latin-1")[:64] if given else f"{self._prefix}-{next(self._ids):x}"
 
     def record(self, scope: Scope, route: str, status: int, elapsed: float, request_id: str) -> None:
-        method = scope["method"]
+        """``route`` is a route's template (or ``unmatched``), never the raw path, and a method outside HTTP's
+        own is ``other``: a client cannot grow /metrics without bound."""
+        method = scope["method"] if scope["method"] in HTTP_METHODS else "other"
         key = (route, method, str(status))
         counter = self._counters.get(key)
         if counter is None:
@@ -289,7 +293,7 @@ class RequestRecorder:
             # makeRecord + handle: ``info()`` would also walk the stack to find its caller, on every request
             fields = {
                 "request_id": request_id,
-                "method": method,
+                "method": scope["method"],
                 "path": scope["path"],
                 "route": route,
                 "status": status,
@@ -301,17 +305,18 @@ class RequestRecorder:
 
 
 class RequestLog:
-    """A request id (``X-Request-ID``, taken from the caller or made), one JSON access line, and metrics."""
+    """A request id (``X-Request-ID``, taken from the caller or made), one JSON access line, and metrics
+    labelled by the route's template (``unmatched`` for a path no route answers), refused requests included."""
 
-    def __init__(self, app: ASGIApp, recorder: RequestRecorder):
-        self.app, self.recorder = app, recorder
+    def __init__(self, app: ASGIApp, recorder: RequestRecorder, routes: RouteTable):
+        self.app, self.recorder, self.routes = app, recorder, routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         request_id = self.recorder.request_id(scope)
         scope.setdefault("state", {})["request_id"] = request_id
-        status = 500
+        status: int | None = None
         started = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:
@@ -323,9 +328,14 @@ class RequestLog:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except BaseException:
+            status = status or 500
+            raise
         finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.recorder.record(scope, route, status, time.perf_counter() - started, request_id)
+            # No answer started and nothing raised: the client went away first (a body read returned early).
+            route = self.routes.resolve(scope).template
+            final = status or CLIENT_CLOSED
+            self.recorder.record(scope, route, final, time.perf_counter() - started, request_id)
 
 
 class JsonFormatter(logging.Formatter):

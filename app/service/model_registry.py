@@ -1,12 +1,12 @@
 """Named models: a slot per model (its runtime and batcher once loaded, or why not), and how a request's
 ``model`` (a body field, or the ``/models/{name}/...`` path prefix) finds one.
 
-Each configured model loads once and has its own batcher, whatever number of routes (or, later, collections)
-use it. ``default`` is the model ``CLOZE_MODEL`` configures; the index embeds with ``INDEX_MODEL``."""
+Each configured model loads once and has its own batcher, whatever number of routes and collections use it.
+``default`` is the model ``CLOZE_MODEL`` configures; the collection ``default`` embeds with ``INDEX_MODEL``, each
+other collection with the model its ``collection.json`` names."""
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,11 +15,8 @@ from app.service.errors import ApiError
 from app.settings import DEFAULT_MODEL, model_name_problem
 from encoder_runtime import MicroBatcher
 
-# The index's vectors come from this model. Collections will each name theirs; until then, one index, one model.
+# The collection ``default``'s vectors come from this model (the others name theirs).
 INDEX_MODEL = DEFAULT_MODEL
-# TEI-style routes reached for a named model, as Hugging Face's router addresses a model by its URL:
-# InferenceClient(model=f"{base}/models/legal/embed") posts to /embed of the model named legal.
-MODEL_ROUTE = re.compile(r"/models/(?P<name>[^/]+)(?P<route>/[a-z-]+)")
 MAX_REQUESTED_LENGTH = 256  # a name or an alias (a hub id); anything longer names nothing
 
 
@@ -132,9 +129,3 @@ def _refuse_malformed(requested: str, field_name: str) -> None:
             raise ApiError(422, f"{field_name}: '..' cannot name a model", field_name)
     elif problem := model_name_problem(requested):
         raise ApiError(422, f"{field_name}: {requested!r} is not a model name: {problem}", field_name)
-
-
-def split_model_route(path: str) -> tuple[str | None, str]:
-    """``/models/legal/embed`` -> ("legal", "/embed"); any other path -> (None, path)."""
-    match = MODEL_ROUTE.fullmatch(path)
-    return (match["name"], match["route"]) if match else (None, path)

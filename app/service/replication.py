@@ -43,9 +43,11 @@ class Replication:
         bucket = Bucket(
             settings.replication_bucket or "", settings.replication_endpoint, settings.replication_region
         )
+        default = self.engines.collections.default
+        # default carries no incarnation (it is never deleted through the API): its key is its name alone
         keys = bucket.keys(
-            collection_key(DEFAULT_COLLECTION)
-        )  # the incarnation joins it once collections have one
+            collection_key(DEFAULT_COLLECTION, default.info.incarnation if default.info else None)
+        )
         if self.role == "writer":
             return Shipper(
                 lambda: self.index,

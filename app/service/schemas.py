@@ -318,14 +318,26 @@ class FusionIn(Strict):
         "the hit is not in that list). Each list holds max(30, 3 x (offset + top_k)) candidates, so a top 10 may "
         "shift with top_k, a convex one more than an RRF one",
     )
-    k: int | None = Field(None, ge=1, description="RRF's constant (rrf only; default 60)", examples=[60])
+    k: int | None = Field(
+        None, ge=1, le=1_000_000, description="RRF's constant (rrf only; default 60)", examples=[60]
+    )
     alpha: float | None = Field(
         None, ge=0.0, le=1.0, description="the dense list's weight (convex only; default 0.5)", examples=[0.5]
     )
 
 
 class SearchRequest(Strict):
-    query: str = Field(min_length=1)
+    query: str | None = Field(
+        None,
+        min_length=1,
+        description="The query's text: needed by modes bm25 and hybrid, and by dense unless `vector` is given",
+    )
+    vector: list[float] | None = Field(
+        None,
+        max_length=8192,
+        description="The query's own vector, instead of embedding `query` (the collection's dimension; modes "
+        "dense and hybrid). Needed in a collection of your own vectors; without `query` the mode is dense",
+    )
     top_k: int = Field(10, ge=1)
     offset: int = Field(
         0,
@@ -416,8 +428,15 @@ class SearchResponse(BaseModel):
 
 class DocumentIn(Strict):
     id: str = Field(min_length=1, max_length=512)
-    text: str = Field(min_length=1)
+    text: str = Field(
+        "", description="Embedded by the collection's model; optional in a collection of your own vectors"
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
+    vector: list[float] | None = Field(
+        None,
+        max_length=8192,
+        description="Collections of your own vectors only (and required there): the document's one vector",
+    )
 
 
 class DocumentOut(BaseModel):
@@ -500,10 +519,22 @@ class CollectionCreate(Strict):
     --collection`). Its build options apply to every build and rebuild of it."""
 
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"name": "legal", "model": "legal"}]}
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"name": "legal", "model": "legal"}, {"name": "images", "dimension": 512}]
+        },
     )
     name: str = Field(description="lower-case letters, digits, `-` and `_`, at most 64")
     model: str = Field("default", description="a served embedding model's name (`GET /models`)")
+    dimension: int | None = Field(
+        None,
+        ge=1,
+        le=8192,
+        description="Instead of `model`: a collection of your own vectors of this length, one per document",
+    )
+    metric: Literal["cosine", "dot"] | None = Field(
+        None, description="With `dimension`: how vectors compare (default cosine; dot keeps their length)"
+    )
     factory: str | None = Field(
         None, max_length=128, description="FAISS factory string (e.g. `HNSW32`); default: chosen by size"
     )
@@ -513,7 +544,9 @@ class CollectionCreate(Strict):
 
 class CollectionOut(BaseModel):
     name: str
-    model: str
+    model: str | None = Field(description="null for a collection of your own vectors")
+    dimension: int | None = Field(None, description="a collection of your own vectors: their length")
+    metric: str | None = Field(None, description="a collection of your own vectors: cosine or dot")
     status: str  # ready | opening | failed
     error: str | None = None
     documents: int | None = None

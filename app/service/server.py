@@ -15,6 +15,8 @@ from app.service.middleware import JsonFormatter
 from app.settings import get_settings
 
 DRAIN_SECONDS = 30
+LINGER_SECONDS = 2.0  # after a refusal sent mid-request, what the client still sends is read and dropped,
+LINGER_BYTES = 8 << 20  # for this long or up to this much, whichever comes first
 HEADERS_TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
     b"connection: close\r\ncontent-length: 69\r\n\r\n"
@@ -64,6 +66,7 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        self._lingering = False
         settings = get_settings()  # read in each worker process
         self.header_timeout, self.max_header_bytes = settings.header_timeout_s, settings.max_header_bytes
         self._header_timer: asyncio.TimerHandle | None = None
@@ -78,6 +81,11 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         """httptools keeps an unfinished header in memory until it ends, so an endless one grew the process
         until the timeout: past ``max_header_bytes`` of unfinished headers the request gets 431. A chunk
         after which the headers are still unfinished was all header bytes."""
+        if self._lingering:
+            self._lingered += len(data)
+            if self._lingered > LINGER_BYTES:
+                self.transport.close()
+            return
         super().data_received(data)
         if self._header_timer is None or self.transport.is_closing():
             return
@@ -85,8 +93,18 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         if self._header_bytes > self.max_header_bytes:
             self._cancel_header_timer()
             log.info("closing a connection whose request headers passed %s bytes", self.max_header_bytes)
-            self.transport.write(HEADERS_TOO_LARGE)
-            self.transport.close()
+            self._answer_and_linger(HEADERS_TOO_LARGE)
+
+    def _answer_and_linger(self, answer: bytes) -> None:
+        """Send ``answer``, end our side, and drop what the client still sends (for ``LINGER_SECONDS``, at most
+        ``LINGER_BYTES``) before closing: closing with unread bytes makes the kernel reset the connection, and the reset can reach
+        the client before the answer (a long URL got "connection reset" instead of its 431)."""
+        self._lingering, self._lingered = True, 0
+        self.transport.write(answer)
+        self.transport.flush()  # type: ignore[attr-defined]  # CoalescingTransport: out before the EOF
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
     def _cancel_header_timer(self) -> None:
         timer = getattr(self, "_header_timer", None)

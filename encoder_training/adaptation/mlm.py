@@ -3,7 +3,7 @@ pre-training; Gururangan et al. 2020), so the adapted encoder is MLM-derived in 
 
 A sentence encoder such as all-MiniLM-L6-v2 ships without an MLM head. For the bundled model the head
 of this project's fill-mask model (``encoder_runtime/models/fill-mask-delta``) is put on top: a warm start
-rather than a match, since that model's six layers were trained on from these weights (issue 47); any other
+rather than a match, since that model's six layers were trained on from these weights; any other
 encoder keeps the head its folder has, or gets a fresh one.
 The encoder's own weights are the starting model's, unchanged: only the head comes from elsewhere.
 

@@ -11,51 +11,16 @@ import json
 import logging
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from encoder_runtime.model_dir import fingerprint, resolve_model_path
 from encoder_training.evaluation.sts import read_stsb
+from encoder_training.finetuning.config import LOSSES, FinetuneConfig
 from encoder_training.finetuning.data import Row, load_training_rows
 
 log = logging.getLogger(__name__)
-LOSSES = ("mnrl", "cached-mnrl", "cosine", "softmax")
-DEFAULT_PAIRS = {
-    "mnrl": ["snli-triplets", "coco", "msrp"],
-    "cached-mnrl": ["snli-triplets", "coco", "msrp"],
-    "cosine": ["stsb-train"],
-    "softmax": ["snli-labelled"],
-}
 TRAINING_RECORD = "training.json"
-
-
-@dataclass
-class FinetuneConfig:
-    """Everything that decides the result; stored verbatim in ``training.json``."""
-
-    model: str
-    out: str
-    loss: str = "mnrl"
-    pairs: list[str] = field(default_factory=list)
-    columns: list[str] | None = None
-    limit: int | None = None
-    matryoshka_dims: list[int] = field(default_factory=list)
-    pooling: str = "mean"
-    normalize: bool = True
-    max_seq_length: int | None = None
-    batch_size: int = 64
-    mini_batch_size: int = 16
-    learning_rate: float = 2e-5
-    warmup_ratio: float = 0.1
-    epochs: float = 1.0
-    max_steps: int = -1
-    eval_steps: int = 0
-    eval_pairs: int | None = 500
-    seed: int = 42
-    data_dir: str = ""
-
-    def sources(self) -> list[str]:
-        return self.pairs or DEFAULT_PAIRS[self.loss]
 
 
 def build_model(model: str, pooling: str = "mean", normalize: bool = True, max_seq_length: int | None = None):

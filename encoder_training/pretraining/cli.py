@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from encoder_training.pretraining.recipes import add_override_arguments, load_recipe
+
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     _add_tokenizer(groups["train"])
@@ -29,8 +31,6 @@ def _tokenizer(args: argparse.Namespace) -> None:
 
 
 def _add_pretrain(train: argparse._SubParsersAction) -> None:
-    from encoder_training.pretraining.recipes import add_override_arguments
-
     p = train.add_parser(
         "pretrain", help="MLM or ELECTRA pre-training from a recipe (every recipe field is an option)"
     )
@@ -46,7 +46,6 @@ def _add_pretrain(train: argparse._SubParsersAction) -> None:
 
 
 def _pretrain(args: argparse.Namespace) -> None:
-    from encoder_training.pretraining.recipes import load_recipe
     from encoder_training.pretraining.train import pretrain
 
     cfg = load_recipe(args.recipe, vars(args))

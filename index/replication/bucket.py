@@ -42,7 +42,7 @@ class ConditionFailed(RuntimeError):
 
 def collection_key(name: str, incarnation: str | None = None) -> str:
     """The folder of one collection's objects. A collection deleted and created again under the same name
-    must not follow its predecessor's objects: the incarnation (when collections carry one) keeps them apart."""
+    must not follow its predecessor's objects: the incarnation (``CollectionInfo.incarnation``; ``default`` has none) keeps them apart."""
     return name if incarnation is None else f"{name}@{incarnation}"
 
 

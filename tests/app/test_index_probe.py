@@ -1,5 +1,5 @@
-"""/readyz follows a probe of the index (issue 42: a replica answered 500 to every filtered search while
-/readyz said ready)."""
+"""Readiness follows a probe of every collection's index, ``default`` included (a replica answered 500 to
+every filtered search while /readyz said ready)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,13 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from app.service.engines import Engines, probe_index
+from app.service.collections import Collection, CollectionRegistry
+from app.service.engines import Engines
+from app.service.lifecycle import Lifecycle
+from app.service.metrics import Metrics
+from app.service.model_registry import ModelRegistry
 from app.settings import Settings
+from index.collections import DEFAULT_COLLECTION
 
 
 class FlakyIndex:
@@ -20,13 +25,21 @@ class FlakyIndex:
             raise sqlite3.DatabaseError("database disk image is malformed")
 
 
-def test_readiness_follows_the_index_probe(tmp_path: Path) -> None:
-    index = FlakyIndex()
-    engines = Engines(encoder=object(), index=index)  # type: ignore[arg-type]
-    settings = Settings(index=tmp_path / "idx")
+def test_readiness_follows_the_probe_of_each_collection(tmp_path: Path) -> None:
+    default, other = FlakyIndex(), FlakyIndex()
+    registry = CollectionRegistry(tmp_path, Collection(DEFAULT_COLLECTION, "default", tmp_path / "idx"))
+    registry.default.index = default
+    registry.collections["legal"] = Collection("legal", "default", tmp_path / "legal", index=other)
+    models = ModelRegistry("embedding")
+    models.default.runtime = object()
+    engines = Engines(models=models, collections=registry)
+    lifecycle = Lifecycle(registry, models, Settings(index=tmp_path / "idx"), Metrics())
     assert engines.ready
-    asyncio.run(probe_index(engines, settings))
-    assert not engines.ready and "malformed" in (engines.index_error or "")
-    index.broken = False
-    asyncio.run(probe_index(engines, settings))
-    assert engines.ready and engines.index_error is None
+    for collection in registry.collections.values():
+        asyncio.run(lifecycle.probe(collection))
+    assert not engines.ready and "malformed" in (registry.default.error or "")
+    assert registry.collections["legal"].status == "failed"
+    default.broken = False
+    asyncio.run(lifecycle.probe(registry.default))
+    assert engines.ready and registry.default.error is None
+    assert registry.collections["legal"].status == "failed"  # each collection has its own readiness

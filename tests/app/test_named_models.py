@@ -13,12 +13,10 @@ import httpx
 import numpy as np
 import pytest
 
-from app.service.auth import required_access
 from app.service.engines import close_engines, load_engines
 from app.service.errors import ApiError
-from app.service.lane import EmbeddingLane
 from app.service.main import create_app
-from app.service.model_registry import ModelRegistry, split_model_route
+from app.service.model_registry import ModelRegistry
 from app.settings import Settings
 from harness.tiny_model import make_tiny_bert
 
@@ -127,26 +125,18 @@ def test_a_request_finds_a_model_by_name_or_by_an_alias_only_one_model_has() -> 
     assert caught.value.status == 422
 
 
-def test_named_routes_read_as_their_plain_routes_do() -> None:
-    assert split_model_route("/models/legal/embed") == ("legal", "/embed")
-    assert split_model_route("/models") == (None, "/models")
-    for route in ("embed", "similarity", "tokenize", "decode", "fill-mask"):
-        assert required_access("POST", f"/models/legal/{route}") == "read"
-    assert required_access("POST", "/models/legal/documents") == "write"  # not a reading route
-
-
 def serve(settings: Settings, scenario):
-    """``scenario(client, app)`` against the app behind its lane, its models loaded on the scenario's loop."""
+    """``scenario(client, app)`` against the app (its lane included), its models loaded on the scenario's loop."""
     app = create_app(settings)
 
     async def main():
-        await load_engines(app.state.engines, settings, app.state.metrics)
-        transport = httpx.ASGITransport(app=EmbeddingLane(app))
+        await load_engines(app.state.engines, app.state.lifecycle, settings, app.state.metrics)
+        transport = httpx.ASGITransport(app=app)
         try:
             async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
                 return await scenario(client, app)
         finally:
-            await close_engines(app.state.engines)
+            await close_engines(app.state.engines, app.state.lifecycle)
 
     return asyncio.run(main())
 
@@ -272,11 +262,11 @@ def test_a_model_that_appears_late_is_loaded_by_a_retry(
 
     async def main() -> tuple[int, int, int]:
         engines = app.state.engines
-        loading = asyncio.create_task(load_engines(engines, settings, app.state.metrics))
-        transport = httpx.ASGITransport(app=EmbeddingLane(app))
+        loading = asyncio.create_task(load_engines(engines, app.state.lifecycle, settings, app.state.metrics))
+        transport = httpx.ASGITransport(app=app)
         try:
             async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-                while engines.index is None:  # the first round of loads is over
+                while engines.collections.default.index is None:  # the first round of loads is over
                     await asyncio.sleep(0.05)
                 before = (await client.post("/models/late/embed", json={"inputs": "a"})).status_code
                 shutil.copytree(wide_bert, late)
@@ -285,6 +275,6 @@ def test_a_model_that_appears_late_is_loaded_by_a_retry(
                 return before, after.status_code, len(after.json()[0])
         finally:
             loading.cancel()
-            await close_engines(app.state.engines)
+            await close_engines(app.state.engines, app.state.lifecycle)
 
     assert asyncio.run(main()) == (503, 200, 48)

@@ -9,7 +9,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.service.auth import required_access
 from app.service.errors import ApiError
 from app.service.model_registry import ModelRegistry
 from app.settings import Settings
@@ -37,11 +36,6 @@ def test_a_request_without_model_gets_default_if_listed_else_the_first() -> None
     with pytest.raises(ApiError) as unknown:
         registry(["legal"]).find("rerank-v3.5")
     assert unknown.value.status == 404 and "served: legal" in unknown.value.message
-
-
-def test_reranking_reads() -> None:
-    for path in ("/rerank", "/v1/rerank", "/v2/rerank", "/models/legal/rerank"):
-        assert required_access("POST", path) == "read", path
 
 
 def test_a_full_reranker_queue_answers_429_with_retry_after(

@@ -24,6 +24,7 @@ from harness.servers import free_port
 from tests.deploy.conftest import BIN, REPO, compose_config
 
 WRITE_KEY = "deploy-test-write-key"
+KEYED = {"Authorization": f"Bearer {WRITE_KEY}"}  # once any key is set, reads need one too
 DOCS = {
     "cats.txt": "The cat sat on the mat and played with a long piece of string.",
     "paris.txt": "Paris is the capital city of France, on the river Seine.",
@@ -137,7 +138,7 @@ def wait_until(replica: Replica, path: str, timeout: float) -> httpx.Response:
     while True:
         assert replica.process.poll() is None, f"api exited early:\n{replica.tail()}"
         try:
-            response = httpx.get(replica.url + path, timeout=5)
+            response = httpx.get(replica.url + path, headers=KEYED, timeout=5)
             if response.status_code == 200 or time.monotonic() > deadline:
                 return response
         except httpx.TransportError:
@@ -180,7 +181,7 @@ def serving(deployment: Deployment) -> Iterator[Serving]:
 def test_replicas_serve_what_the_indexer_built(serving: Serving) -> None:
     assert len(serving.replicas) >= 2
     for replica in serving.replicas:
-        found = httpx.get(replica.url + "/documents/paris.txt", timeout=10)
+        found = httpx.get(replica.url + "/documents/paris.txt", headers=KEYED, timeout=10)
         assert found.status_code == 200 and "capital" in found.json()["text"], found.text
 
 

@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 PROJECT = "cloze-e2e"
 IMAGE = "cloze-search:test-cpu"
 WRITE_KEY = "deploy-stack-write-key"
+KEYED = {"Authorization": f"Bearer {WRITE_KEY}"}  # once any key is set, reads need one too
 REPLICAS = 2
 DOCS_V1 = {
     "cats.txt": "The cat sat on the mat and played with a long piece of string.",
@@ -148,7 +149,7 @@ def wait_ready(url: str, timeout: float) -> float:
     last = "no answer"
     while time.monotonic() < deadline:
         try:
-            response = httpx.get(url + "/readyz", timeout=5)
+            response = httpx.get(url + "/readyz", headers=KEYED, timeout=5)
             if response.status_code == 200:
                 return round(time.monotonic() - started, 2)
             last = f"{response.status_code} {response.text}"
@@ -159,7 +160,7 @@ def wait_ready(url: str, timeout: float) -> float:
 
 
 def top_hit(url: str, query: str) -> str | None:
-    response = httpx.get(url + "/search", params={"q": query, "top_k": 3}, timeout=30)
+    response = httpx.get(url + "/search", params={"q": query, "top_k": 3}, headers=KEYED, timeout=30)
     assert response.status_code == 200, f"{url} /search {query!r}: {response.status_code} {response.text}"
     results = response.json()["results"]
     return results[0]["id"] if results else None
@@ -297,7 +298,7 @@ def test_5a_replicas_run_as_10001_read_only_and_refuse_writes(stack: Stack) -> N
     )
     assert via_gateway.status_code == 409, via_gateway.text
     assert tree(stack.index_volume) == before, "a replica wrote into the read-only index volume"
-    assert httpx.get(stack.gateway + "/documents/x", timeout=10).status_code == 404
+    assert httpx.get(stack.gateway + "/documents/x", headers=KEYED, timeout=10).status_code == 404
     RESULT["checks"]["5_user_health_read_only_409"] = {
         "uid": 10001,
         "health": "healthy",
@@ -320,7 +321,7 @@ def test_2_second_indexer_run_reaches_every_replica_within_5_s(stack: Stack) -> 
             if name in seen:
                 continue
             try:
-                river = httpx.get(url + "/documents/river.txt", timeout=5).status_code
+                river = httpx.get(url + "/documents/river.txt", headers=KEYED, timeout=5).status_code
             except httpx.TransportError:
                 continue
             if river == 200:
@@ -329,8 +330,10 @@ def test_2_second_indexer_run_reaches_every_replica_within_5_s(stack: Stack) -> 
     assert set(seen) == set(replicas), f"replicas that never served version 2: {set(replicas) - set(seen)}"
     for name, url in replicas.items():
         assert seen[name] <= RELOAD_DEADLINE_S, f"{name} took {seen[name]} s"
-        assert httpx.get(url + "/documents/cats.txt", timeout=5).status_code == 404, "deleted doc served"
-        music = httpx.get(url + "/documents/music.txt", timeout=5).json()["text"]
+        assert httpx.get(url + "/documents/cats.txt", headers=KEYED, timeout=5).status_code == 404, (
+            "deleted doc served"
+        )
+        music = httpx.get(url + "/documents/music.txt", headers=KEYED, timeout=5).json()["text"]
         assert music == DOCS_V2["music.txt"]
         assert {q: top_hit(url, q) for q in QUERIES_V2} == QUERIES_V2
         assert inspect(name, "{{.RestartCount}}") == "0"
@@ -397,7 +400,7 @@ def test_3_a_replica_crashes_during_1000_searches_without_a_failed_request(stack
         wait_ready(stack.replica_url(victim), timeout=180)
         recovery["ready_after_s"] = round(time.monotonic() - killed, 2)
 
-    with httpx.Client(base_url=stack.gateway, timeout=60) as client:
+    with httpx.Client(base_url=stack.gateway, headers=KEYED, timeout=60) as client:
         crasher = threading.Thread(target=crash)
         crasher.start()
         started = time.monotonic()
@@ -485,21 +488,27 @@ def test_4b_a_second_collection_on_a_second_model_through_the_gateway_and_each_r
     for url in [stack.gateway, *(stack.replica_url(name) for name in stack.containers("api"))]:
         wait_ready(url, timeout=120)
         deadline = time.monotonic() + 30
-        while (listing := httpx.get(url + "/collections", timeout=30).json()["collections"]) and not any(
-            entry["name"] == "second" and entry["status"] == "ready" for entry in listing
-        ):
+        while (
+            listing := httpx.get(url + "/collections", headers=KEYED, timeout=30).json()["collections"]
+        ) and not any(entry["name"] == "second" and entry["status"] == "ready" for entry in listing):
             assert time.monotonic() < deadline, listing
             time.sleep(0.5)
         models = {entry["name"]: entry["model"] for entry in listing}
         assert models == {"default": "default", "second": "second"}, models
         default_hit = top_hit(url, "capital of France")
         answer = httpx.get(
-            url + "/collections/second/search", params={"q": "lighthouse lamp", "mode": "bm25"}, timeout=30
+            url + "/collections/second/search",
+            params={"q": "lighthouse lamp", "mode": "bm25"},
+            headers=KEYED,
+            timeout=30,
         )
         second_hit = answer.json()["results"][0]["id"]
         assert (default_hit, second_hit) == ("paris.txt", "lighthouse.txt"), (url, default_hit, second_hit)
         dense = httpx.get(
-            url + "/collections/second/search", params={"q": "lighthouse", "mode": "dense"}, timeout=30
+            url + "/collections/second/search",
+            params={"q": "lighthouse", "mode": "dense"},
+            headers=KEYED,
+            timeout=30,
         )
         assert {hit["id"] for hit in dense.json()["results"]} <= set(DOCS_SECOND)  # its own documents only
         checked[url] = {"default": default_hit, "second": second_hit}

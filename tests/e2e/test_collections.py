@@ -1,4 +1,4 @@
-"""Collections on a real server over a socket (issue 44): two collections on two models (the bundled MiniLM and
+"""Collections on a real server over a socket: two collections on two models (the bundled MiniLM and
 the tiny random model, so a ranking says which model embedded it), keys scoped to collections, hostile names,
 a delete under a load of searches, and SIGKILL in the middle of a create and of a delete."""
 
@@ -290,7 +290,33 @@ def test_a_replica_follows_collections_as_the_writer_makes_and_deletes_them(
             == 200
         )
         eventually(lambda: replica_ids("later", "lighthouse") == ["l1"])  # a new collection, and its write
+        # A collection of the caller's own vectors opens on the replica too (no model to load for it).
+        assert admin.post("/collections", json={"name": "later-vectors", "dimension": 2}).status_code == 201
+        vectors = [{"id": "v1", "vector": [1, 0]}, {"id": "v2", "vector": [0, 1]}]
+        assert admin.put("/collections/later-vectors/documents", json=vectors).status_code == 200
+
+        def replica_nearest() -> str | None:
+            answer = httpx.post(
+                f"{replica}/collections/later-vectors/search", json={"vector": [0.1, 1]}, timeout=30
+            )
+            return answer.json()["results"][0]["id"] if answer.status_code == 200 else None
+
+        eventually(lambda: replica_nearest() == "v2")
         put = httpx.put(f"{replica}/collections/later/documents", json=[{"id": "x", "text": "y"}], timeout=30)
         assert put.status_code == 409  # a replica never writes
         assert admin.delete("/collections/later").status_code == 200
         eventually(lambda: httpx.get(f"{replica}/collections/later", timeout=30).status_code == 404)
+        # Deleted and made again between two polls: the same name and version, another incarnation.
+        assert admin.post("/collections", json={"name": "again"}).status_code == 201
+        assert (
+            admin.put("/collections/again/documents", json=[{"id": "old", "text": "a lamp"}]).status_code
+            == 200
+        )
+        eventually(lambda: replica_ids("again", "lamp") == ["old"])
+        assert admin.delete("/collections/again").status_code == 200
+        assert admin.post("/collections", json={"name": "again"}).status_code == 201
+        assert (
+            admin.put("/collections/again/documents", json=[{"id": "new", "text": "a lamp"}]).status_code
+            == 200
+        )
+        eventually(lambda: replica_ids("again", "lamp") == ["new"])

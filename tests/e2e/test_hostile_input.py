@@ -10,6 +10,7 @@ peaks (RELIABILITY.md quotes them from benchmarks/results/hostile_input.json).
 from __future__ import annotations
 
 import gzip
+import http.client
 import itertools
 import json
 import os
@@ -27,6 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.archives import hostile_archives
 from tests.e2e.conftest import serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +45,8 @@ MEASURED: dict[str, dict] = {}
 
 
 class Server:
+    log: Path
+
     def __init__(self, url: str, process: subprocess.Popen):
         self.url, self.process = url, process
         self.http = httpx.Client(base_url=url, timeout=120)
@@ -93,10 +97,12 @@ def server(demo_index, tmp_path_factory) -> Iterator[Server]:
         "CLOZE_INDEX": str(demo_index),
         "CLOZE_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
         "CLOZE_MAX_PENDING": "8",
+        "CLOZE_MAX_PAGE_BYTES": "700000",
     }
     keyless = ("CLOZE_API_KEYS", "CLOZE_READ_API_KEYS", "CLOZE_FILL_MASK_MODEL", "CLOZE_MODEL")
     with serve_process(env, log_path, timeout=300, drop=keyless) as (url, process):
         served = Server(url, process)
+        served.log = log_path
         for _ in range(600):  # the shipped fill-mask model loads just after the index opens
             if served.http.get("/readyz").json().get("fill_mask"):
                 break
@@ -413,8 +419,9 @@ def test_an_endless_header_is_cut_at_the_size_limit(server):
             except OSError:
                 pass
             # what was sent includes both sockets' kernel buffers (a few MB on loopback), not only what the
-            # server read: the server closed after reading CLOZE_MAX_HEADER_BYTES
-            assert sent < 16 * 2**20, f"{sent} header bytes were accepted"
+            # server read: after CLOZE_MAX_HEADER_BYTES it answered, then dropped at most LINGER_BYTES (8 MiB,
+            # read and discarded so that the answer is not lost to a reset) before closing
+            assert sent < 24 * 2**20, f"{sent} header bytes were accepted"
             return int(reply.split()[1]) if reply.startswith(b"HTTP/1.1") else 0
 
     check(server, "endless header", endless, 431)
@@ -464,7 +471,8 @@ def test_ids_are_refused_unless_every_route_finds_them(server):
 # ---- bodies and connections ---------------------------------------------------------------------------
 
 
-def test_chunked_body_over_the_limit_is_413(server):
+@pytest.mark.parametrize(("method", "path"), [("POST", "/embed"), ("PUT", "/documents")])
+def test_chunked_body_over_the_limit_is_413(server, method, path):
     def chunks() -> Iterator[bytes]:
         yield b'{"inputs": "'
         for _ in range(50):
@@ -472,10 +480,9 @@ def test_chunked_body_over_the_limit_is_413(server):
         yield b'"}'
 
     headers = {"content-type": "application/json"}
-    reply = check(
-        server, "chunked 5 MB body", lambda h: h.post("/embed", content=chunks(), headers=headers), 413
-    )
-    assert field_of(reply) == "body"
+    name = f"chunked 5 MB {method} {path}"
+    reply = check(server, name, lambda h: h.request(method, path, content=chunks(), headers=headers), 413)
+    assert field_of(reply) == "body" and MEASURED[name]["seconds"] < 10, MEASURED[name]
     declared = check(
         server,
         "Content-Length of 5 MB",
@@ -490,6 +497,44 @@ def test_chunked_body_over_the_limit_is_413(server):
             declared.content[:200],
         )
         assert field_of(declared) == "body"
+
+
+@pytest.mark.parametrize("size", [1_000_000, 10_000_000])
+def test_a_huge_url_gets_431_not_a_reset(server, size):
+    port = int(server.url.rsplit(":", 1)[1])
+
+    def ask(_: httpx.Client) -> int:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            connection.request("GET", "/search?q=" + "a" * size)  # httpx refuses such a URL itself
+            answer = connection.getresponse()
+            assert b"over the size limit" in answer.read()
+            return answer.status
+        finally:
+            connection.close()
+
+    check(server, f"a {size // 1_000_000} MB URL", ask, 431)
+
+
+def test_a_client_gone_mid_upload_is_499_not_an_error(server):
+    port = int(server.url.rsplit(":", 1)[1])
+    for method, path in (("POST", "/collections/default/restore"), ("PUT", "/documents")):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3000000\r\n"
+            sock.sendall(head.encode() + b"Content-Type: application/octet-stream\r\n\r\n" + b"\0" * 500_000)
+            time.sleep(0.5)
+    wanted = [
+        'cloze_requests_total{method="POST",route="/collections/{collection}/restore",status="499"}',
+        'cloze_requests_total{method="PUT",route="/documents",status="499"}',  # labelled by its template
+    ]
+    for _ in range(50):  # the server notices a closed socket at its next read
+        metrics = server.http.get("/metrics").text
+        if all(line in metrics for line in wanted):
+            break
+        time.sleep(0.1)
+    assert all(line in metrics for line in wanted), [line for line in metrics.splitlines() if "499" in line]
+    assert 'status="500"' not in metrics
+    assert "unhandled error" not in server.log.read_text()
 
 
 def test_trickled_headers_are_cut_off(server):
@@ -587,6 +632,102 @@ def test_cross_site_pages_cannot_drive_the_service(server):
     check(server, "Sec-Fetch-Site cross-site DELETE", lambda h: h.delete("/documents/x", headers=cross), 403)
     same = {"Origin": server.url}  # the playground itself
     assert server.http.post("/search", json={"query": "vaccine"}, headers=same).status_code == 200
+
+
+# ---- restore trusts only what it checks itself ------------------------------------------------------------
+
+RESTORE_RSS_JUMP_MB = 150  # the 338-byte FAISS file declaring 2^28 floats cost 1 GiB before
+
+
+@pytest.fixture(scope="module")
+def good_archive(server) -> bytes:
+    """A real snapshot of a small collection of the served model, downloaded as a client would."""
+    assert server.http.post("/collections", json={"name": "hostile"}).status_code == 201
+    docs = [{"id": f"h{i}", "text": f"lighthouse keeper number {i} polished the lens"} for i in range(12)]
+    assert server.http.put("/collections/hostile/documents", json=docs).status_code == 200
+    made = server.http.post("/collections/hostile/snapshots")
+    assert made.status_code == 201, made.text
+    return server.http.get(f"/collections/hostile/snapshots/{made.json()['name']}").content
+
+
+def test_hostile_archives_are_refused_before_anything_is_published(server, good_archive):
+    """Each case: its status and the words naming the problem, no server path in the answer, no RSS jump,
+    and the collection still searches; the good archive restores after them all."""
+    headers = {"content-type": "application/octet-stream"}
+    for case, (body, status, words) in hostile_archives(good_archive).items():
+        name = f"restore: {case}"
+        before = server.status()["VmRSS"]
+        send = lambda h, body=body: h.post("/collections/hostile/restore", content=body, headers=headers)  # noqa: E731
+        reply = check(server, name, send, status)
+        error = reply.json()["error"]
+        assert words in error and reply.json()["field"] == "archive", (case, error)
+        assert ".upload-" not in error and "/collections/" not in error and "/tmp" not in error, error
+        assert MEASURED[name]["peak_rss_mb"] - before < RESTORE_RSS_JUMP_MB, MEASURED[name]
+        search = {"query": "lighthouse lens", "mode": "hybrid"}
+        searched = server.http.post("/collections/hostile/search", json=search)
+        assert searched.status_code == 200 and len(searched.json()["results"]) == 10, searched.text
+    good = server.http.post("/collections/hostile/restore", content=good_archive, headers=headers)
+    assert good.status_code == 200 and good.json()["documents"] == 12, good.text
+
+
+# ---- factories and other unbounded work ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("factory", "words"),
+    [
+        ("IVF2000000000,Flat", "IVF lists"),  # a 500 (MemoryError) before
+        ("IVF4000000,Flat", "IVF lists"),  # 201 after 611 MiB before
+        ("HNSW1000000", "HNSW M"),  # 190 MiB that stayed, for 24 one-line documents
+        ("NSG64", "not one of the factories"),  # the first PUT was a 500 although stored
+        ("HNSW2000000000", "HNSW M"),
+    ],
+)
+def test_factories_outside_the_grammar_are_422_naming_the_field(server, factory, words):
+    body = {"name": "factory-probe", "factory": factory}
+    reply = check(server, f"collection factory {factory}", lambda h: h.post("/collections", json=body), 422)
+    assert field_of(reply) == "factory" and words in reply.json()["error"], reply.text
+    assert server.http.get("/collections/factory-probe").status_code == 404
+
+
+def test_chunk_overlap_fusion_k_and_large_pages_are_bounded(server):
+    overlap = {"name": "overlap-probe", "chunk_window": 64, "chunk_overlap": 63}  # a stride of one token
+    reply = check(server, "chunk_overlap window - 1", lambda h: h.post("/collections", json=overlap), 422)
+    assert field_of(reply) == "chunk_overlap" and "0..32" in reply.json()["error"], reply.text
+    fusion = b'{"query": "x", "mode": "hybrid", "fusion": {"method": "rrf", "k": 1' + b"0" * 309 + b"}}"
+    headers = {"content-type": "application/json"}
+    reply = check(
+        server, "fusion k 10**309", lambda h: h.post("/search", content=fusion, headers=headers), 422
+    )
+    assert field_of(reply) == "fusion.k", reply.text
+
+    assert server.http.post("/collections", json={"name": "large-pages"}).status_code == 201
+    text = "lighthouse " * 36_000  # 396 KB each; CLOZE_MAX_PAGE_BYTES is 700,000 in this suite
+    docs = [{"id": f"big{i:02}", "text": text} for i in range(3)]
+    assert server.http.put("/collections/large-pages/documents", json=docs).status_code == 200
+    seen: list[str] = []
+    cursor = None
+    while True:
+        query = "/collections/large-pages/documents?limit=1000" + (f"&cursor={cursor}" if cursor else "")
+        reply, slowest = healthz_while(server, lambda h, q=query: h.get(q))
+        assert reply.status_code == 200 and len(reply.content) < 800_000, len(reply.content)
+        assert slowest < 1.0, slowest
+        seen += [d["id"] for d in reply.json()["documents"]]
+        if (cursor := reply.json()["next_cursor"]) is None:
+            break
+    assert seen == [f"big{i:02}" for i in range(3)]
+    page = "/collections/large-pages/documents?limit=1000"
+    check(server, "GET /documents?limit=1000 of 400 KB documents", lambda h: h.get(page), 200)
+    search = {"query": "lighthouse", "mode": "bm25", "include_text": True, "top_k": 3}
+    reply = check(
+        server,
+        "search showing 3 x 400 KB texts",
+        lambda h: h.post("/collections/large-pages/search", json=search),
+        422,
+    )
+    assert field_of(reply) == "include_text", reply.text
+    one = server.http.post("/collections/large-pages/search", json=search | {"top_k": 1})
+    assert one.status_code == 200 and len(one.json()["results"][0]["text"]) == len(text)
 
 
 # ---- liveness and readiness tell the truth --------------------------------------------------------------

@@ -113,7 +113,7 @@ def test_a_read_only_replica_beside_a_live_writer_answers_every_search(
         def readiness() -> None:
             while not stop.is_set():
                 with contextlib.suppress(httpx.HTTPError):
-                    ready_codes[httpx.get(replica.url + "/readyz", timeout=5).status_code] += 1
+                    ready_codes[httpx.get(replica.url + "/readyz", headers=AUTH, timeout=5).status_code] += 1
                 time.sleep(0.5)
 
         threads = [threading.Thread(target=search, daemon=True) for _ in range(3)]

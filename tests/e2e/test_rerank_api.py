@@ -13,6 +13,8 @@ import httpx
 import numpy as np
 import pytest
 
+from cloze_search import Client, Rerank
+from cloze_search.langchain import ClozeVectorStore
 from encoder_runtime import sigmoid
 from harness.rerankers import JUDGED, judged_triples
 from tests.e2e.conftest import READ_KEY, WRITE_KEY, running_server
@@ -151,6 +153,17 @@ def test_search_rerank_pages_from_the_reranked_candidates(http):
     assert [h["id"] for h in page.json()["results"]] == [h["id"] for h in first[2:4]]
     by_get = http.get("/search", params={"q": QUERY, "top_k": 4, "rerank": 8}).json()["results"]
     assert [h["id"] for h in by_get] == [h["id"] for h in first]
+
+
+def test_the_python_client_and_the_langchain_retriever_rerank_here(rerank_server):
+    with Client(rerank_server, api_key=READ_KEY) as client:
+        results = client.rerank(QUERY, DOCUMENTS, return_text=True)
+        assert results[0].index == 1 and results[0].text == RELEVANT and 0.5 < results[0].score < 1
+        hits = client.search(QUERY, top_k=3, rerank=Rerank(candidates=8), explain=True)
+        assert hits.results[0].id == "d0" and hits.results[0].explain.rerank_score == hits.results[0].score
+    store = ClozeVectorStore(url=rerank_server, api_key=READ_KEY)
+    retriever = store.as_retriever(search_kwargs={"k": 2, "mode": "hybrid", "rerank": 8})
+    assert retriever.invoke(QUERY)[0].id == "d0"
 
 
 def test_search_rerank_is_bounded(http):

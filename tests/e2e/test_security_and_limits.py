@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import string
 import subprocess
 import sys
 
@@ -98,27 +100,68 @@ def test_read_keys_alone_close_writes(tiny_bert, tmp_path):
         assert httpx.get(url + "/search?q=x", headers={"Host": "evil.example", **read}).status_code == 200
 
 
-def test_open_reads_refuse_a_rebound_host_and_a_unicode_key_matches(tiny_bert, tmp_path):
-    """Issue 42: with write keys set and reads open, a DNS-rebound page could read; a key with non-ASCII
-    characters never matched (read as latin-1, compared as UTF-8)."""
-    key = "schlüssel-ключ-0123456789"
+ADMIN, UNICODE_KEY = "admin-key-0123456789", "schlüssel-ключ-0123456789"
+
+
+def test_any_key_guards_reads_and_scoped_keys_see_only_their_collections(tiny_bert, tmp_path):
+    """With a write key and keys scoped (write) to a and b, b's documents answered 200 without a key and a's
+    key could search b and list b's snapshots; a key scoped away from default read default's manifest and
+    the models' folders through /models; error bodies named server folders. A key with non-ASCII characters
+    matches as its client sends it. Then 300 requests to random model paths and random paths
+    leave /metrics the size it was (the lane labelled metrics with the raw path)."""
     env = {
         "CLOZE_MODEL": str(tiny_bert),
         "CLOZE_FILL_MASK_MODEL": str(tiny_bert),
         "CLOZE_INDEX": str(tmp_path / "idx"),
-        "CLOZE_API_KEYS": key,
-        "CLOZE_ALLOWED_HOSTS": "search.internal",
+        "CLOZE_API_KEYS": f"{ADMIN},{UNICODE_KEY}",
+        "CLOZE_COLLECTION_API_KEYS": "ka=write:a,kb=write:b",
     }
+
+    def call(method: str, path: str, key: str | None = None, **kwargs) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.request(method, url + path, headers=headers, timeout=30, **kwargs)
+
     with running_server(env, tmp_path / "log") as url:
-        rebound = httpx.get(url + "/search?q=x", headers={"Host": "evil.example:8000"})
-        assert rebound.status_code == 403 and rebound.json()["field"] == "Host"
-        lane = httpx.post(url + "/embed", json={"inputs": "x"}, headers={"Host": "evil.example"})
-        assert lane.status_code == 403
-        for host in ("127.0.0.1", "localhost:1", "search.internal:8000", "10.0.0.7:8000"):
-            assert httpx.get(url + "/search?q=x", headers={"Host": host}).status_code == 200, host
-        utf8 = {"Authorization": b"Bearer " + key.encode()}
+        for name in ("a", "b"):
+            assert call("POST", "/collections", ADMIN, json={"name": name}).status_code == 201
+            document = [{"id": name, "text": f"the document of {name}"}]
+            assert call("PUT", f"/collections/{name}/documents", "k" + name, json=document).status_code == 200
+        assert call("POST", "/collections/b/snapshots", ADMIN).status_code == 201
+        query = {"json": {"query": "document", "mode": "bm25"}}
+        for method, path, kwargs in (
+            ("GET", "/collections/b/documents", {}),
+            ("POST", "/collections/b/search", query),
+            ("GET", "/collections/b/snapshots", {}),
+            ("GET", "/search?q=x", {}),
+            ("GET", "/collections", {}),
+            ("POST", "/embed", {"json": {"inputs": "x"}}),
+        ):
+            assert call(method, path, **kwargs).status_code == 401, path
+        for path in ("/collections/b/documents", "/collections/b/snapshots", "/collections/b", "/documents"):
+            assert call("GET", path, "ka").status_code == 403, path
+        for path in ("/index/fields", "/collections/default/snapshots", "/search?q=x", "/readyz"):
+            assert call("GET", path, "ka").status_code == 403, path
+        assert call("POST", "/collections/b/search", "ka", **query).status_code == 403
+        assert call("POST", "/collections/a/search", "ka", **query).json()["results"][0]["id"] == "a"
+        scoped, admin = call("GET", "/models", "ka"), call("GET", "/models", ADMIN)
+        assert scoped.json()["index"] is None and '"path"' not in scoped.text
+        assert admin.json()["index"]["documents"] == 0 and '"path"' in admin.text
+        garbage = call("POST", "/collections/a/restore", "ka", content=b"not an archive")
+        assert garbage.status_code == 422 and str(tmp_path) not in garbage.text, garbage.text
+        utf8 = {"Authorization": b"Bearer " + UNICODE_KEY.encode()}
         document = [{"id": "u", "text": "written with a unicode key"}]
         assert httpx.put(url + "/documents", json=document, headers=utf8).status_code == 200
-        wrong = {"Authorization": b"Bearer " + key.replace("ü", "u").encode()}
+        wrong = {"Authorization": b"Bearer " + UNICODE_KEY.replace("ü", "u").encode()}
         assert httpx.put(url + "/documents", json=document, headers=wrong).status_code == 401
-        assert httpx.put(url + "/documents", json=document).status_code == 401
+
+        def hostile(seed: int) -> int:
+            letters = "".join(random.Random(seed).choices(string.ascii_letters, k=3000))
+            if seed % 2:
+                return call("GET", f"/{letters}").status_code
+            return call("POST", f"/models/{letters}/embed", ADMIN, json={"inputs": "x"}).status_code
+
+        assert all(400 <= hostile(seed) < 500 for seed in range(2))  # each kind's series exists once
+        before = len(call("GET", "/metrics", ADMIN).text)
+        assert all(400 <= hostile(seed) < 500 for seed in range(2, 302))
+        after = call("GET", "/metrics", ADMIN).text
+        assert len(after) - before < 2000 and 'route="/models/{model}/embed"' in after

@@ -90,3 +90,40 @@ def test_the_cli_creates_builds_adds_shows_and_deletes(tmp_path: Path, tiny_bert
     assert list_collections(root) == []
     with pytest.raises(SystemExit, match="not a collection name"):
         run_cli(capsys, "collection", "create", "../up", *common)
+
+
+@pytest.mark.parametrize(
+    ("factory", "words"),
+    [
+        ("IVF2000000000,Flat", "IVF lists is 2000000000, outside 1..65536"),
+        ("IVF4000000,Flat", "IVF lists is 4000000"),
+        ("HNSW1000000", "HNSW M is 1000000"),
+        ("HNSW2000000000", "HNSW M is 2000000000"),
+        ("NSG64", "not one of the factories"),
+        ("IVF4,PQ5", "must divide the dimension"),
+        ("PCA16,Flat", "not one of the factories"),
+    ],
+)
+def test_factories_outside_the_grammar_are_refused_naming_the_field(
+    tmp_path: Path, tiny_encoder, factory, words
+):
+    with pytest.raises(CollectionError) as refused:
+        create_collection(tmp_path, CollectionInfo("f", "default", factory=factory), tiny_encoder)
+    assert (refused.value.status, refused.value.field) == (422, "factory") and words in str(refused.value)
+    assert list_collections(tmp_path) == []
+
+
+def test_factories_in_the_grammar_pass_a_probe_and_overlap_is_at_most_half_the_window(
+    tmp_path: Path, tiny_encoder
+):
+    for name, factory in (("a", "HNSW32"), ("b", "IVF65536,Flat"), ("c", "IVF256,PQ8x8"), ("d", "Flat")):
+        create_collection(tmp_path, CollectionInfo(name, "default", factory=factory), tiny_encoder)
+    create_collection(
+        tmp_path, CollectionInfo("half", "default", chunk_window=16, chunk_overlap=8), tiny_encoder
+    )
+    with pytest.raises(CollectionError) as refused:
+        create_collection(
+            tmp_path, CollectionInfo("e", "default", chunk_window=16, chunk_overlap=15), tiny_encoder
+        )
+    assert (refused.value.status, refused.value.field) == (422, "chunk_overlap")
+    assert "outside 0..8" in str(refused.value)

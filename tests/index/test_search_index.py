@@ -12,6 +12,7 @@ import pytest
 from index import changelog, layout
 from index.records import Document, IndexModelMismatch, ReadOnlyIndex, UnknownFilterField
 from index.search_index import SearchIndex
+from index.vectors import VectorIndex
 from tests.index.conftest import tiny_documents
 
 
@@ -287,3 +288,40 @@ def test_closing_stops_the_background_bm25_build_first(tmp_path: Path, tiny_enco
     reopened.close()
     assert version.lexical._builder is not None and not version.lexical._builder.is_alive()
     assert version.lexical.start(version.store) is None  # nothing restarts it against the closed store
+
+
+def test_a_write_that_landed_is_reported_landed_when_faiss_fails_and_is_applied_later(
+    index: SearchIndex, tiny_encoder, monkeypatch
+) -> None:
+    """SQLite commits first; a FAISS add that fails afterwards must neither lose the write nor report it
+    lost: the upsert returns, and the next catch-up applies it (once: it removes before adding)."""
+    index.upsert(docs(10))
+    real_add, calls = VectorIndex.add, []
+
+    def add_once_failing(self, ids, vectors):
+        calls.append(len(ids))
+        if len(calls) == 1:
+            real_add(self, ids[:1], vectors[:1])  # half applied, then out of memory
+            raise MemoryError("simulated")
+        real_add(self, ids, vectors)
+
+    monkeypatch.setattr(VectorIndex, "add", add_once_failing)
+    landed = Document("landed", "queen king river paris france capital")
+    assert index.upsert([landed]) == 1  # reported landed, not an error
+    assert index.get("landed") == landed
+    index.reload_if_changed()  # the service's poll: the changelog is replayed
+    assert index.stats()["vectors"] == index.stats()["chunks"] == 11
+    assert index.search(vector(tiny_encoder, landed.text), "", top_k=1)[0].id == "landed"
+
+
+def test_a_page_of_documents_is_bounded_in_bytes_and_pages_on(index: SearchIndex) -> None:
+    index.upsert([Document(f"d{i:02}", f"word{i} " * 100) for i in range(12)])  # ~700 bytes each
+    seen, cursor, pages = [], None, 0
+    while True:
+        page, cursor = index.list_documents(limit=1000, cursor=cursor, max_bytes=2_500)
+        assert 1 <= len(page) <= 4 and sum(len(d.text) for d in page) <= 2_500 + 800
+        seen += [d.id for d in page]
+        pages += 1
+        if cursor is None:
+            break
+    assert seen == [f"d{i:02}" for i in range(12)] and pages >= 3

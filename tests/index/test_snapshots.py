@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tarfile
 import threading
 import time
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from index import layout, snapshots
+from harness.archives import hostile_archives
+from index import layout, restore, snapshots
 from index.records import Document
 from index.search_index import SearchIndex
 from tests.index.conftest import tiny_documents
@@ -108,7 +110,7 @@ def test_gzip_archives_and_faiss_trailing_the_store_restore(
     monkeypatch.undo()
     entry = live.snapshot(tmp_path / "snaps", compression="gzip")
     assert entry["name"].endswith(".tar.gz")
-    info = snapshots.verify_archive(tmp_path / "snaps" / entry["name"], None)
+    info = restore.verify_archive(tmp_path / "snaps" / entry["name"], None, tmp_path)
     with tarfile.open(tmp_path / "snaps" / entry["name"]) as archive:
         sidecar = json.loads(archive.extractfile(snapshots.SIDECAR).read())
     assert sidecar["synced_seq"] < info["sequence"]
@@ -236,7 +238,7 @@ def test_offline_snapshot_and_restore_into_an_empty_folder(
     live.upsert(docs(12, 12, "o-"))
     live.close()
     entry = snapshots.snapshot_offline(live.root, tmp_path / "snaps", "none", None)
-    restored = snapshots.restore_offline(tmp_path / "elsewhere", tmp_path / "snaps" / entry["name"])
+    restored = restore.restore_offline(tmp_path / "elsewhere", tmp_path / "snaps" / entry["name"])
     assert restored["documents"] == 12 and restored["version"] == 1
     moved = SearchIndex.open(tmp_path / "elsewhere", tiny_encoder, create=False)
     try:
@@ -244,3 +246,31 @@ def test_offline_snapshot_and_restore_into_an_empty_folder(
         assert_searchable(moved, docs(12, 12, "o-"))
     finally:
         moved.close()
+
+
+def test_an_archive_is_believed_only_where_the_restore_checked_it(
+    live: SearchIndex, tmp_path: Path, monkeypatch
+) -> None:
+    """Each hostile archive has valid checksums (or lies before any is read); each is refused with the class
+    the service maps to its status, naming what is wrong, and the live index is untouched."""
+    live.upsert(docs(12, 21, "h-"))
+    good = (tmp_path / "snaps" / live.snapshot(tmp_path / "snaps")["name"]).read_bytes()
+    current, versions, ids = layout.current_version(live.root), layout.all_versions(live.root), all_ids(live)
+    refusals = {422: snapshots.BadArchive, 413: snapshots.ArchiveTooLarge}
+    for case, (body, status, words) in hostile_archives(good).items():
+        path = tmp_path / "hostile.tar"
+        path.write_bytes(body)
+        started = time.perf_counter()
+        with pytest.raises(refusals[status]) as refused:
+            live.restore(path)
+        assert words in str(refused.value) and str(tmp_path) not in str(refused.value), (case, refused.value)
+        assert time.perf_counter() - started < 10, case  # a bomb is refused before it is decompressed
+        assert layout.current_version(live.root) == current and layout.all_versions(live.root) == versions
+    assert all_ids(live) == ids
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(1 << 30, 1 << 30, 1 << 20))
+    (tmp_path / "good.tar").write_bytes(good)
+    with pytest.raises(snapshots.ArchiveTooLarge, match="MiB free"):
+        live.restore(tmp_path / "good.tar")
+    monkeypatch.undo()
+    assert live.restore(tmp_path / "good.tar")["documents"] == 12

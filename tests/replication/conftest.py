@@ -66,7 +66,7 @@ class Cluster:
 def replication(server: Server) -> dict[str, Any]:
     answer = httpx.get(server.url + "/readyz", headers=AUTH, timeout=5)
     assert answer.status_code == 200, answer.text
-    return answer.json()["replication"]
+    return answer.json()["collections"]["default"]["replication"]
 
 
 def documents(server: Server, filters: str | None = None) -> dict[str, tuple[str, dict]]:

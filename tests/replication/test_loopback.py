@@ -182,7 +182,7 @@ def test_4_a_replica_cut_from_the_bucket_serves_flags_stale_and_converges(cluste
         write_batch()
         answer = httpx.get(cut.url + "/readyz", headers=AUTH, timeout=5)
         codes[answer.status_code] += 1
-        if flagged_after is None and answer.json()["replication"]["stale"]:
+        if flagged_after is None and answer.json()["collections"]["default"]["replication"]["stale"]:
             flagged_after = time.monotonic() - started
         codes[httpx.post(cut.url + "/search", json={"query": "x"}, headers=AUTH, timeout=10).status_code] += 1
         held = set(documents(cut, json.dumps({"phase": phase})))

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 
 from app.service.collections import Collection
 from app.service.errors import ApiError, BodyRejected
-from app.service.routes.collections import current_collection
+from app.service.route_table import declare
+from app.service.routes.collections import current_collection, own_vectors
 from app.service.schemas import DeleteResponse, DocumentIn, DocumentOut, DocumentPage, UpsertResponse
 from app.service.validation import StrictJSONRoute, check_filter, check_metadata, strict_loads
 from index.builder import attach_vectors, chunk_texts
 from index.filters import InvalidFilterValue
+from index.own_vectors import InvalidVector, OwnVectors
 from index.records import Document, InvalidCursor, UnknownFilterField, id_problem
 from index.search_index import MAX_LIST_LIMIT
 
@@ -29,7 +31,12 @@ AckMode = Annotated[
 ]
 
 
-@router.put("/documents", response_model=UpsertResponse, tags=["documents"])
+@router.put(
+    "/documents",
+    openapi_extra=declare("write", "collection"),
+    response_model=UpsertResponse,
+    tags=["documents"],
+)
 async def upsert_documents(
     documents: Annotated[list[DocumentIn], Body(min_length=1, fail_fast=True)],
     request: Request,
@@ -45,12 +52,12 @@ async def upsert_documents(
     ids = [doc.id for doc in documents]
     if len(set(ids)) != len(ids):
         raise ApiError(422, "body: the same id appears twice in one batch", "id")
+    own = own_vectors(collection)
     for position, doc in enumerate(documents):
         where = str(position)  # as FastAPI names a field of a list body: "0.text"
         if problem := id_problem(doc.id):
             raise ApiError(422, f"{where}.id: {problem}", f"{where}.id")
-        if not doc.text.strip():
-            raise ApiError(422, f"{where}.text: empty or only whitespace", f"{where}.text")
+        _check_vector_or_text(doc, where, own, collection)
         if len(doc.text) > settings.max_document_chars:
             raise ApiError(
                 422,
@@ -60,6 +67,10 @@ async def upsert_documents(
         check_metadata(doc.metadata, f"{where}.metadata", settings)
     index = collection.writable_index()
     mode = request.app.state.replication.admit(collection.name, ack)
+    if own is not None:
+        count = await engines.write_pool.run(_commit_own_vectors, index, own, documents)
+        await request.app.state.replication.acknowledge(mode, index)
+        return UpsertResponse(upserted=count)
     engines.require_encoder(collection.model)
     # Chunk, embed through the batcher beside the queries (bulk: they go first), then commit: one write at
     # a time holds the index's writer lock, never while it embeds.
@@ -72,7 +83,45 @@ async def upsert_documents(
     return UpsertResponse(upserted=count)
 
 
-@router.get("/documents", response_model=DocumentPage, tags=["documents"])
+def _check_vector_or_text(
+    doc: DocumentIn, where: str, own: OwnVectors | None, collection: Collection
+) -> None:
+    """A model's collection embeds each document's text; a collection of the caller's own vectors takes
+    one vector per document, and text only to search it by words (BM25, hybrid)."""
+    if own is None and doc.vector is not None:
+        raise ApiError(
+            422,
+            f"{where}.vector: the collection {collection.name!r} embeds text with its model "
+            f"{collection.model!r}; vectors you compute go in a collection created with a `dimension`",
+            f"{where}.vector",
+        )
+    if own is not None and doc.vector is None:
+        raise ApiError(
+            422, f"{where}.vector: required in a collection of your own vectors", f"{where}.vector"
+        )
+    if own is None and not doc.text.strip():
+        raise ApiError(422, f"{where}.text: empty or only whitespace", f"{where}.text")
+
+
+def _commit_own_vectors(index: Any, own: OwnVectors, documents: list[DocumentIn]) -> int:
+    """Check the supplied vectors (422 naming the first bad one), then commit as a model's upsert does."""
+    try:
+        vectors = own.vectors(
+            [d.vector or [] for d in documents], [f"{i}.vector" for i in range(len(documents))]
+        )
+    except InvalidVector as exc:
+        raise ApiError(422, str(exc), exc.field) from exc
+    chunked = index.prepare([Document(d.id, d.text, d.metadata) for d in documents])
+    return index.commit(attach_vectors(chunked, vectors))
+
+
+@router.get(
+    "/documents",
+    openapi_extra=declare("read", "collection"),
+    response_model=DocumentPage,
+    response_class=Response,
+    tags=["documents"],
+)
 async def list_documents(
     request: Request,
     collection: InCollection,
@@ -85,7 +134,9 @@ async def list_documents(
     ] = None,
 ) -> DocumentPage:
     """The stored documents in a stable order (by id), a page at a time: paging while writes land neither
-    repeats nor skips a document that exists the whole time. ``total`` counts every match."""
+    repeats nor skips a document that exists the whole time. ``total`` counts every match. A page holds
+    `limit` documents or fewer: it ends after `CLOZE_MAX_PAGE_BYTES` of texts and metadata (always at least
+    one document); follow `next_cursor`."""
     settings, engines = request.app.state.settings, request.app.state.engines
     filters = None
     if filter is not None:
@@ -98,18 +149,31 @@ async def list_documents(
         check_filter(filters, settings)
     index = collection.require_index()
     try:
-        page, next_cursor = await engines.work_pool.run(index.list_documents, limit, cursor, filters)
+        page, next_cursor = await engines.work_pool.run(
+            index.list_documents, limit, cursor, filters, settings.max_page_bytes
+        )
         total = await engines.work_pool.run(index.count_documents, filters)
+        # Up to CLOZE_MAX_PAGE_BYTES of text: serialised in a worker thread, not on the event loop.
+        body = await engines.work_pool.run(page_json, page, next_cursor, total)
     except InvalidCursor as exc:
         raise ApiError(422, f"cursor: {exc}", "cursor") from exc
     except (UnknownFilterField, InvalidFilterValue) as exc:
         field = getattr(exc, "field", "filter")
         raise ApiError(422, str(exc), field) from exc
+    return Response(body, media_type="application/json")
+
+
+def page_json(page: list[Document], next_cursor: str | None, total: int) -> bytes:
     documents = [DocumentOut(id=d.id, text=d.text, metadata=d.metadata) for d in page]
-    return DocumentPage(documents=documents, next_cursor=next_cursor, total=total)
+    return DocumentPage(documents=documents, next_cursor=next_cursor, total=total).model_dump_json().encode()
 
 
-@router.get("/documents/{doc_id:path}", response_model=DocumentOut, tags=["documents"])
+@router.get(
+    "/documents/{doc_id:path}",
+    openapi_extra=declare("read", "collection"),
+    response_model=DocumentOut,
+    tags=["documents"],
+)
 async def get_document(doc_id: DocumentId, request: Request, collection: InCollection) -> DocumentOut:
     engines = request.app.state.engines
     document = await engines.work_pool.run(collection.require_index().get, doc_id)
@@ -118,7 +182,12 @@ async def get_document(doc_id: DocumentId, request: Request, collection: InColle
     return DocumentOut(id=document.id, text=document.text, metadata=document.metadata)
 
 
-@router.delete("/documents/{doc_id:path}", response_model=DeleteResponse, tags=["documents"])
+@router.delete(
+    "/documents/{doc_id:path}",
+    openapi_extra=declare("write", "collection"),
+    response_model=DeleteResponse,
+    tags=["documents"],
+)
 async def delete_document(
     doc_id: DocumentId, request: Request, collection: InCollection, ack: AckMode = None
 ) -> DeleteResponse:

@@ -18,6 +18,7 @@ from starlette.datastructures import State
 
 from app.service.engines import submit
 from app.service.errors import ApiError
+from app.service.route_table import declare
 from app.service.schemas import (
     DecodeRequest,
     EmbedRequest,
@@ -124,9 +125,14 @@ async def embed_answer(body: EmbedRequest, state: State, model: str | None = Non
     return json_response(matrix, truncation_headers(items))
 
 
-# The hot routes: ``EmbeddingLane`` (app/service/lane.py) answers them ahead of FastAPI's routing with the
-# same functions; these declarations give them their OpenAPI entries and answer when no lane is installed.
-@router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, tags=["embeddings"])
+# The hot routes: ``EmbeddingLane`` (app/service/lane.py) answers their paths, routed ahead of these, with the
+# same functions; these give them their OpenAPI entries and declarations, and answer when no lane is installed.
+@router.post(
+    "/v1/embeddings",
+    openapi_extra=declare("read"),
+    response_model=OpenAIEmbeddingResponse,
+    tags=["embeddings"],
+)
 async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request) -> Response:
     """OpenAI's embeddings API: the official client works with ``base_url`` pointed here (float and base64
     encodings, ``dimensions``). Inputs over the model's window are truncated, as OpenAI's are not: the
@@ -134,35 +140,47 @@ async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request) -> R
     return await openai_answer(body, request.app.state)
 
 
-@router.post("/embed", response_model=list[list[float]], tags=["embeddings"])
+@router.post("/embed", openapi_extra=declare("read"), response_model=list[list[float]], tags=["embeddings"])
 async def embed(body: EmbedRequest, request: Request) -> Response:
     """TEI's ``/embed``: one vector per input, always a list of lists. Inputs over the model's window are
     refused unless ``truncate`` is true; ``dimensions`` keeps the first N values."""
     return await embed_answer(body, request.app.state)
 
 
-@router.post("/models/{model}/embed", response_model=list[list[float]], tags=["named models"])
+@router.post(
+    "/models/{model}/embed",
+    openapi_extra=declare("read"),
+    response_model=list[list[float]],
+    tags=["named models"],
+)
 async def embed_with(model: str, body: EmbedRequest, request: Request) -> Response:
     """``/embed`` of the embedding model named ``model`` (``InferenceClient(model=f"{base}/models/{model}/embed")``)."""
     return await embed_answer(body, request.app.state, model)
 
 
-# A lane's answer takes the model a ``/models/{name}/...`` path names (None for the plain route).
+# A lane's answer takes the model a ``/models/{model}/...`` path names (None for the plain route); the lane
+# (app/service/lane.py) answers these routes' paths with these functions.
 LaneAnswer = Callable[[Any, State, str | None], Awaitable[Response]]
-LANES: dict[str, tuple[type[BaseModel], LaneAnswer]] = {
-    "/embed": (EmbedRequest, embed_answer),
-    "/v1/embeddings": (OpenAIEmbeddingRequest, openai_answer),
+LANES: dict[Callable[..., Any], tuple[type[BaseModel], LaneAnswer]] = {
+    embed: (EmbedRequest, embed_answer),
+    embed_with: (EmbedRequest, embed_answer),
+    openai_embeddings: (OpenAIEmbeddingRequest, openai_answer),
 }
 
 
-@router.post("/similarity", response_model=list[float], tags=["embeddings"])
+@router.post("/similarity", openapi_extra=declare("read"), response_model=list[float], tags=["embeddings"])
 async def similarity(body: SimilarityRequest, request: Request) -> Response:
     """TEI's ``/similarity`` (``InferenceClient.sentence_similarity``): the cosine similarity of
     ``source_sentence`` to each of ``sentences``, in their order."""
     return await similarity_answer(body, request.app.state)
 
 
-@router.post("/models/{model}/similarity", response_model=list[float], tags=["named models"])
+@router.post(
+    "/models/{model}/similarity",
+    openapi_extra=declare("read"),
+    response_model=list[float],
+    tags=["named models"],
+)
 async def similarity_with(model: str, body: SimilarityRequest, request: Request) -> Response:
     """``/similarity`` of the embedding model named ``model``."""
     return await similarity_answer(body, request.app.state, model)
@@ -192,14 +210,21 @@ async def similarity_answer(body: SimilarityRequest, state: State, model: str | 
     return json_response(matrix[1:] @ matrix[0], truncation_headers(items))
 
 
-@router.post("/tokenize", response_model=list[list[SimpleToken]], tags=["tokens"])
+@router.post(
+    "/tokenize", openapi_extra=declare("read"), response_model=list[list[SimpleToken]], tags=["tokens"]
+)
 async def tokenize(body: TokenizeRequest, request: Request) -> Response:
     """TEI's ``/tokenize``: per input, the embedding model's tokens (not truncated) with character offsets;
     special tokens have no offsets. Always a list of lists."""
     return await tokenize_answer(body, request.app.state)
 
 
-@router.post("/models/{model}/tokenize", response_model=list[list[SimpleToken]], tags=["named models"])
+@router.post(
+    "/models/{model}/tokenize",
+    openapi_extra=declare("read"),
+    response_model=list[list[SimpleToken]],
+    tags=["named models"],
+)
 async def tokenize_with(model: str, body: TokenizeRequest, request: Request) -> Response:
     """``/tokenize`` with the embedding model named ``model``."""
     return await tokenize_answer(body, request.app.state, model)
@@ -221,13 +246,15 @@ async def tokenize_answer(body: TokenizeRequest, state: State, model: str | None
     return json_response(tokens)
 
 
-@router.post("/decode", response_model=list[str], tags=["tokens"])
+@router.post("/decode", openapi_extra=declare("read"), response_model=list[str], tags=["tokens"])
 async def decode(body: DecodeRequest, request: Request) -> Response:
     """TEI's ``/decode``: token ids back to text, one string per list of ids (always a list)."""
     return await decode_answer(body, request.app.state)
 
 
-@router.post("/models/{model}/decode", response_model=list[str], tags=["named models"])
+@router.post(
+    "/models/{model}/decode", openapi_extra=declare("read"), response_model=list[str], tags=["named models"]
+)
 async def decode_with(model: str, body: DecodeRequest, request: Request) -> Response:
     """``/decode`` with the embedding model named ``model``."""
     return await decode_answer(body, request.app.state, model)
@@ -255,7 +282,7 @@ async def decode_answer(body: DecodeRequest, state: State, model: str | None = N
 FillMaskAnswer = list[Prediction] | list[list[Prediction]] | list[list[list[Prediction]]]
 
 
-@router.post("/fill-mask", response_model=FillMaskAnswer, tags=["fill-mask"])
+@router.post("/fill-mask", openapi_extra=declare("read"), response_model=FillMaskAnswer, tags=["fill-mask"])
 async def fill_mask(body: FillMaskRequest, request: Request) -> Response:
     """Hugging Face's fill-mask (``InferenceClient.fill_mask`` sends ``{"inputs", "parameters": {"top_k",
     "targets"}}``), answered as the transformers pipeline nests it: one input with one mask, a flat list of
@@ -264,7 +291,12 @@ async def fill_mask(body: FillMaskRequest, request: Request) -> Response:
     return await fill_mask_answer(body, request.app.state)
 
 
-@router.post("/models/{model}/fill-mask", response_model=FillMaskAnswer, tags=["named models"])
+@router.post(
+    "/models/{model}/fill-mask",
+    openapi_extra=declare("read"),
+    response_model=FillMaskAnswer,
+    tags=["named models"],
+)
 async def fill_mask_with(model: str, body: FillMaskRequest, request: Request) -> Response:
     """``/fill-mask`` with the fill-mask model named ``model`` (``CLOZE_FILL_MASK_MODELS``)."""
     return await fill_mask_answer(body, request.app.state, model)

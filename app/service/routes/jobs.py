@@ -8,7 +8,8 @@ from fastapi import APIRouter, Depends, Path, Request
 
 from app.service.collections import Collection
 from app.service.errors import ApiError
-from app.service.routes.collections import current_collection
+from app.service.route_table import declare
+from app.service.routes.collections import current_collection, own_vectors
 from app.service.schemas import JobAccepted, JobStatus
 from app.service.validation import StrictJSONRoute
 
@@ -17,6 +18,7 @@ router = APIRouter(route_class=StrictJSONRoute)
 
 @router.post(
     "/index/rebuild",
+    openapi_extra=declare("write", "collection"),
     status_code=202,
     response_model=JobAccepted,
     tags=["index"],
@@ -26,6 +28,12 @@ async def rebuild_index(
 ) -> JobAccepted:
     """Re-embed every document into a new index version; searches use the old one until it is published."""
     index = collection.writable_index()  # at once, not a 202 for a job that must fail
+    if own_vectors(collection) is not None:
+        raise ApiError(
+            409,
+            f"{collection.name!r} holds vectors its callers supply: there is no model to re-embed with",
+            None,
+        )
     jobs = request.app.state.jobs
     if running := jobs.running(collection.name):
         raise ApiError(409, f"a rebuild is already running: job {running.job_id}", None)
@@ -33,7 +41,9 @@ async def rebuild_index(
     return JobAccepted(job_id=job.job_id)
 
 
-@router.get("/jobs/{job_id}", response_model=JobStatus, tags=["index"])
+@router.get(
+    "/jobs/{job_id}", openapi_extra=declare("read", "collection"), response_model=JobStatus, tags=["index"]
+)
 async def job_status(
     job_id: Annotated[str, Path(max_length=64)],
     request: Request,

@@ -10,25 +10,29 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.service.model_registry import INDEX_MODEL, ModelSlot
+from app.service.route_table import declare
+from index.collections import DEFAULT_COLLECTION
 
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/models")
+@router.get("/models", openapi_extra=declare("read"))
 async def models(request: Request) -> dict:
     """The models served: ``models``, ``fill_mask_models`` and ``rerank_models`` list each by name (with its
     kind, aliases, status and, once loaded, fingerprint, dimension, pooling, backend and device); ``embedding``
     and ``fill_mask`` are the ``default`` ones, as before named models, and ``rerank_default`` the reranker a
-    request without ``model`` gets (null when none is configured)."""
-    engines = request.app.state.engines
+    request without ``model`` gets (null when none is configured). A key scoped to collections sees neither
+    the collection ``default``'s manifest (unless it is one of its collections) nor where models lie on disk."""
+    engines, grant = request.app.state.engines, getattr(request.state, "grant", None)
     encoder, _ = engines.require_encoder()
+    fill_mask, index = engines.fill_masks.default, engines.collections.default.index
     answer = {
         "embedding": _embedding_model(encoder),
-        "fill_mask": None,
-        "fill_mask_error": engines.fill_mask_error,
+        "fill_mask": _fill_mask_model(fill_mask.runtime) if fill_mask.runtime is not None else None,
+        "fill_mask_error": fill_mask.error,
         # The manifest counts rows: in a worker thread, never on the event loop.
-        "index": await engines.work_pool.run(lambda: engines.index.manifest)
-        if engines.index is not None
+        "index": await engines.work_pool.run(lambda: index.manifest)
+        if index is not None and (grant is None or grant.may_read(DEFAULT_COLLECTION))
         else None,
         "index_model": INDEX_MODEL,
         "models": [_listing(slot, "embedding", _embedding_model) for slot in engines.models.slots.values()],
@@ -38,12 +42,19 @@ async def models(request: Request) -> dict:
         "rerank_models": [_listing(slot, "rerank", _runtime) for slot in engines.rerankers.slots.values()],
         "rerank_default": engines.rerankers.default_name,
     }
-    if engines.fill_mask is not None:
-        answer["fill_mask"] = _fill_mask_model(engines.fill_mask)
-    return answer
+    return answer if grant is None or grant.collections is None else _without_paths(answer)
 
 
-@router.get("/v1/models")
+def _without_paths(listing: Any) -> Any:
+    """The listing less every model's ``path`` (a folder on the server)."""
+    if isinstance(listing, dict):
+        return {key: _without_paths(value) for key, value in listing.items() if key != "path"}
+    if isinstance(listing, list):
+        return [_without_paths(value) for value in listing]
+    return listing
+
+
+@router.get("/v1/models", openapi_extra=declare("read"))
 async def openai_models(request: Request) -> dict:
     """OpenAI's model list (``client.models.list()``): the embedding models that are loaded, by name."""
     slots = request.app.state.engines.models.slots.values()
@@ -98,7 +109,7 @@ def _fill_mask_model(fill: Any) -> dict:
     return _runtime(fill) | {"mask_token": fill.mask_token}
 
 
-@router.get("/healthz")
+@router.get("/healthz", openapi_extra=declare("public"))
 async def healthz(request: Request) -> JSONResponse:
     """Liveness: 200 while the process is or can still become ready (models may be loading or retrying);
     503 once it never will (the embedding model failed every attempt), so an orchestrator replaces it."""
@@ -108,34 +119,53 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok", "ready": engines.ready})
 
 
-@router.get("/readyz")
+@router.get("/readyz", openapi_extra=declare("operations"))
 async def readyz(request: Request) -> JSONResponse:
-    """Ready to serve: the embedding model and the index are loaded (and a replica holds a copy); else why
-    not (with read keys set, only for a key holder: the reasons name files). ``replication`` says how
-    current a replica is (applied sequence, lag, staleness) or how far a writer has shipped."""
+    """Ready to serve: the default embedding model is loaded and the collection ``default`` is open and
+    reads (the probe of every round) and, on a replica, holds a copy of the writer's; else 503 with why.
+    ``collections`` reports each collection's status and error: another collection that fails answers 503
+    on its own routes but does not take the service out of rotation. With replication, default's entry
+    carries ``replication``: how current a replica is (applied sequence, lag, staleness; a stale replica
+    stays ready and says so) or how far a writer has shipped. With keys set, only for a key holder (the
+    reasons name files)."""
     engines, replication = request.app.state.engines, request.app.state.replication
-    copy = replication.status()  # a replica stays ready while stale: it says how stale instead
+    collections: dict[str, dict[str, Any]] = {
+        name: {"status": collection.status, "error": collection.error}
+        for name, collection in engines.collections.collections.items()
+    }
+    copy = replication.status()
+    if copy is not None:
+        collections[DEFAULT_COLLECTION]["replication"] = copy
     if engines.ready and replication.ready:
-        answer = {
-            "status": "ready",
-            "fill_mask": engines.fill_mask is not None,
-            "fill_mask_error": engines.fill_mask_error,
-        }
-        return JSONResponse(answer | ({"replication": copy} if copy else {}))
-    reason = engines.load_error or engines.index_error or (copy or {}).get("waiting") or "loading"
+        fill_mask = engines.fill_masks.default
+        return JSONResponse(
+            {
+                "status": "ready",
+                "fill_mask": fill_mask.runtime is not None,
+                "fill_mask_error": fill_mask.error,
+                "collections": collections,
+            }
+        )
+    reason = (
+        engines.models.default.error
+        or engines.collections.default.error
+        or (copy or {}).get("waiting")
+        or "loading"
+    )
     headers = None if engines.load_failed else {"Retry-After": "2"}
     return JSONResponse(
         {
             "status": "failed" if engines.load_failed else "not ready",
             "reason": reason,
             "attempts": engines.load_attempts,
+            "collections": collections,
         },
         503,
         headers=headers,
     )
 
 
-@router.get("/metrics", include_in_schema=False)
+@router.get("/metrics", openapi_extra=declare("operations"), include_in_schema=False)
 async def metrics(request: Request) -> Response:
     """Prometheus text. Index sizes come from figures refreshed in the background: a scrape counts no rows."""
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.service.errors import ApiError
+from app.service.route_table import declare
 from app.service.validation import StrictJSONRoute
 from encoder_runtime.tokenization import TextTokenizer
 
@@ -50,7 +51,7 @@ class MaskPreviewResponse(BaseModel):
     counts: dict[str, int]
 
 
-@router.post("/mask-preview", response_model=MaskPreviewResponse)
+@router.post("/mask-preview", openapi_extra=declare("read"), response_model=MaskPreviewResponse)
 async def mask_preview(body: MaskPreviewRequest, request: Request) -> MaskPreviewResponse:
     """One sentence through ``encoder_training.masking.mask_tokens`` with the serving model's tokenizer."""
     settings = request.app.state.settings
@@ -66,10 +67,10 @@ async def mask_preview(body: MaskPreviewRequest, request: Request) -> MaskPrevie
 
 def _serving_tokenizer(request: Request) -> tuple[TextTokenizer, str]:
     """The fill-mask model's tokenizer (the one that was pre-trained with masks), else the embedder's."""
-    engines = request.app.state.engines
-    runtime = engines.fill_mask if engines.fill_mask is not None else engines.encoder
+    models = request.app.state.engines.models.default
+    runtime = request.app.state.engines.fill_masks.default.runtime or models.runtime
     if runtime is None:
-        raise ApiError(503, engines.load_error or "model is loading", headers={"Retry-After": "2"})
+        raise ApiError(503, models.error or "model is loading", headers={"Retry-After": "2"})
     return runtime.tokenizer, runtime.info.model_id
 
 

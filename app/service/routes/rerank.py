@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request, Response
 from starlette.datastructures import State
 
 from app.service.errors import ApiError
+from app.service.route_table import declare
 from app.service.routes.inference import json_response, truncation_headers
 from app.service.schemas import CohereDocument, CohereRerankRequest, RerankRequest, RerankResult
 from app.service.validation import StrictJSONRoute, text_list
@@ -22,20 +23,25 @@ from encoder_runtime import sigmoid
 router = APIRouter(route_class=StrictJSONRoute)
 
 
-@router.post("/rerank", response_model=list[RerankResult], tags=["rerank"])
+@router.post("/rerank", openapi_extra=declare("read"), response_model=list[RerankResult], tags=["rerank"])
 async def rerank(body: RerankRequest, request: Request) -> Response:
     """TEI's ``/rerank``: each text scored against the query, best first, as ``[{index, score, text?}]``.
     A pair over the reranker's window is refused unless ``truncate`` is true (then the document is cut)."""
     return await tei_answer(body, request.app.state)
 
 
-@router.post("/models/{model}/rerank", response_model=list[RerankResult], tags=["named models"])
+@router.post(
+    "/models/{model}/rerank",
+    openapi_extra=declare("read"),
+    response_model=list[RerankResult],
+    tags=["named models"],
+)
 async def rerank_with(model: str, body: RerankRequest, request: Request) -> Response:
     """``/rerank`` with the reranker named ``model``."""
     return await tei_answer(body, request.app.state, model)
 
 
-@router.post("/v1/rerank", tags=["rerank"])
+@router.post("/v1/rerank", openapi_extra=declare("read"), tags=["rerank"])
 async def cohere_v1(body: CohereRerankRequest, request: Request) -> Response:
     """Cohere's rerank v1 (``cohere.Client(base_url=...).rerank``): ``{id, results: [{index, relevance_score,
     document?}], meta}``, best first, the best ``top_n``. Pairs over the window are cut on the document side
@@ -43,7 +49,7 @@ async def cohere_v1(body: CohereRerankRequest, request: Request) -> Response:
     return await cohere_answer(body, request.app.state, "1")
 
 
-@router.post("/v2/rerank", tags=["rerank"])
+@router.post("/v2/rerank", openapi_extra=declare("read"), tags=["rerank"])
 async def cohere_v2(body: CohereRerankRequest, request: Request) -> Response:
     """Cohere's rerank v2 (``cohere.ClientV2(base_url=...).rerank``), answered as v1 is."""
     return await cohere_answer(body, request.app.state, "2")

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import Annotated
+from typing import Annotated, Any
 
+import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 
 from app.service.collections import Collection
 from app.service.errors import ApiError
-from app.service.routes.collections import current_collection
+from app.service.route_table import declare
+from app.service.routes.collections import current_collection, own_vectors
 from app.service.routes.rerank import best_first
 from app.service.schemas import (
     IndexFields,
@@ -25,6 +27,7 @@ from app.service.schemas import (
 from app.service.validation import StrictJSONRoute, check_filter
 from encoder_runtime import sigmoid
 from index.filters import InvalidFilterValue
+from index.own_vectors import InvalidVector, OwnVectors
 from index.ranking import RRF_K, Fusion
 from index.records import UnknownFilterField
 from index.search_index import MAX_SEARCH_WINDOW
@@ -33,12 +36,16 @@ router = APIRouter(route_class=StrictJSONRoute)
 InCollection = Annotated[Collection, Depends(current_collection)]
 
 
-@router.post("/search", response_model=SearchResponse, tags=["search"])
+@router.post(
+    "/search", openapi_extra=declare("read", "collection"), response_model=SearchResponse, tags=["search"]
+)
 async def search(body: SearchRequest, request: Request, collection: InCollection) -> SearchResponse:
     return await _search(request, body, collection)
 
 
-@router.get("/search", response_model=SearchResponse, tags=["search"])
+@router.get(
+    "/search", openapi_extra=declare("read", "collection"), response_model=SearchResponse, tags=["search"]
+)
 async def search_get(
     request: Request,
     collection: InCollection,
@@ -86,10 +93,9 @@ def _fusion(body: SearchRequest) -> Fusion | None:
 async def _search(request: Request, body: SearchRequest, collection: Collection) -> SearchResponse:
     started = time.perf_counter()
     settings, engines = request.app.state.settings, request.app.state.engines
-    if len(body.query) > settings.max_chars:
-        raise ApiError(422, f"query: over the limit of {settings.max_chars} characters", "query")
-    if not body.query.strip():
-        raise ApiError(422, "query: empty or only whitespace", "query")
+    if body.vector is not None and body.query is None and "mode" not in body.model_fields_set:
+        body = body.model_copy(update={"mode": "dense"})  # a vector alone searches by vector
+    _check_query(body, settings.max_chars)
     check_filter(body.filter, settings)
     if body.top_k > settings.max_top_k:
         raise ApiError(422, f"top_k: {body.top_k} is over the limit of {settings.max_top_k}", "top_k")
@@ -103,17 +109,15 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
     fusion = _fusion(body)
     _check_rerank(body, request)
     index = collection.require_index()
-    vector = None
-    if body.mode != "bm25":
-        _, vectors = await engines.embed([body.query], model=collection.model)
-        vector = vectors[0]
+    vector = await _query_vector(body, collection, engines)
+    query = body.query or ""
     # Reranked: the first stage's best ``candidates`` (from the top), re-scored, then the page is cut.
     window = (0, body.rerank.candidates) if body.rerank else (body.offset, body.top_k)
     try:
         hits = await engines.run_search(
             index.search,
             vector,
-            body.query,
+            query,
             top_k=window[1],
             offset=window[0],
             mode=body.mode,
@@ -121,6 +125,7 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
             fusion=fusion,
             explained=body.explain,
             highlight=body.highlight,
+            text_chars=_text_needed(body, request),
         )
     except UnknownFilterField as exc:
         raise ApiError(422, f"{exc.field}: no document has this metadata field", exc.field) from exc
@@ -129,11 +134,12 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
     ranked = [(hit, hit.score, None, None) for hit in hits]
     if body.rerank is not None:
         ranked = (await _reranked(hits, body, request))[body.offset : body.offset + body.top_k]
+    texts = await _shown_texts(ranked, body, request, index)
     results = [
         SearchResult(
             id=hit.id,
             score=score,
-            text=hit.text if body.include_text else None,
+            text=texts.get(hit.id) if body.include_text else None,
             chunk=hit.chunk,
             chunk_index=hit.chunk_index,
             metadata=hit.metadata,
@@ -149,6 +155,78 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
     return SearchResponse(
         results=results, took_ms=round((time.perf_counter() - started) * 1000, 3), mode=body.mode
     )
+
+
+def _text_needed(body: SearchRequest, request: Request) -> int | None:
+    """How much of each candidate's document text the first stage reads: the reranker's ``CLOZE_MAX_CHARS``
+    to rerank it, all of it to show it (without a rerank), none otherwise: a long document is never read
+    whole for a candidate the answer does not show."""
+    if body.rerank is not None:
+        return request.app.state.settings.max_chars if body.rerank.text == "document" else 0
+    return None if body.include_text else 0
+
+
+async def _shown_texts(
+    ranked: list[tuple], body: SearchRequest, request: Request, index: Any
+) -> dict[str, str]:
+    """The texts ``include_text`` shows (a reranked page's read whole now, only for the page), refused
+    with 422 past ``CLOZE_MAX_PAGE_BYTES`` together: an answer is bounded in bytes, not only in hits."""
+    if not body.include_text:
+        return {}
+    hits = [hit for hit, *_ in ranked]
+    if body.rerank is None:
+        texts = {hit.id: hit.text for hit in hits}
+    else:
+        found = await request.app.state.engines.work_pool.run(lambda: [index.get(hit.id) for hit in hits])
+        texts = {doc.id: doc.text for doc in found if doc is not None}
+    limit = request.app.state.settings.max_page_bytes
+    total = sum(len(text) for text in texts.values())
+    if total > limit:
+        raise ApiError(
+            422,
+            f"include_text: the {len(texts)} results' texts total {total} characters, over the {limit} an answer "
+            "carries (CLOZE_MAX_PAGE_BYTES): ask fewer results, or read long documents with GET /documents/{id}",
+            "include_text",
+        )
+    return texts
+
+
+def _check_query(body: SearchRequest, max_chars: int) -> None:
+    """The query's text where the mode (or a reranker) reads words or must embed it; a vector only where
+    the mode ranks by vectors."""
+    if body.query is not None:
+        if len(body.query) > max_chars:
+            raise ApiError(422, f"query: over the limit of {max_chars} characters", "query")
+        if not body.query.strip():
+            raise ApiError(422, "query: empty or only whitespace", "query")
+    elif body.mode != "dense" or body.vector is None:
+        raise ApiError(422, f"query: mode {body.mode} needs the query's text", "query")
+    elif body.rerank is not None:
+        raise ApiError(422, "query: a reranker reads the query's text", "query")
+    if body.vector is not None and body.mode == "bm25":
+        raise ApiError(422, "vector: mode bm25 ranks by words only (use dense or hybrid)", "vector")
+
+
+async def _query_vector(body: SearchRequest, collection: Collection, engines: Any) -> np.ndarray | None:
+    """The vector dense and hybrid rank by: the request's (checked, normalised for cosine), else the
+    collection's model's embedding of the query; a collection of the caller's own vectors has no model."""
+    if body.mode == "bm25":
+        return None
+    own = own_vectors(collection)
+    if body.vector is None and own is not None:
+        raise ApiError(
+            422,
+            f"vector: mode {body.mode} needs the query's vector in a collection of your own vectors",
+            "vector",
+        )
+    if body.vector is None:
+        _, vectors = await engines.embed([body.query], model=collection.model)
+        return vectors[0]
+    shape = own or OwnVectors(engines.require_encoder(collection.model)[0].dimension, "cosine")
+    try:
+        return shape.vector(body.vector, "vector")
+    except InvalidVector as exc:
+        raise ApiError(422, str(exc), exc.field) from exc
 
 
 def _check_rerank(body: SearchRequest, request: Request) -> None:
@@ -188,7 +266,9 @@ async def _reranked(hits: list, body: SearchRequest, request: Request) -> list[t
     return [(hits[i], float(scores[i]), float(scores[i]), i + 1) for i in best_first(scores)]
 
 
-@router.get("/index/fields", response_model=IndexFields, tags=["search"])
+@router.get(
+    "/index/fields", openapi_extra=declare("read", "collection"), response_model=IndexFields, tags=["search"]
+)
 async def index_fields(request: Request, collection: InCollection) -> IndexFields:
     """Metadata field names the search filters accept (an unknown field is a 422 from ``/search``)."""
     index, pool = collection.require_index(), request.app.state.engines.work_pool

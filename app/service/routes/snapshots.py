@@ -16,13 +16,13 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
-from app.service.collections import Collection
+from app.service.collections import Collection, snapshot_folder_of
 from app.service.errors import ApiError
+from app.service.route_table import declare
 from app.service.routes.collections import current_collection
 from app.service.schemas import RestoreResult, SnapshotDeleted, SnapshotInfo, SnapshotList
 from app.service.validation import StrictJSONRoute
 from index import snapshots
-from index.collections import DEFAULT_COLLECTION
 
 router = APIRouter(route_class=StrictJSONRoute)
 InCollection = Annotated[Collection, Depends(current_collection)]
@@ -31,18 +31,15 @@ UPLOAD_FLUSH_BYTES = 4 << 20  # uploaded bytes gathered before one write to disk
 
 
 def snapshot_folder(request: Request, collection: Collection) -> Path:
-    """Where a collection's snapshots go: ``CLOZE_SNAPSHOTS_DIR`` (the others' in its ``collections/<name>``),
-    else ``<folder>.snapshots`` beside the collection's folder."""
-    configured = request.app.state.settings.snapshots_dir
-    if configured is None:
-        return snapshots.default_folder(collection.path)
-    if collection.name == DEFAULT_COLLECTION:
-        return Path(configured)
-    return Path(configured) / "collections" / collection.name
+    return snapshot_folder_of(request.app.state.settings.snapshots_dir, collection.name, collection.path)
 
 
 @router.post(
-    "/collections/{collection}/snapshots", status_code=201, response_model=SnapshotInfo, tags=["snapshots"]
+    "/collections/{collection}/snapshots",
+    openapi_extra=declare("write", "collection"),
+    status_code=201,
+    response_model=SnapshotInfo,
+    tags=["snapshots"],
 )
 async def create_snapshot(request: Request, collection: InCollection) -> SnapshotInfo:
     """A snapshot of the published version, while searches and writes go on: every write acknowledged
@@ -55,7 +52,12 @@ async def create_snapshot(request: Request, collection: InCollection) -> Snapsho
     return SnapshotInfo(**entry)
 
 
-@router.get("/collections/{collection}/snapshots", response_model=SnapshotList, tags=["snapshots"])
+@router.get(
+    "/collections/{collection}/snapshots",
+    openapi_extra=declare("read", "collection"),
+    response_model=SnapshotList,
+    tags=["snapshots"],
+)
 async def list_snapshots(request: Request, collection: InCollection) -> SnapshotList:
     folder = snapshot_folder(request, collection)
     entries = await run_in_threadpool(snapshots.list_snapshots, folder)
@@ -64,6 +66,7 @@ async def list_snapshots(request: Request, collection: InCollection) -> Snapshot
 
 @router.get(
     "/collections/{collection}/snapshots/{snapshot}",
+    openapi_extra=declare("read", "collection"),
     response_class=FileResponse,
     tags=["snapshots"],
     responses={200: {"content": {"application/x-tar": {}}, "description": "the archive"}},
@@ -77,7 +80,10 @@ async def download_snapshot(
 
 
 @router.delete(
-    "/collections/{collection}/snapshots/{snapshot}", response_model=SnapshotDeleted, tags=["snapshots"]
+    "/collections/{collection}/snapshots/{snapshot}",
+    openapi_extra=declare("write", "collection"),
+    response_model=SnapshotDeleted,
+    tags=["snapshots"],
 )
 async def delete_snapshot(
     snapshot: SnapshotName, request: Request, collection: InCollection
@@ -87,7 +93,10 @@ async def delete_snapshot(
 
 
 @router.post(
-    "/collections/{collection}/snapshots/{snapshot}/restore", response_model=RestoreResult, tags=["snapshots"]
+    "/collections/{collection}/snapshots/{snapshot}/restore",
+    openapi_extra=declare("write", "collection"),
+    response_model=RestoreResult,
+    tags=["snapshots"],
 )
 async def restore_snapshot(
     snapshot: SnapshotName, request: Request, collection: InCollection
@@ -107,9 +116,10 @@ async def restore_snapshot(
     response_model=RestoreResult,
     tags=["snapshots"],
     openapi_extra={
+        **declare("write", "collection"),
         "requestBody": {
             "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
-        }
+        },
     },
 )
 async def restore_upload(request: Request, collection: InCollection) -> RestoreResult:
@@ -132,7 +142,12 @@ async def receive_upload(request: Request, target: Path, limit: int) -> None:
     length past it is refused before a byte is read: ``BodySizeLimit``)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit():
-        await run_in_threadpool(snapshots.check_space, target.parent, 2 * int(declared))
+        try:
+            await run_in_threadpool(snapshots.check_space, target.parent, 2 * int(declared))
+        except (
+            snapshots.SnapshotNoSpace
+        ) as exc:  # the archive is too large for this disk: the client's to fix
+            raise ApiError(413, f"archive: too large for the free space: {exc}", "archive") from exc
     size, pending = 0, bytearray()
     with target.open("wb") as handle:
         async for chunk in request.stream():

@@ -1,0 +1,88 @@
+"""Collections of the caller's own vectors: no model, one vector per document, given with each upsert.
+
+``OwnVectors`` stands where an encoder stands (``SearchIndex``, ``VersionDraft``, snapshots): it has a
+dimension and a fingerprint (``own-vectors:<metric>:<dimension>``, so a snapshot restores only into a
+collection of the same shape), no tokenizer (so ``Chunker.for_encoder`` keeps each document whole: one
+chunk, one vector), and it refuses to embed. Its job is to check and shape the vectors callers send.
+
+Metrics: ``cosine`` stores and searches unit vectors (each one normalised here), ``dot`` keeps them as given;
+both rank by FAISS inner product, higher first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from index.records import IndexError_
+
+METRICS = ("cosine", "dot")
+MAX_DIMENSION = 8192
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # a larger number would be stored as an infinity
+
+
+class InvalidVector(IndexError_, ValueError):
+    """A supplied vector of the wrong length, with a NaN or an infinity, or (cosine) of length zero.
+    ``field`` names it as the request spelt it (``3.vector``, ``vector``)."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
+class OwnVectorsOnly(IndexError_):
+    """Something asked a collection of the caller's own vectors to embed text: it has no model."""
+
+
+@dataclass(frozen=True)
+class OwnVectorsInfo:
+    """What ``encoder.info`` says of a model, for a collection that has none."""
+
+    fingerprint: str
+    model_id: None = None
+    pooling: None = None
+    path: None = None
+
+
+class OwnVectors:
+    tokenizer = None  # no tokenizer: documents are not split (``chunking.WholeDocuments``)
+    max_tokens = None
+
+    def __init__(self, dimension: int, metric: str = "cosine"):
+        if metric not in METRICS:
+            raise ValueError(f"metric {metric!r}: one of {', '.join(METRICS)}")
+        if not 1 <= dimension <= MAX_DIMENSION:
+            raise ValueError(f"dimension {dimension}: between 1 and {MAX_DIMENSION}")
+        self.dimension, self.metric = int(dimension), metric
+        self.info = OwnVectorsInfo(fingerprint=f"own-vectors:{metric}:{dimension}")
+
+    def embed(self, texts: Sequence[str], normalize: bool | None = True) -> Any:
+        raise OwnVectorsOnly(
+            "this collection holds vectors its callers supply (no model embeds its text): give each "
+            "document its `vector`"
+        )
+
+    def vector(self, values: Sequence[float], field: str) -> np.ndarray:
+        """One checked float32 vector, normalised for cosine; ``InvalidVector`` naming ``field`` if not fit."""
+        if len(values) != self.dimension:
+            raise InvalidVector(
+                f"{field}: {len(values)} numbers, but this collection's vectors have {self.dimension}", field
+            )
+        array = np.asarray(values, dtype=np.float64)
+        if not np.isfinite(array).all() or np.abs(array).max() > FLOAT32_MAX:
+            raise InvalidVector(f"{field}: holds NaN or an infinity (or a number beyond float32)", field)
+        if self.metric == "cosine":
+            norm = float(np.linalg.norm(array))
+            if norm == 0.0:
+                raise InvalidVector(f"{field}: all zeros, which has no direction (metric cosine)", field)
+            array = array / norm
+        return array.astype(np.float32)
+
+    def vectors(self, rows: Sequence[Sequence[float]], fields: Sequence[str]) -> np.ndarray:
+        """``vector`` for each row, stacked (shape (len(rows), dimension))."""
+        if not rows:
+            return np.zeros((0, self.dimension), np.float32)
+        return np.stack([self.vector(row, field) for row, field in zip(rows, fields, strict=True)])

@@ -1,0 +1,303 @@
+"""Restoring a snapshot: everything checked (``index.archive_checks``) before anything is written, then
+extracted into a new version folder (each checksum checked again as it is written, the FAISS file and the
+store checked as files before they are opened), opened (FAISS must agree with the store), and published
+atomically under the writer lock. The draft carries the rebuild marker, so a restore killed before its
+switch is deleted when the next writer opens the index."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import gzip
+import hashlib
+import io
+import json
+import os
+import reprlib
+import sqlite3
+import tarfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from index import archive_checks as checks
+from index import layout
+from index.archive_checks import ARCHIVE_FORMAT, FILES, INFO, MAX_INFO_BYTES, SIDECAR, BadArchive
+from index.builder import FORMAT_VERSION, REBUILD_MARKER
+from index.factories import family
+from index.faiss_file import FaissFileProblem, check_faiss_file
+from index.faultpoints import pause_for_tests
+from index.records import IndexError_
+from index.version import OpenVersion
+
+READ_CHUNK = 1 << 20
+GZIP_MAGIC = b"\x1f\x8b"
+ARCHIVE_ERRORS = (tarfile.TarError, EOFError, OSError, zlib.error)
+
+
+@dataclass(frozen=True)
+class ExpectedModel:
+    """What the collection restored into runs: an archive of another model is foreign."""
+
+    fingerprint: str
+    dimension: int
+
+
+def verify_archive(path: Path, expected: ExpectedModel | None, target: Path) -> dict[str, Any]:
+    """Every check a restore makes before it writes anything (``index.archive_checks``); returns
+    ``snapshot.json``. ``BadArchive`` / ``ArchiveTooLarge`` name the problem: not a tar, truncated, an
+    unexpected member, a declared field of the wrong type or past its bound, contents larger than the
+    archive may expand to or ``target``'s disk holds, a size or checksum that differs, another format,
+    another model, a manifest or sidecar that is not what this service writes."""
+    with _open_archive(path) as (archive, reader):
+        info = _read_info_member(archive)
+        _check_compatible(info, expected)
+        reader.limit = checks.check_expansion(info, Path(path).stat().st_size, Path(target))
+        for member, stream in _members(archive, info):
+            expected_file = info["files"][member.name]
+            if member.name in (layout.MANIFEST, SIDECAR):
+                content = _read_json_member(stream, member.name, expected_file)
+                if member.name == layout.MANIFEST:
+                    fingerprint = expected.fingerprint if expected else None
+                    checks.check_manifest(
+                        content, info, fingerprint, expected.dimension if expected else None
+                    )
+                else:
+                    checks.check_sidecar(content, info, int(info["dimension"]))
+            else:
+                _copy_checked(stream, member.name, expected_file, None)
+    return info
+
+
+def extract_archive(path: Path, folder: Path, info: dict[str, Any]) -> None:
+    """Each file into ``folder`` (a draft no reader looks at), its checksum checked again as it is written
+    (the archive could have changed since it was verified); then the files are fsync'd and the FAISS file
+    and the store checked as files before anything opens them."""
+    with _open_archive(path) as (archive, reader):
+        _read_info_member(archive)
+        reader.limit = checks.declared_bytes(info) + checks.TAR_OVERHEAD + MAX_INFO_BYTES
+        for member, stream in _members(archive, info):
+            with (folder / member.name).open("wb") as out:
+                _copy_checked(stream, member.name, info["files"][member.name], out)
+    layout.fsync_tree(folder)
+    sidecar = json.loads((folder / SIDECAR).read_bytes())
+    factory = checks.check_sidecar(sidecar, info, int(info["dimension"]))
+    try:
+        held = check_faiss_file(folder / layout.VECTORS, int(info["dimension"]), family(factory))
+    except FaissFileProblem as exc:
+        raise BadArchive(f"{layout.VECTORS}: {exc}") from exc
+    if held - len(sidecar.get("tombstones", [])) != info["vectors"]:
+        raise BadArchive(f"{layout.VECTORS} holds {held} vectors, {INFO} says {info['vectors']}")
+    checks.check_store_file(folder / layout.STORE, int(info["dimension"]))
+
+
+def read_info(path: Path) -> dict[str, Any]:
+    """The archive's ``snapshot.json`` (its first member, checked), without reading the rest."""
+    with _open_archive(path) as (archive, _):
+        return _read_info_member(archive)
+
+
+@contextlib.contextmanager
+def _open_archive(path: Path) -> Iterator[tuple[tarfile.TarFile, checks.BoundedReader]]:
+    """The archive read front to back (gzip or plain), every byte counted: until ``snapshot.json`` is read
+    and its sizes accepted, the reader stops past the size of that one member."""
+    try:
+        raw: IO[bytes] = Path(path).open("rb")
+    except OSError as exc:
+        raise BadArchive(f"the archive cannot be read: {exc.strerror}") from exc
+    with raw:
+        try:
+            stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if raw.peek(2)[:2] == GZIP_MAGIC else raw  # type: ignore[attr-defined]
+            reader = checks.BoundedReader(stream, MAX_INFO_BYTES + checks.TAR_OVERHEAD)
+            archive = tarfile.open(fileobj=reader, mode="r|")  # type: ignore[call-overload]
+        except ARCHIVE_ERRORS as exc:
+            raise BadArchive(f"the archive is not a readable tar archive (.tar or .tar.gz): {exc}") from exc
+        with archive:
+            yield archive, reader
+
+
+def _read_info_member(archive: tarfile.TarFile) -> dict[str, Any]:
+    try:
+        first = archive.next()
+    except ARCHIVE_ERRORS as exc:
+        raise BadArchive(f"the archive is truncated or not a tar archive: {exc}") from exc
+    if first is None or first.name != INFO or not first.isreg():
+        found = "nothing" if first is None else repr(first.name[:100])
+        raise BadArchive(f"the archive is not a cloze snapshot: its first member is {found}, not {INFO}")
+    if first.size > MAX_INFO_BYTES:
+        raise BadArchive(f"{INFO} is {first.size} bytes, over the {MAX_INFO_BYTES}-byte limit")
+    try:
+        stream = archive.extractfile(first)
+        info = json.loads(stream.read() if stream else b"")
+    except (*ARCHIVE_ERRORS, ValueError, RecursionError) as exc:
+        raise BadArchive(f"{INFO} is truncated or not JSON: {str(exc)[:200]}") from exc
+    return checks.check_info(info)
+
+
+def _check_compatible(info: dict[str, Any], expected: ExpectedModel | None) -> None:
+    if info.get("format") != ARCHIVE_FORMAT:
+        raise BadArchive(
+            f"snapshot format {reprlib.repr(info.get('format'))}, but this version of cloze-search reads format "
+            f"{ARCHIVE_FORMAT}"
+        )
+    if info.get("index_format") != FORMAT_VERSION:
+        raise BadArchive(
+            f"the snapshot holds an index of format {reprlib.repr(info.get('index_format'))}; this version reads "
+            f"format {FORMAT_VERSION}"
+        )
+    if expected is not None and (
+        info.get("model_fingerprint") != expected.fingerprint or info.get("dimension") != expected.dimension
+    ):
+        raise BadArchive(
+            f"the snapshot was made with model {str(info.get('model_id'))[:80]!r} (fingerprint "
+            f"{str(info.get('model_fingerprint'))[:40]}, dimension {info.get('dimension')}), but this "
+            f"collection runs fingerprint {expected.fingerprint}, dimension {expected.dimension}: restore it "
+            "into a collection of that model"
+        )
+
+
+def _members(archive: tarfile.TarFile, info: dict[str, Any]) -> Iterator[tuple[tarfile.TarInfo, IO[bytes]]]:
+    """The remaining members in order, each checked to be a plain file the snapshot lists, once."""
+    seen: set[str] = set()
+    while True:
+        try:
+            member = archive.next()
+        except ARCHIVE_ERRORS as exc:
+            raise BadArchive(f"the archive is truncated or damaged after {sorted(seen)}: {exc}") from exc
+        if member is None:
+            break
+        if member.name not in FILES or "/" in member.name:
+            raise BadArchive(
+                f"unexpected member {member.name[:100]!r} in the archive (only {', '.join(FILES)})"
+            )
+        if not member.isreg():
+            raise BadArchive(f"member {member.name!r} is not a regular file (links and folders are refused)")
+        if member.name in seen:
+            raise BadArchive(f"member {member.name!r} appears twice")
+        if member.size != info["files"][member.name]["bytes"]:
+            raise BadArchive(
+                f"{member.name} is {member.size} bytes in the archive, {INFO} says "
+                f"{info['files'][member.name]['bytes']}"
+            )
+        seen.add(member.name)
+        stream = archive.extractfile(member)
+        assert stream is not None  # a regular file always has one
+        yield member, stream
+    missing = sorted(set(FILES) - seen)
+    if missing:
+        raise BadArchive(f"the archive is truncated: {', '.join(missing)} missing")
+
+
+def _read_json_member(stream: IO[bytes], name: str, expected: dict[str, Any]) -> Any:
+    """A small member (its declared size is bounded), checksummed, then parsed."""
+    buffer = io.BytesIO()
+    _copy_checked(stream, name, expected, buffer)
+    try:
+        return json.loads(buffer.getvalue())
+    except (ValueError, RecursionError) as exc:
+        raise BadArchive(f"{name} is not JSON: {str(exc)[:200]}") from exc
+
+
+def _copy_checked(stream: IO[bytes], name: str, expected: dict[str, Any], out: IO[bytes] | None) -> None:
+    digest, size = hashlib.sha256(), 0
+    try:
+        while block := stream.read(READ_CHUNK):
+            digest.update(block)
+            size += len(block)
+            if out is not None:
+                out.write(block)
+    except ARCHIVE_ERRORS as exc:
+        if out is not None and isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile):
+            raise  # a write error (a full disk) is the disk's problem, not the archive's
+        raise BadArchive(f"{name} is truncated or damaged in the archive: {exc}") from exc
+    if size != expected["bytes"]:
+        raise BadArchive(f"{name} is truncated: {size} bytes read, {expected['bytes']} expected")
+    if digest.hexdigest() != expected["sha256"]:
+        raise BadArchive(
+            f"{name} is corrupted: its sha256 is {digest.hexdigest()}, {INFO} says {expected['sha256']}"
+        )
+    if out is not None and not isinstance(out, io.BytesIO):
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def prepare_version(root: Path, number: int, archive: Path, info: dict[str, Any]) -> None:
+    """The archive's files as version ``number``, unpublished and marked as a draft to discard if this
+    process dies: the manifest renumbered and told where it came from."""
+    folder = layout.version_dir(root, number)
+    folder.mkdir(parents=True)
+    (folder / REBUILD_MARKER).touch()
+    manifest_path = folder / layout.MANIFEST
+    extract_archive(archive, folder, info)
+    manifest = json.loads(manifest_path.read_text())
+    manifest_path.unlink()  # written back last, renumbered: the version is complete only then
+    manifest |= {
+        "version": number,
+        "restored_from": {"sequence": info.get("sequence"), "created": info.get("created")},
+    }
+    layout.write_manifest(folder, manifest)
+
+
+def open_restored(
+    root: Path, number: int, archive: Path, info: dict[str, Any], on_repair: Any = None
+) -> OpenVersion:
+    """``prepare_version``, then the draft opened. A draft that passed every check and still does not open
+    is the archive's fault (422), a full disk the disk's (413: the archive is too large for it); the
+    messages name no path on the server."""
+    try:
+        prepare_version(root, number, archive, info)
+        return OpenVersion(root, number, False, on_repair)
+    except (BadArchive, checks.ArchiveTooLarge):
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise checks.ArchiveTooLarge(
+                "the collection's disk filled while the archive was extracted"
+            ) from exc
+        raise
+    except (ValueError, KeyError, TypeError, RuntimeError, sqlite3.Error, IndexError_) as exc:
+        raise BadArchive(f"the restored copy does not open ({type(exc).__name__})") from exc
+
+
+def check_restored(version: OpenVersion, info: dict[str, Any]) -> None:
+    """The opened copy must hold what the archive says it holds (FAISS agrees with the store after the
+    replay at open: ``OpenVersion`` repairs a disagreement from the store's vectors)."""
+    counts = version.store.counts()
+    if counts["documents"] != info.get("documents") or counts["chunks"] != info.get("chunks"):
+        raise BadArchive(
+            f"the restored store holds {counts}, the snapshot says {info.get('documents')} documents"
+        )
+    version.verify()
+
+
+def restore_offline(root: Path, archive: Path) -> dict[str, Any]:
+    """``cloze index restore`` without a service: takes the writer lock (``IndexLocked`` naming the holder
+    while a service writes the index), verifies, extracts into a new version and publishes it."""
+    root = Path(root)
+    lease = layout.WriterLease(root)
+    try:
+        with layout.build_lock(root):
+            current = layout.current_version(root)
+            manifest = layout.read_manifest_safely(layout.version_dir(root, current)) if current else None
+            expected = (
+                ExpectedModel(manifest["model_fingerprint"], int(manifest["dimension"])) if manifest else None
+            )
+            info = verify_archive(archive, expected, root)
+            number = layout.next_version(root)
+            try:
+                version = open_restored(root, number, archive, info)
+                try:
+                    check_restored(version, info)
+                finally:
+                    version.close(save=True)
+                pause_for_tests("restore")
+                layout.publish(root, number)
+            except BaseException:
+                if layout.current_version(root) != number:
+                    layout.remove_version(root, number)
+                raise
+        return {"version": number, **{k: info.get(k) for k in ("sequence", "documents", "chunks")}}
+    finally:
+        lease.release()

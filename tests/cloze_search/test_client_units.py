@@ -1,0 +1,85 @@
+"""The client's mechanics on a scripted transport (a real server is not made to refuse on cue): the retry on 429
+that honours Retry-After, errors as exceptions with the service's message and field, and the requests it sends."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+import cloze_search
+from cloze_search import Client, Document, Fusion, Rerank
+
+
+def scripted(answers: list[tuple[int, dict]], sent: list[httpx.Request] | None = None) -> dict:
+    """``http_options`` for a client whose requests get ``answers`` in turn (status, body)."""
+    replies = iter(answers)
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        if sent is not None:
+            sent.append(request)
+        status, body = next(replies)
+        body = dict(body)  # the same answer may be scripted several times
+        headers = {"Retry-After": str(body.pop("retry_after"))} if "retry_after" in body else {}
+        return httpx.Response(status, json=body, headers=headers)
+
+    return {"transport": httpx.MockTransport(reply)}
+
+
+def test_upsert_retries_429_after_retry_after(monkeypatch):
+    """Two refusals then a success: the client waits what Retry-After says each time and sends again."""
+    waits: list[float] = []
+    monkeypatch.setattr("cloze_search.client.time.sleep", waits.append)
+    full = {"error": "queue full", "field": None}
+    answers = [(429, full | {"retry_after": 3}), (503, full | {"retry_after": 1}), (200, {"upserted": 1})]
+    with Client("http://service", http_options=scripted(answers)) as client:
+        assert client.upsert([Document("a", "text")]) == 1
+    assert waits == [3.0, 1.0]
+    with Client(
+        "http://service", max_retries=2, http_options=scripted([(429, full | {"retry_after": 2})] * 3)
+    ) as c:
+        with pytest.raises(cloze_search.Overloaded) as overloaded:
+            c.upsert([Document("a", "text")])
+    assert overloaded.value.retry_after == 2.0 and overloaded.value.message == "queue full"
+    assert waits == [3.0, 1.0, 2.0, 2.0]  # two retries, then the error
+
+
+def test_errors_carry_status_message_and_field():
+    cases = [
+        (422, cloze_search.InvalidRequest),
+        (404, cloze_search.NotFound),
+        (409, cloze_search.Conflict),
+        (403, cloze_search.Unauthorized),
+        (507, cloze_search.ClozeError),
+    ]
+    for status, kind in cases:
+        refusal = {"error": "what went wrong", "field": "3.vector"}
+        with Client("http://service", http_options=scripted([(status, refusal)])) as client:
+            with pytest.raises(kind) as raised:
+                client.get_collection("x")
+        assert (raised.value.status, raised.value.field, raised.value.message) == (
+            status, "3.vector", "what went wrong",
+        )  # fmt: skip
+
+
+def test_requests_carry_every_option_and_batches_split():
+    sent: list[httpx.Request] = []
+    answers = [(200, {"results": [], "took_ms": 1.0, "mode": "hybrid"})] + [(200, {"upserted": 2})] * 3
+    with Client("http://service", api_key="k", http_options=scripted(answers, sent)) as client:
+        client.search(
+            "q", collection="my docs", vector=[1, 2], top_k=3, offset=6, mode="hybrid", filter={"y": 1},
+            include_text=True, highlight=True, fusion=Fusion("convex", alpha=0.2), explain=True, rerank=Rerank(20),
+        )  # fmt: skip
+        assert client.upsert(({"id": str(i), "text": "t"} for i in range(5)), batch_size=2) == 6
+    search = sent[0]
+    assert (
+        search.url.raw_path == b"/collections/my%20docs/search"
+        and search.headers["authorization"] == "Bearer k"
+    )
+    assert json.loads(search.content) == {
+        "query": "q", "vector": [1.0, 2.0], "top_k": 3, "offset": 6, "mode": "hybrid", "filter": {"y": 1},
+        "include_text": True, "highlight": True, "fusion": {"method": "convex", "alpha": 0.2}, "explain": True,
+        "rerank": {"candidates": 20, "text": "document"},
+    }  # fmt: skip
+    assert [len(json.loads(r.content)) for r in sent[1:]] == [2, 2, 1]  # documents a request
