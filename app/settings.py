@@ -214,6 +214,11 @@ class Settings(BaseSettings):
         ge=1,
         description="Most fields and values in one search filter, counted together (422 `filter` above)",
     )
+    strict_filter_fields: bool = Field(
+        False,
+        description="Refuse (422) a filter naming a metadata field no document of the collection ever had; "
+        "by default such a field is absent, as in MongoDB: it matches nothing and its negation everything",
+    )
     max_masks: int = Field(64, ge=1, description="Most mask tokens in one fill-mask text")
     max_rerank_candidates: int = Field(
         200,

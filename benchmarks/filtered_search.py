@@ -1,21 +1,26 @@
-"""Filtered search at scale: latency of filtered against unfiltered search, and recall@10 against exact.
+"""Filtered search at scale: latency of filtered against unfiltered search and recall@10 against exact search with
+the same filter, before (filters planned over SQLite alone) and after (the in-memory columns), in one run.
 
-The ``index_scale`` corpus (real prose passages, ``benchmarks/index_scale.py``), each document given synthetic
-metadata at build time so the filters' selectivities are exact: ``bucket``, an integer 0..999 (a seeded
-permutation of ``i % 1000``, so each value holds exactly 1/1000 of the documents) and ``date``, an ISO date
-2020-01-01 + (an independent permutation of ``i % 1000``) days. The filters:
+Two corpora:
 
-- 0.1%: ``{"bucket": 7}`` (typed equality);
-- 10%: ``{"bucket": {"$lt": 100}}`` (a numeric range);
-- 90%: ``{"date": {"$gte": "2020-04-10"}}`` (a date range: days 100..999).
+- ``real``: the ``index_scale`` corpus (real prose passages, ``benchmarks/index_scale.py``) embedded by the bundled
+  model, each document given synthetic metadata at build time so selectivities are exact: ``bucket``, an integer
+  0..999 (a seeded permutation of ``i % 1000``) and ``date``, 2020-01-01 + (another permutation) days. Dense, BM25
+  and hybrid.
+- ``synthetic``: N documents of one chunk each whose vectors are SYNTHETIC unit vectors at the model's dimension
+  (384): a mixture of 1,000 Gaussian clusters, normalised (uniform random vectors would make every ANN index look
+  worse than on real embeddings; FAISS's cost does not depend on where vectors come from). Queries are drawn the
+  same way. Metadata: ``tenant`` (1,000 values), ``year`` (2000..2009), ``published`` (an ISO date over those ten
+  years), ``kind`` (10 values) and ``tags`` (2 of 20). Dense only (BM25's mask is measured on the real corpus).
 
-Per factory (IVF and IVF-PQ at their default search settings, swapped onto the same opened index, FAISS
-built once from the stored vectors and cached) and per mode (dense, BM25, hybrid): p50 / p99 of
-``SearchIndex.search`` in-process (query vectors embedded once up front), filtered and unfiltered, and
-recall@10 of the returned documents against the same search and filter over an exact ``IDMap2,Flat``
-index of the same vectors.
+Filters of 0.1%, 1%, 10%, 50% and 90%, each alone and combined with ``$or`` / ``$not``. Per factory (swapped onto
+the same opened index; FAISS built once from the stored vectors and cached) and mode: p50 / p99 of
+``SearchIndex.search`` in-process, filtered and unfiltered interleaved query by query; recall@10 of the returned
+documents against an exact ``IDMap2,Flat`` search with the same filter. Also: the columns' memory (bytes per
+document and RSS growth when loading), their load time, and the write slowdown they cost.
 
-    nice -n 10 .venv/bin/python benchmarks/filtered_search.py --passages 100000 --index-dir /tmp/cloze-filtered
+    nice -n 10 .venv/bin/python benchmarks/filtered_search.py real --passages 100000 --index-dir /tmp/fs-real
+    nice -n 10 .venv/bin/python benchmarks/filtered_search.py synthetic --documents 1000000 --index-dir /tmp/fs-1m
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import json
 import os
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,16 +41,36 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.index_scale import split_sentences, write_corpus  # noqa: E402
-from harness.provenance import command  # noqa: E402
+from harness.provenance import command, load_average  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-FILTERS = {
+REAL_FILTERS = {
     "0.1%": {"bucket": 7},
+    "0.1% $or/$not": {"$or": [{"bucket": 7}, {"bucket": 8}], "$not": {"date": {"$lt": "2021-05-15"}}},
+    "1%": {"bucket": {"$lt": 10}},
+    "1% $or/$not": {"$or": [{"bucket": {"$lt": 5}}, {"bucket": {"$gte": 995}}]},
     "10%": {"bucket": {"$lt": 100}},
+    "10% $or/$not": {"$not": {"bucket": {"$gte": 100}}},
+    "50%": {"date": {"$gte": "2021-05-15"}},
+    "50% $or/$not": {"$or": [{"bucket": {"$lt": 250}}, {"bucket": {"$gte": 750}}]},
     "90%": {"date": {"$gte": "2020-04-10"}},
+    "90% $or/$not": {"$not": {"bucket": {"$lt": 100}}},
 }
-MODES = ("dense", "bm25", "hybrid")
+KINDS = [f"k{i}" for i in range(10)]
+SYNTHETIC_FILTERS = {
+    "0.1%": {"tenant": "t7"},
+    "0.1% $or/$not": {"$or": [{"tenant": "t7"}, {"tenant": "t8"}], "$not": {"kind": {"$in": KINDS[:5]}}},
+    "1%": {"tenant": {"$in": [f"t{i}" for i in range(10)]}},
+    "1% $or/$not": {"kind": "k3", "$not": {"year": {"$lt": 2009}}},
+    "10%": {"kind": "k3"},
+    "10% $or/$not": {"$or": [{"tags": "g3", "year": {"$lt": 2005}}, {"kind": "k4", "year": {"$gte": 2005}}]},
+    "50%": {"published": {"$gte": "2005-01-01"}},
+    "50% $or/$not": {"$not": {"kind": {"$in": KINDS[:5]}}},
+    "90%": {"year": {"$ne": 2003}},
+    "90% $or/$not": {"$or": [{"kind": {"$nin": ["k0"]}}, {"tenant": "t1", "kind": "k0"}]},
+}
 EXACT = "IDMap2,Flat"
+PLANS = ("before", "after")  # SQLite's plans; the in-memory columns
 
 
 def with_metadata(plain: Path, out: Path, seed: int = 1) -> None:
@@ -62,8 +88,8 @@ def with_metadata(plain: Path, out: Path, seed: int = 1) -> None:
             handle.write(json.dumps(record) + "\n")
 
 
-def build(args, encoder) -> dict:
-    """The index under ``--index-dir`` (built once; reused when its manifest is there)."""
+def build_real(args, encoder) -> dict:
+    """The real-text index under ``--index-dir`` (built once; reused when it is there)."""
     from index import layout
     from index.builder import BuildOptions, build_from_input
 
@@ -75,20 +101,91 @@ def build(args, encoder) -> dict:
     write_corpus(plain, args.passages, (1, 2))
     with_metadata(plain, corpus)
     started = time.perf_counter()
-    manifest = build_from_input(
-        root, corpus, encoder, BuildOptions(factory=args.factories.split(";")[0], show_progress=False)
-    )
+    options = BuildOptions(factory="IVF1024,Flat", show_progress=False)
+    manifest = build_from_input(root, corpus, encoder, options)
     info = {
-        "passages": args.passages,
+        "documents": args.passages,
         "chunks": manifest["chunks"],
         "build_seconds": round(time.perf_counter() - started, 1),
-        "stage_seconds": manifest["stage_seconds"],
     }
     (args.index_dir / "build.json").write_text(json.dumps(info))
     return info
 
 
-def vectors_for(args, store, dimension: int, factory: str):
+def synthetic_vectors(rng: np.random.Generator, centers: np.ndarray, count: int) -> np.ndarray:
+    picked = centers[rng.integers(0, len(centers), count)]
+    vectors = picked + rng.standard_normal(picked.shape).astype(np.float32) * 0.05
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def synthetic_metadata(i: int, rng: random.Random) -> dict:
+    day = rng.randrange(3652)
+    return {
+        "tenant": f"t{rng.randrange(1000)}",
+        "year": 2000 + day * 10 // 3652,
+        "published": str(np.datetime64("2000-01-01") + np.timedelta64(day, "D")),
+        "kind": KINDS[rng.randrange(10)],
+        "tags": rng.sample([f"g{t}" for t in range(20)], 2),
+    }
+
+
+def build_synthetic(args, encoder) -> dict:
+    """N one-chunk documents written straight into a fresh index's store (nothing embedded, each batch of 10,000
+    seeded by its first number), then the exact FAISS index of the stored vectors saved as the version's own."""
+    import faiss
+
+    from index import layout
+    from index.builder import build_vectors
+    from index.chunking import Chunk
+    from index.records import Document
+    from index.search_index import SearchIndex
+    from index.store import DocumentStore
+
+    root = args.index_dir / "index"
+    marker = args.index_dir / "build.json"
+    if marker.exists():
+        return json.loads(marker.read_text())
+    args.index_dir.mkdir(parents=True, exist_ok=True)
+    if layout.current_version(root) is None:
+        SearchIndex.open(root, encoder).close()
+    # The store alone (an interrupted write continues where it stopped; ``--documents`` at or below what is
+    # written ends the writing there): opening the index now would rebuild FAISS from a partial store.
+    store = DocumentStore(layout.version_dir(root, layout.current_version(root)) / layout.STORE)
+    rng, meta_rng = np.random.default_rng(0), random.Random(0)
+    centers = rng.standard_normal((1000, 384)).astype(np.float32)
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    np.save(args.index_dir / "centers.npy", centers)
+    started = time.perf_counter()
+    for start in range(store.counts()["documents"], args.documents, 10_000):
+        rng, meta_rng = np.random.default_rng(start), random.Random(start)
+        count = min(10_000, args.documents - start)
+        vectors = synthetic_vectors(rng, centers, count)
+        items = [
+            (
+                Document(f"s{i}", f"s{i}", synthetic_metadata(i, meta_rng)),
+                [Chunk(0, f"s{i}", 1)],
+                vectors[j : j + 1],
+            )
+            for j, i in enumerate(range(start, start + count))
+        ]
+        with store.transaction() as conn:
+            store.write_documents(conn, items, log=False)
+        print(f"written {start + count}", flush=True)
+    exact = build_vectors(store, 384, EXACT)  # the version's own snapshot: the next open has nothing to redo
+    exact.save(store.path.parent / layout.VECTORS, {"synced_seq": store.max_seq()})
+    faiss.write_index(exact.index, str(args.index_dir / f"vectors-{EXACT.replace(',', '_')}.faiss"))
+    written = store.counts()["documents"]
+    store.close()
+    info = {
+        "documents": written,
+        "chunks": written,
+        "write_seconds": round(time.perf_counter() - started, 1),
+    }
+    marker.write_text(json.dumps(info))
+    return info
+
+
+def vectors_for(args, live, factory: str):
     """The FAISS index of ``factory`` over the stored vectors, cached beside the index."""
     import faiss
 
@@ -97,90 +194,25 @@ def vectors_for(args, store, dimension: int, factory: str):
 
     path = args.index_dir / f"vectors-{factory.replace(',', '_')}.faiss"
     if path.exists():
-        return VectorIndex(faiss.read_index(str(path)), factory, default_params(factory))
-    index = build_vectors(store, dimension, factory)
-    faiss.write_index(index.index, str(path))
-    return index
-
-
-def side_table_size(store) -> dict:
-    """What ``doc_values`` and its indexes take on disk (SQLite's dbstat), against the whole store."""
-    conn = store._conn()
-    sizes = dict(conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall())
-    side = sum(v for k, v in sizes.items() if k.startswith("doc_values"))
-    return {
-        "doc_values_mb": round(side / 2**20, 1),
-        "store_mb": round(sum(sizes.values()) / 2**20, 1),
-        "rows": conn.execute("SELECT COUNT(*) FROM doc_values").fetchone()[0],
-    }
-
-
-def write_cost(documents: int = 10_000, batch: int = 500, rounds: int = 2) -> dict:
-    """Upsert throughput into a fresh store, documents of one chunk with a 384-d vector and this benchmark's
-    metadata, with the ``doc_values`` side table kept and with its fill replaced by a no-op (A/B, alternated)."""
-    import tempfile
-
-    import index.store as store_module
-    from index.chunking import Chunk
-    from index.records import Document
-
-    fill = store_module.FILL_VALUES
-    rng = np.random.default_rng(0)
-    vectors = rng.standard_normal((batch, 384)).astype(np.float32)
-    rates: dict[str, list[float]] = {"with_side_table": [], "without": []}
-    for _ in range(rounds):
-        for arm in rates:
-            store_module.FILL_VALUES = (
-                fill if arm == "with_side_table" else "SELECT 1 FROM documents d WHERE "
-            )
-            with tempfile.TemporaryDirectory() as folder:
-                store = store_module.DocumentStore(Path(folder) / "store.sqlite")
-                started = time.perf_counter()
-                for start in range(0, documents, batch):
-                    items = []
-                    for i in range(start, start + batch):
-                        meta = {
-                            "bucket": i % 1000,
-                            "date": f"2021-{1 + i % 12:02d}-{1 + i % 28:02d}",
-                            "source": i % 7,
-                        }
-                        text = f"passage {i} of the write benchmark"
-                        items.append(
-                            (
-                                Document(f"w{i}", text, meta),
-                                [Chunk(0, text, 8)],
-                                vectors[i - start : i - start + 1],
-                            )
-                        )
-                    with store.transaction() as conn:
-                        store.write_documents(conn, items, log=True)
-                rates[arm].append(documents / (time.perf_counter() - started))
-                store.close()
-    store_module.FILL_VALUES = fill
-    best = {arm: round(max(values), 1) for arm, values in rates.items()}
-    return {
-        "documents": documents,
-        "batch": batch,
-        "docs_per_second": best,
-        "all_rounds": {arm: [round(v, 1) for v in values] for arm, values in rates.items()},
-        "slowdown": round(best["without"] / best["with_side_table"], 3),
-    }
-
-
-def run_config(index, vectors, texts, mode: str, filters) -> tuple[list[float], list[list[str]]]:
-    times, results = [], []
-    for vector, text in zip(vectors, texts, strict=True):
+        index = faiss.read_index(str(path))
+    else:
         started = time.perf_counter()
-        hits = index.search(vector, text, top_k=10, mode=mode, filters=filters)
-        times.append(1000 * (time.perf_counter() - started))
-        results.append([h.id for h in hits])
-    return times, results
+        index = build_vectors(live.store, live.vectors.dimension, factory).index
+        faiss.write_index(index, str(path))
+        print(f"built {factory} in {time.perf_counter() - started:.0f} s", flush=True)
+    return VectorIndex(index, factory, default_params(factory))
+
+
+def timed(index, vector, text, mode, filters) -> tuple[float, list[str]]:
+    started = time.perf_counter()
+    hits = index.search(vector, text, top_k=10, mode=mode, filters=filters)
+    return 1000 * (time.perf_counter() - started), [h.id for h in hits]
 
 
 def percentiles(times: list[float]) -> dict[str, float]:
     return {
-        "p50_ms": round(float(np.percentile(times, 50)), 2),
-        "p99_ms": round(float(np.percentile(times, 99)), 2),
+        "p50_ms": round(float(np.percentile(times, 50)), 3),
+        "p99_ms": round(float(np.percentile(times, 99)), 3),
     }
 
 
@@ -189,126 +221,244 @@ def recall(found: list[list[str]], truth: list[list[str]]) -> float:
     return round(hits / max(1, sum(len(t) for t in truth)), 4)
 
 
-def measure(args, encoder) -> list[dict]:
-    from index.search_index import SearchIndex
-
-    queries, _ = split_sentences(random.Random(0))
-    texts = queries[: args.queries]
-    vectors = encoder.embed(texts, normalize=True)
-    started = time.perf_counter()  # the first open of a store built without ``doc_values`` fills it
-    index = SearchIndex.open(args.index_dir / "index", encoder, create=False)
-    open_seconds = time.perf_counter() - started
-    index.wait_for_lexical()
-    live = index._live  # the benchmark swaps FAISS indexes of the same vectors onto the opened version
-    store, dimension = live.store, live.vectors.dimension
-    counts = {name: len(store.filtered_chunk_ids(f)) for name, f in FILTERS.items()}
-    total = store.counts()["chunks"]
-    print("matching chunks:", {k: f"{v} ({v / total:.2%})" for k, v in counts.items()}, flush=True)
-
-    live.vectors = vectors_for(args, store, dimension, EXACT)
+def measure(args, index, vectors, texts, filters: dict, modes: tuple[str, ...]) -> list[dict]:
+    """Every factory x mode x plan, unfiltered and each filter interleaved query by query (load from the shared
+    machine falls on all alike); recall against the exact index with the same filter (the columns' plan, which
+    the property tests hold to SQL's)."""
+    live = index._live
+    total = live.store.counts()["chunks"]
+    matching = {name: live.matches(f).chunk_count for name, f in filters.items()}
+    print("matching:", {k: f"{v / total:.3%}" for k, v in matching.items()}, flush=True)
+    live.vectors = vectors_for(args, live, EXACT)
     truth = {
-        (mode, name): run_config(index, vectors, texts, mode, FILTERS[name])[1]
-        for mode in ("dense", "hybrid")
-        for name in FILTERS
+        (m, n): [timed(index, v, t, m, f)[1] for v, t in zip(vectors, texts, strict=True)]
+        for m in modes
+        if m != "bm25"
+        for n, f in filters.items()
     }
     rows = []
-    conditions = {"none": None, **FILTERS}
     for factory in args.factories.split(";"):
-        live.vectors = vectors_for(args, store, dimension, factory)
-        for mode in MODES:
-            run_config(index, vectors[:5], texts[:5], mode, None)  # warm caches once per mode
-            # Query by query, unfiltered and each filter in turn: load from the shared machine falls on all alike.
-            times: dict[str, list[float]] = {name: [] for name in conditions}
-            found: dict[str, list[list[str]]] = {name: [] for name in conditions}
-            for i in range(len(texts)):
-                for name, filters in conditions.items():
-                    took, hits = run_config(index, vectors[i : i + 1], texts[i : i + 1], mode, filters)
-                    times[name] += took
-                    found[name] += hits
-            base = percentiles(times["none"])
-            for name in FILTERS:
-                row = {
-                    "chunks": total,
-                    "factory": factory,
-                    "params": live.vectors.params,
-                    "selectivity": name,
-                    "matching_chunks": counts[name],
-                    "mode": mode,
-                    "filtered": percentiles(times[name]),
-                    "unfiltered": base,
-                }
-                row["p50_ratio"] = round(row["filtered"]["p50_ms"] / base["p50_ms"], 2)
-                row["p99_ratio"] = round(row["filtered"]["p99_ms"] / base["p99_ms"], 2)
-                if mode != "bm25":
-                    row["recall@10"] = recall(found[name], truth[mode, name])
-                rows.append(row)
-                print(
-                    f"{factory:16} {name:5} {mode:7} filtered {row['filtered']['p50_ms']:8.2f} /"
-                    f" {row['filtered']['p99_ms']:8.2f}  unfiltered {base['p50_ms']:7.2f} / {base['p99_ms']:7.2f}"
-                    f"  ratio {row['p50_ratio']:5.2f} / {row['p99_ratio']:5.2f}  recall {row.get('recall@10', '-')}",
-                    flush=True,
-                )
-    sizes = side_table_size(store) | {"open_seconds": round(open_seconds, 1)}
-    index.close()
-    return rows, sizes
+        live.vectors = vectors_for(args, live, factory)
+        for mode in modes:
+            for plan in PLANS:
+                live.columns_enabled = plan == "after"
+                count = len(texts) if plan == "after" else min(len(texts), args.before_queries)
+                for i in range(3):  # warm caches
+                    timed(index, vectors[i], texts[i], mode, filters[next(iter(filters))])
+                times: dict[str, list[float]] = {name: [] for name in ["none", *filters]}
+                found: dict[str, list[list[str]]] = {name: [] for name in filters}
+                for i in range(count):
+                    times["none"].append(timed(index, vectors[i], texts[i], mode, None)[0])
+                    for name, f in filters.items():
+                        took, ids = timed(index, vectors[i], texts[i], mode, f)
+                        times[name].append(took)
+                        found[name].append(ids)
+                base = percentiles(times["none"])
+                for name in filters:
+                    row = {
+                        "factory": factory,
+                        "params": live.vectors.params,
+                        "mode": mode,
+                        "plan": plan,
+                        "filter": name,
+                        "matching": round(matching[name] / total, 5),
+                        "queries": count,
+                        "filtered": percentiles(times[name]),
+                        "unfiltered": base,
+                    }
+                    row["p50_ratio"] = round(row["filtered"]["p50_ms"] / base["p50_ms"], 2)
+                    row["p99_ratio"] = round(row["filtered"]["p99_ms"] / base["p99_ms"], 2)
+                    if mode != "bm25":
+                        row["recall@10"] = recall(found[name], truth[mode, name][:count])
+                    rows.append(row)
+                    print(
+                        f"{factory:15} {mode:6} {plan:6} {name:14} {row['filtered']['p50_ms']:8.2f} /"
+                        f" {row['filtered']['p99_ms']:8.2f} vs {base['p50_ms']:7.2f} / {base['p99_ms']:7.2f}"
+                        f"  x{row['p50_ratio']:5.2f} / x{row['p99_ratio']:5.2f}  recall {row.get('recall@10', '-')}",
+                        flush=True,
+                    )
+    live.columns_enabled = True
+    live.vectors = vectors_for(args, live, EXACT)
+    return rows
+
+
+def unfiltered_recall(args, index, vectors, texts) -> dict[str, float]:
+    """Each factory's recall@10 without a filter at the same settings: the bar filtered recall is held to."""
+    live = index._live
+    live.vectors = vectors_for(args, live, EXACT)
+    truth = [timed(index, v, t, "dense", None)[1] for v, t in zip(vectors, texts, strict=True)]
+    out = {}
+    for factory in args.factories.split(";"):
+        live.vectors = vectors_for(args, live, factory)
+        out[factory] = recall(
+            [timed(index, v, t, "dense", None)[1] for v, t in zip(vectors, texts, strict=True)], truth
+        )
+    live.vectors = vectors_for(args, live, EXACT)
+    return out
+
+
+def crossover(args, index, vectors, filters: dict) -> list[dict]:
+    """Where scoring a filter's matches exactly (read back from FAISS) stops beating one bitmap search: both plans
+    timed, per factory that can read vectors back (flat, HNSW), for filters of growing match counts."""
+    import index.ranking as ranking
+
+    live, saved = index._live, ranking.SELECTIVE_CHUNKS
+    out = []
+    for factory in args.factories.split(";"):
+        live.vectors = vectors_for(args, live, factory)
+        if not live.vectors.reconstructable:
+            continue
+        for name, f in filters.items():
+            row = {"factory": factory, "filter": name, "matching_chunks": live.matches(f).chunk_count}
+            for label, limit in (("exact_ms", 10**12), ("bitmap_ms", 0)):
+                ranking.SELECTIVE_CHUNKS = limit
+                row[label] = percentiles([timed(index, v, "", "dense", f)[0] for v in vectors])["p50_ms"]
+            out.append(row)
+            print(row, flush=True)
+    ranking.SELECTIVE_CHUNKS = saved
+    live.vectors = vectors_for(args, live, EXACT)
+    return out
+
+
+def rss_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def columns_memory(index) -> dict:
+    """The columns of the live version loaded once more: bytes held (arrays) and RSS growth, per document."""
+    import gc
+
+    from index.columns import Columns
+
+    live = index._live
+    documents = live.store.counts()["documents"]
+    gc.collect()
+    before, started = rss_bytes(), time.perf_counter()
+    columns = Columns.load(live.store)
+    seconds, grown = time.perf_counter() - started, rss_bytes() - before
+    fields = len(columns.fields)
+    return {
+        "documents": documents,
+        "fields": fields,
+        "load_seconds": round(seconds, 2),
+        "array_bytes": columns.nbytes(),
+        "rss_growth_bytes": grown,
+        "bytes_per_document": round(columns.nbytes() / documents, 1),
+        "bytes_per_document_per_field": round(columns.nbytes() / documents / max(fields, 1), 1),
+        "strings": len(columns.texts),
+    }
+
+
+def write_cost(encoder, documents: int, batch: int, rounds: int = 2) -> dict:
+    """Store-only writes (vectors given, nothing embedded) into a fresh index: ``SearchIndex.commit`` of batches of
+    ``batch`` documents with this benchmark's synthetic metadata, with the columns kept and with their upkeep
+    replaced by a no-op (A/B, alternated)."""
+    from index.changelog import Columns
+    from index.chunking import Chunk
+    from index.records import Document
+    from index.search_index import SearchIndex
+
+    read, apply = Columns.read_changes, Columns.apply
+    rng, meta_rng = np.random.default_rng(0), random.Random(0)
+    vectors = rng.standard_normal((documents, 384)).astype(np.float32)
+    rates: dict[str, list[float]] = {"with_columns": [], "without": []}
+    for _ in range(rounds):
+        for arm in rates:
+            if arm == "without":
+                Columns.read_changes = staticmethod(lambda store, changes: None)
+                Columns.apply = lambda self, update: None
+            with tempfile.TemporaryDirectory() as folder:
+                index = SearchIndex.open(Path(folder) / "idx", encoder)
+                started = time.perf_counter()
+                for start in range(0, documents, batch):
+                    items = [
+                        (
+                            Document(f"w{i}", f"w{i}", synthetic_metadata(i, meta_rng)),
+                            [Chunk(0, f"w{i}", 1)],
+                            vectors[i : i + 1],
+                        )
+                        for i in range(start, min(documents, start + batch))
+                    ]
+                    index.commit(items)
+                rates[arm].append(documents / (time.perf_counter() - started))
+                index.close()
+            Columns.read_changes, Columns.apply = staticmethod(read), apply
+    best = {arm: round(max(values), 1) for arm, values in rates.items()}
+    return {
+        "documents": documents,
+        "batch": batch,
+        "docs_per_second": best,
+        "all_rounds": {arm: [round(v, 1) for v in values] for arm, values in rates.items()},
+        "slowdown": round(best["without"] / best["with_columns"], 3),
+    }
+
+
+def queries_for(args, encoder) -> tuple[np.ndarray, list[str]]:
+    if args.corpus == "real":
+        texts = split_sentences(random.Random(0))[0][: args.queries]
+        return encoder.embed(texts, normalize=True), texts
+    rng = np.random.default_rng(1)
+    centers = np.load(args.index_dir / "centers.npy")
+    return synthetic_vectors(rng, centers, args.queries), [""] * args.queries
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--passages", type=int, default=100_000)
+    parser.add_argument("corpus", choices=["real", "synthetic"])
+    parser.add_argument("--passages", type=int, default=100_000, help="real: passages")
+    parser.add_argument("--documents", type=int, default=1_000_000, help="synthetic: documents")
     parser.add_argument("--backend", default="onnx-int8")
-    parser.add_argument("--index-dir", type=Path, default=Path("/tmp/cloze-filtered-search"))
-    parser.add_argument("--factories", default="IVF1024,Flat;IVF1024,PQ48x8", help="';'-separated")
-    parser.add_argument("--queries", type=int, default=200, help="held-out queries timed per configuration")
+    parser.add_argument("--index-dir", type=Path, required=True)
+    parser.add_argument("--factories", default="IDMap2,Flat;IVF1024,Flat;IVF1024,PQ48x8;HNSW32,Flat")
+    parser.add_argument("--queries", type=int, default=200, help="queries timed per configuration (after)")
+    parser.add_argument("--before-queries", type=int, default=50, help="queries timed with SQLite's plans")
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--skip-write-cost", action="store_true")
-    parser.add_argument(
-        "--before",
-        type=Path,
-        help="an earlier run's result file (e.g. of the code before a change), kept beside",
-    )
-    parser.add_argument("--before-commit", default="", help="the commit --before was measured at")
-    parser.add_argument(
-        "--out", type=Path, default=Path(__file__).parent / "results" / "filtered_search.json"
-    )
+    parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
-    from encoder_runtime import load_encoder
+    import faiss
 
+    from encoder_runtime import load_encoder
+    from index.search_index import SearchIndex
+
+    faiss.omp_set_num_threads(1)  # as the service runs it: one query a request, concurrency from requests
     encoder = load_encoder(backend=args.backend)
-    info = build(args, encoder)
+    info = build_real(args, encoder) if args.corpus == "real" else build_synthetic(args, encoder)
     if args.build_only:
         print(json.dumps(info))
         return
-    rows, sizes = measure(args, encoder)
-    writes = write_cost() if not args.skip_write_cost else None
+    started = time.perf_counter()
+    index = SearchIndex.open(args.index_dir / "index", encoder, create=False)
+    open_seconds = round(time.perf_counter() - started, 1)
+    index.wait_for_lexical()
+    vectors, texts = queries_for(args, encoder)
+    filters = REAL_FILTERS if args.corpus == "real" else SYNTHETIC_FILTERS
+    modes = ("dense", "bm25", "hybrid") if args.corpus == "real" else ("dense",)
     result = {
         "command": command(),
+        "corpus": args.corpus,
+        "synthetic_vectors": args.corpus == "synthetic",
         "backend": args.backend,
-        "queries": args.queries,
         "top_k": 10,
-        "filters": FILTERS,
+        "filters": filters,
         "build": info,
-        "rows": rows,
-        "side_table": sizes,
-        "write_cost": writes,
+        "open_seconds": open_seconds,
+        "columns": columns_memory(index),
+        "load_average_start": load_average(),
+        "unfiltered_recall@10": unfiltered_recall(args, index, vectors, texts),
+        "crossover": crossover(args, index, vectors[: min(50, args.queries)], filters),
+        "rows": measure(args, index, vectors, texts, filters, modes),
+        "load_average_end": load_average(),
         "cpu_count": os.cpu_count(),
     }
-    if args.before:
-        before = json.loads(args.before.read_text())
-        result["before"] = {
-            "commit": args.before_commit,
-            "command": before["command"],
-            "queries": before["queries"],
-            "rows": [
-                {
-                    key: row[key]
-                    for key in ("factory", "selectivity", "mode", "filtered", "unfiltered", "p50_ratio")
-                }
-                for row in before["rows"]
-            ],
+    index.close()
+    if not args.skip_write_cost:
+        result["write_cost"] = {
+            "batch_500": write_cost(encoder, 10_000, 500),
+            "batch_1": write_cost(encoder, 1_000, 1),
         }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -94,6 +94,13 @@ def search(
     return Operation("POST", under(collection, "/search"), models.SearchResults.from_json, {"json": body})
 
 
+def facets(
+    collection: str, fields: list[str], filter: dict[str, Any] | None, top: int
+) -> Operation[dict[str, Any]]:
+    body = {"fields": list(fields), "top": top} | ({"filter": filter} if filter is not None else {})
+    return Operation("POST", under(collection, "/facets"), lambda answer: answer, {"json": body})
+
+
 def create_collection(name: str, options: dict[str, Any]) -> Operation[models.Collection]:
     body = {"name": name} | {key: value for key, value in options.items() if value is not None}
     return Operation("POST", "/collections", _collection, {"json": body})

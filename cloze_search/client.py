@@ -200,6 +200,18 @@ class Client(_Settings):
             )
         )  # fmt: skip
 
+    def facets(
+        self,
+        fields: list[str],
+        *,
+        collection: str = DEFAULT,
+        filter: dict[str, Any] | None = None,
+        top: int = 10,
+    ) -> dict[str, Any]:
+        """Over the documents matching ``filter``: their ``total`` and, per field, its type, its ``top`` most
+        frequent values with document counts, and its least and greatest number and date."""
+        return self._call(ops.facets(collection, fields, filter, top))
+
     # ---- index jobs and snapshots ----
     def rebuild(self, *, collection: str = DEFAULT) -> str:
         """Start a re-embedding of every document; the job's id (``job``)."""
@@ -389,6 +401,16 @@ class AsyncClient(_Settings):
                 include_text, highlight, fusion, explain, rerank,
             )
         )  # fmt: skip
+
+    async def facets(
+        self,
+        fields: list[str],
+        *,
+        collection: str = DEFAULT,
+        filter: dict[str, Any] | None = None,
+        top: int = 10,
+    ) -> dict[str, Any]:
+        return await self._call(ops.facets(collection, fields, filter, top))
 
     async def rebuild(self, *, collection: str = DEFAULT) -> str:
         return await self._call(ops.rebuild(collection))

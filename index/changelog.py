@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from index.chunking import Chunk
+from index.columns import Columns
 from index.locks import ReadWriteLock
 from index.records import Document
 from index.store import DocumentStore
@@ -44,9 +45,11 @@ def apply_changes(version: OpenVersion, lock: ReadWriteLock) -> int:
     )
     if version.replaying:  # add_with_ids does not deduplicate: a replay must not add an id twice
         removed = removed + [int(i) for i in ids]
+    update = Columns.read_changes(version.store, changes)
     with lock.write():
         version.vectors.remove(removed)
         version.vectors.add(ids, vectors)
+        version.columns.apply(update)
         version.applied_seq = changes[-1][0]
         version.replaying = False
     if version.applied_seq - version.saved_seq >= SNAPSHOT_EVERY:

@@ -14,15 +14,19 @@ an object is tested on its own (``{"$gt": 1, "$lt": 5}`` matches ``[0, 9]``, as 
 and a list none of whose elements equals the value. Equality is typed: ``1`` matches ``1`` and ``1.0``, never
 ``true`` or ``"1"``; the members of an object value are not elements.
 
-Ranges compare numbers as numbers (never booleans) and ISO-8601 dates / date-times as instants: both sides
-go through SQLite's ``julianday()`` (millisecond precision); a date or date-time without an offset is UTC,
-a date is its midnight UTC. A metadata string that is not such a date, or a number against a date bound
-(and a date string against a number bound), never satisfies a range. A range operand that is neither a
-number nor an ISO date is refused (``InvalidFilterValue`` naming the field), never compared as a string.
+One rule for dates in every operator: an operand that is an ISO-8601 date or date-time (``iso_instant``) is an
+instant, in ``$eq``/``$in``/``$ne``/``$nin`` as in ranges: both sides go through SQLite's ``julianday()``
+(millisecond precision); a date or date-time without an offset is UTC, a date is its midnight UTC. So
+``1969-07-21T20:17:40``, ``...40Z``, ``...22:17:40+02:00`` and ``...40.000`` all equal each other. Ranges compare
+numbers as numbers (never booleans). A metadata string that is not such a date, or a number against a date
+operand (and a date string against a number), never satisfies a range or a date's equality. A range operand that
+is neither a number nor an ISO date is refused (``InvalidFilterValue`` naming the field), never compared as a
+string; ``null`` as a range bound matches nothing (MongoDB's reading), so its negation matches everything.
 
-Field names are checked with ``metadata_key_problem`` and against the fields the store has seen, so a typo
-is an error instead of an empty result. Bounded: nesting depth, clauses, values per list, and what the
-whole filter binds (``compile_filters``'s ``max_values``: a field one, a value one).
+A field no document has is MongoDB's absent field: it matches nothing, its negations everything. A caller that
+wants typos refused passes ``known_fields`` (``UnknownFilterField``). Field names are checked with
+``metadata_key_problem``. Bounded: nesting depth, clauses, values per list, and what the whole filter binds
+(``compile_filters``'s ``max_values``: a field one, a value one).
 """
 
 from __future__ import annotations
@@ -164,6 +168,8 @@ class _Compiler:
         else:
             values = [operand]
         self.count_values(where, 1 + len(values))
+        if op in COMPARISONS and operand is None:
+            return "0"  # a null bound: nothing is greater or less than null
         if op in COMPARISONS:
             element, element_params = comparison(COMPARISONS[op], operand, where, self.values_table)
         else:
@@ -171,7 +177,7 @@ class _Compiler:
                 check_value(where, value)
             if not values:
                 return "0" if op == "$in" else "1"
-            element, element_params = equality(values)
+            element, element_params = equality(values, self.values_table)
         if self.values_table:  # the same elements, one row each, read through the side table's indexes
             self.params += [name, *element_params]
             exists = f"d.rid IN (SELECT e.doc_rid FROM doc_values e WHERE e.field = ? AND ({element}))"
@@ -201,19 +207,25 @@ def comparison(sign: str, operand: Any, where: str, values_table: bool = False) 
     )
 
 
-def equality(values: list[Any]) -> tuple[str, list[Any]]:
-    """Typed equality with any of ``values``: numbers with numbers, strings with strings, booleans by type."""
+def equality(values: list[Any], values_table: bool = False) -> tuple[str, list[Any]]:
+    """Typed equality with any of ``values``: numbers with numbers, strings with strings, booleans by type, and
+    an ISO date or date-time with every metadata string of the same instant (the ranges' rule)."""
     numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-    texts = [v for v in values if isinstance(v, str)]
+    instants = [v for v in values if isinstance(v, str) and iso_instant(v)]
+    texts = [v for v in values if isinstance(v, str) and not iso_instant(v)]
     parts: list[str] = []
     if numbers:
         parts.append(f"(e.type IN ('integer', 'real') AND e.value IN ({', '.join('?' * len(numbers))}))")
     if texts:
         parts.append(f"(e.type = 'text' AND e.value IN ({', '.join('?' * len(texts))}))")
+    if instants:
+        days = ", ".join(["julianday(?)"] * len(instants))
+        stored = "e.num" if values_table else f"e.value GLOB '{DATE_SHAPE}' AND julianday(e.value)"
+        parts.append(f"(e.type = 'text' AND {stored} IN ({days}))")
     parts += [
         f"e.type = '{kind}'" for kind in ("true", "false") if any(v is (kind == "true") for v in values)
     ]
-    return " OR ".join(parts), [*numbers, *texts]
+    return " OR ".join(parts), [*numbers, *texts, *instants]
 
 
 def iso_instant(text: str) -> bool:
@@ -233,8 +245,8 @@ def compile_filters(
     max_values: int = MAX_FILTER_VALUES,
     values_table: bool = False,
 ) -> tuple[str, list[Any]]:
-    """The WHERE clause and its parameters. ``known_fields`` None checks shape and bounds only (the service's
-    early check); a set refuses a field no document has (``UnknownFilterField``, naming its path).
+    """The WHERE clause and its parameters. ``known_fields`` None checks shape and bounds only (a field no
+    document has matches nothing); a set refuses such a field (``UnknownFilterField``, naming its path).
     ``values_table``: the store keeps ``doc_values`` (``DocumentStore``): field predicates read it by index
     instead of parsing every document's JSON (``$exists`` still asks the JSON: an object or ``[]`` has no rows)."""
     compiler = _Compiler(known_fields, min(max_values, MAX_FILTER_VALUES), values_table)

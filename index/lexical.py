@@ -5,7 +5,8 @@ corpus, so that was most of a hybrid search's CPU under load: docs/design-decisi
 benchmarks/results/search_latency.json for what is served now). Here each term's postings are flat arrays
 and a query is a few vectorised gathers. SQLite stays the source of truth: the index is built from the
 store in a background thread (FTS5 answers until it is ready) and follows the store through the same
-changelog that keeps FAISS current. Filtered BM25 stays on FTS5, which can join the metadata.
+changelog that keeps FAISS current. A filter reaches it as a mask over the store's document rows
+(``index.columns``).
 
 Scoring is Okapi BM25 with FTS5's constants (k1 1.2, b 0.75) over Snowball-stemmed words; deleted or
 replaced documents leave dead slots, skipped at query time and compacted by a rebuild past half the slots.
@@ -44,6 +45,9 @@ class LexicalIndex:
         self._postings: dict[str, tuple[array, array]] = {}  # stem -> (slots, term frequencies)
         self._slot_of: dict[str, int] = {}
         self._doc_ids: list[str] = []
+        self._rows = array(
+            "q"
+        )  # each slot's document row in the store (its rid): how a filter's mask applies
         self._lengths = array("f")
         self._alive = array("b")
         self._alive_count = 0
@@ -82,10 +86,10 @@ class LexicalIndex:
             with self._lock:
                 self._reset()
                 self.seq = store.max_seq()  # before reading: later changes are replayed (idempotent)
-                for document in store.iter_documents():
+                for rid, document in store.iter_rows():
                     if self._stopped.is_set():
                         return
-                    self._add(document.id, document.text)
+                    self._add(document.id, document.text, rid)
                 self.ready = True
             self.sync(store)
             log.info("in-memory BM25 ready: %d documents, %d terms", self._alive_count, len(self._postings))
@@ -109,9 +113,9 @@ class LexicalIndex:
             doc_ids = list(dict.fromkeys(doc_id for _, doc_id, _, _ in changes))
             for doc_id in doc_ids:
                 self._remove(doc_id)
-                document = store.get(doc_id)
-                if document is not None:
-                    self._add(document.id, document.text)
+                found = store.query("SELECT rid, text FROM documents WHERE id = ?", (doc_id,)).fetchone()
+                if found is not None:
+                    self._add(doc_id, found[1], found[0])
             self.seq = changes[-1][0]
             rebuild = len(self._doc_ids) > 1000 and self._alive_count < len(self._doc_ids) // 2
         if rebuild:
@@ -137,10 +141,11 @@ class LexicalIndex:
                 fresh = dict(zip(unknown, self._stemmer.stemWords(unknown), strict=True))
         return [stems.get(w) or fresh[w] for w in terms]
 
-    def _add(self, doc_id: str, text: str) -> None:
+    def _add(self, doc_id: str, text: str, row: int) -> None:
         tokens = words(text)
         slot = len(self._doc_ids)
         self._doc_ids.append(doc_id)
+        self._rows.append(row)
         self._slot_of[doc_id] = slot
         self._lengths.append(len(tokens))
         self._alive.append(1)
@@ -166,10 +171,13 @@ class LexicalIndex:
 
     # ---- search --------------------------------------------------------------------------------------
 
-    def search(self, text: str, limit: int, only: list[str] | None = None) -> list[tuple[str, float]]:
+    def search(
+        self, text: str, limit: int, only: list[str] | None = None, rows: np.ndarray | None = None
+    ) -> list[tuple[str, float]]:
         """Top ``limit`` (doc_id, BM25 score), best first; only documents with a query term score, and when
-        ``only`` is given, only those documents (a selective filter's matches: the same scores, since the
-        collection statistics stay those of every document, as FTS5's are)."""
+        ``only`` (document ids) or ``rows`` (a mask over the store's rids: a filter's matches) is given, only
+        those documents (the same scores, since the collection statistics stay those of every document, as
+        FTS5's are)."""
         terms = list(dict.fromkeys(query_terms(text)))[:MAX_QUERY_TERMS]  # the terms FTS5 would get
         stems = list(dict.fromkeys(self._stem_query(terms)))
         with self._lock:
@@ -197,6 +205,11 @@ class LexicalIndex:
                 slot_of = self._slot_of
                 allowed[[slot_of[d] for d in only if d in slot_of]] = True
                 scores[~allowed] = 0
+            if rows is not None:
+                slot_rows = np.array(self._rows, np.int64)
+                inside = slot_rows < len(rows)  # a document newer than the mask is not in it
+                scores[~inside] = 0
+                scores[inside] *= rows[slot_rows[inside]]
             matched = np.flatnonzero(scores)
             if len(matched) > limit:
                 matched = matched[np.argpartition(-scores[matched], limit - 1)[:limit]]

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from index.columns import Selection
 from index.filters import TESTED_PER_MATCH
 from index.version import OpenVersion
 
@@ -17,6 +18,11 @@ RRF_K = 60  # the constant of Cormack et al. (2009); robust across collections
 # measurements").
 FUSION_DEPTH, FUSION_PER_RESULT = 30, 3
 EXACT_FILTER_LIMIT = 20_000  # filtered sets up to this many chunks are scored exactly from SQLite
+# A filter's matches (from the in-memory columns) are scored exactly, read back from FAISS, where the index can
+# read vectors back (flat, HNSW) and they are few (``VectorIndex.exact_filter_limit``); else one FAISS search
+# skips the rest by a bitmap. None: that limit; a number overrides it (tests and the crossover measurement of
+# benchmarks/filtered_search.py).
+SELECTIVE_CHUNKS: int | None = None
 
 Ranked = list[tuple[str, float, int | None]]  # (doc_id, score, best chunk id when known), best first
 Scored = list[tuple[str, float]]  # (doc_id, score), best first: what BM25 returns
@@ -71,11 +77,18 @@ def fusion_depth(top_k: int) -> int:
 
 
 def dense_ranking(
-    version: OpenVersion, query: np.ndarray | None, top_k: int, filters: dict[str, Any] | None
+    version: OpenVersion,
+    query: np.ndarray | None,
+    top_k: int,
+    filters: dict[str, Any] | None,
+    selection: Selection | None = None,
 ) -> Ranked:
-    """Best chunk per document, best documents first."""
+    """Best chunk per document, best documents first. ``selection``: the filter's matches from the in-memory
+    columns (``OpenVersion.select``); without one, the filter is planned over SQLite."""
     query = np.asarray(query, dtype=np.float32).reshape(-1)
     allowed = None
+    if filters and selection is not None:
+        return selected_ranking(version, query, top_k, selection)
     if filters:
         ranked = post_filtered(version, query, top_k, filters)
         if ranked is not None:
@@ -90,6 +103,29 @@ def dense_ranking(
         ids, scores = _candidates(version, query, wanted, allowed)
         ranked = best_chunk_per_document(version, ids, scores, top_k)
         if len(ranked) >= top_k or wanted >= total:
+            return ranked
+        wanted *= 4
+
+
+def selected_ranking(version: OpenVersion, query: np.ndarray, top_k: int, selection: Selection) -> Ranked:
+    """A filter's matches scored exactly when few (``exact_filter_limit``) and the index reads vectors back;
+    else one FAISS search that skips non-matching ids (a bitmap), with its search widened by the match rate."""
+    count, vectors = selection.chunk_count, version.vectors
+    if not count or not vectors.ntotal:
+        return []
+    limit = vectors.exact_filter_limit() if SELECTIVE_CHUNKS is None else SELECTIVE_CHUNKS
+    if count <= limit and vectors.reconstructable:
+        ids = selection.chunk_ids()
+        try:
+            return best_chunk_per_document(version, ids, vectors.reconstruct(ids) @ query, top_k)
+        except RuntimeError:  # a chunk not in FAISS (no vector yet): search instead
+            pass
+    overrides = vectors.filtered_settings(min(1.0, count / vectors.ntotal))
+    wanted = top_k * 3 + 10
+    while True:
+        ids, scores = _candidates(version, query, wanted, selection.chunks, overrides)
+        ranked = best_chunk_per_document(version, ids, scores, top_k)
+        if len(ranked) >= top_k or wanted >= count:
             return ranked
         wanted *= 4
 
@@ -128,10 +164,14 @@ def post_filtered(
 
 
 def _candidates(
-    version: OpenVersion, query: np.ndarray, wanted: int, allowed: np.ndarray | None
+    version: OpenVersion,
+    query: np.ndarray,
+    wanted: int,
+    allowed: np.ndarray | None,
+    overrides: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     rerank = int(version.vectors.params.get("rerank", 0)) if version.vectors.lossy else 0
-    scores, ids = version.vectors.search(query, wanted * max(rerank, 1), allowed)
+    scores, ids = version.vectors.search(query, wanted * max(rerank, 1), allowed, overrides)
     if rerank:  # PQ scores are approximate: re-score the candidates with the exact stored vectors
         ids, matrix = version.store.vectors(ids, version.vectors.dimension)
         scores = matrix @ query

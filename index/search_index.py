@@ -154,6 +154,12 @@ class SearchIndex:
         self._live.store.refresh_fields()
         return self._live.store.fields()
 
+    def check_filter_fields(self, filters: dict[str, Any] | None) -> None:
+        """``UnknownFilterField`` for a field no document of this index ever had: the strict reading a service
+        may ask for (by default such a field is MongoDB's absent field, matching nothing)."""
+        if filters:
+            self._live.store.filter_sql(filters, strict=True)
+
     def get(self, doc_id: str) -> Document | None:
         return self._live.store.get(doc_id)
 
@@ -415,17 +421,18 @@ class SearchIndex:
             live = self._live
             filters = filters or None
             if filters:
-                live.store.filter_sql(filters)  # raises UnknownFilterField early, whatever the mode
+                live.store.filter_sql(filters)  # raises InvalidFilterValue early, whatever the mode
+            selection = live.select(filters)  # the filter evaluated once, for both rankers
             if mode == "dense":
-                ranked = dense = dense_ranking(live, query_vector, window, filters)
+                ranked = dense = dense_ranking(live, query_vector, window, filters, selection)
             elif mode == "bm25":
-                sparse = live.bm25(query_text, window, filters)
+                sparse = live.bm25(query_text, window, filters, selection)
                 ranked = [(d, s, None) for d, s in sparse]
                 query_vector = None  # BM25 hits pick their chunk by shared terms
             else:
                 depth = fusion_depth(window)
-                dense = dense_ranking(live, query_vector, depth, filters)
-                sparse = live.bm25(query_text, depth, filters)
+                dense = dense_ranking(live, query_vector, depth, filters, selection)
+                sparse = live.bm25(query_text, depth, filters, selection)
                 ranked = fuse(dense, sparse, fusion or Fusion())
             page = ranked[offset:window]
             return assemble_hits(
@@ -437,6 +444,20 @@ class SearchIndex:
                 highlight=highlight,
                 text_chars=text_chars,
             )
+
+    def facets(self, filters: dict[str, Any] | None, fields: list[str], top: int = 10) -> dict[str, Any]:
+        """Over the documents matching ``filters`` (every one without): ``total`` of them and, per field, its
+        type, its ``top`` most frequent values (documents per value), and its least and greatest number and
+        date, all read from the in-memory columns."""
+        with self._rw.read():
+            live = self._live
+            if filters:
+                live.store.filter_sql(filters)
+            documents = live.matches(filters or {}).documents
+            return {
+                "total": int(np.count_nonzero(documents)),
+                "fields": live.columns.facets(documents, fields, top),
+            }
 
     # ---- listing ------------------------------------------------------------------------------------
 

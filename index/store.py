@@ -284,6 +284,10 @@ class DocumentStore:
 
     # ---- reads --------------------------------------------------------------------------------------
 
+    def query(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """A read on this thread's connection (the in-memory columns load and follow the store through it)."""
+        return self._conn().execute(sql, params)
+
     def counts(self) -> dict[str, int]:
         conn = self._conn()
         documents = conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
@@ -306,6 +310,11 @@ class DocumentStore:
 
     def iter_documents(self, batch: int = 1000) -> Iterator[Document]:
         """All documents in insertion order, read in pages so memory stays bounded."""
+        for _, document in self.iter_rows(batch):
+            yield document
+
+    def iter_rows(self, batch: int = 1000) -> Iterator[tuple[int, Document]]:
+        """(rid, document) for every document, as ``iter_documents``."""
         last = 0
         while True:
             rows = (
@@ -320,7 +329,7 @@ class DocumentStore:
                 return
             for rid, doc_id, text, meta in rows:
                 last = rid
-                yield Document(doc_id, text, json.loads(meta))
+                yield rid, Document(doc_id, text, json.loads(meta))
 
     def pending_chunks(self, limit: int, after: int = 0) -> tuple[list[int], list[str]]:
         rows = (
@@ -474,12 +483,15 @@ class DocumentStore:
         )
         return {r[0] for r in rows}
 
-    def filter_sql(self, filters: dict[str, Any], values_table: bool = True) -> tuple[str, list[Any]]:
-        """The WHERE clause of ``filters`` (see ``index.filters``); a field unknown here is looked up again
-        first, since another process may have added it."""
-        if not filter_fields(filters) <= self._fields:
+    def filter_sql(
+        self, filters: dict[str, Any], values_table: bool = True, strict: bool = False
+    ) -> tuple[str, list[Any]]:
+        """The WHERE clause of ``filters`` (see ``index.filters``). ``strict``: a field no document ever had is
+        refused (``UnknownFilterField``), looked up again first since another process may have added it."""
+        if strict and not filter_fields(filters) <= self._fields:
             self.refresh_fields()
-        return compile_filters(filters, self._fields, values_table=values_table and self.values_table)
+        known = self._fields if strict else None
+        return compile_filters(filters, known, values_table=values_table and self.values_table)
 
     def list_documents(
         self, limit: int, after: str | None, filters: dict[str, Any] | None, max_bytes: int | None = None

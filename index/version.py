@@ -9,8 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from index import layout
 from index.builder import build_vectors
+from index.columns import Columns, Selection, Unsupported
 from index.filters import TESTED_PER_MATCH
 from index.lexical import LexicalIndex
 from index.records import DamagedFile, IndexModelMismatch, StorageError
@@ -58,6 +61,8 @@ class OpenVersion:
             self.rebuild_vectors("damaged-vectors", str(exc))
         # The first replay after opening may meet entries the snapshot already holds: it removes before adding.
         self.replaying = True
+        self.columns = Columns.load(self.store)  # filterable metadata in memory, following the changelog
+        self.columns_enabled = True  # False: filters are planned over SQLite alone (benchmarks compare both)
         self.lexical = LexicalIndex()
         self.lexical.start(self.store)
 
@@ -82,11 +87,34 @@ class OpenVersion:
                 "count-mismatch", f"{self.folder}: FAISS holds {held} vectors, the store {stored}"
             )
 
-    def bm25(self, text: str, limit: int, filters: dict[str, Any] | None) -> list[tuple[str, float]]:
-        """In memory when built (a filter: its best candidates tested, or its matches listed and ranked alone);
-        FTS5 until then (same ranking function, same constants)."""
+    def select(self, filters: dict[str, Any] | None) -> Selection | None:
+        """A filter's matches from the in-memory columns (SQL's rows where the columns cannot answer exactly);
+        None without a filter, or with the columns switched off."""
+        if not filters or not self.columns_enabled:
+            return None
+        return self.matches(filters)
+
+    def matches(self, filters: dict[str, Any]) -> Selection:
+        """The documents matching ``filters`` (every one for ``{}``), from the columns where they answer."""
+        try:
+            return self.columns.select(filters)
+        except Unsupported:
+            where, params = self.store.filter_sql(filters)
+            rows = self.store.query(f"SELECT d.rid FROM documents d WHERE {where}", params)
+            documents = np.zeros(self.columns.size, bool)
+            documents[[r[0] for r in rows if r[0] < self.columns.size]] = True
+            return Selection(self.columns, documents)
+
+    def bm25(
+        self, text: str, limit: int, filters: dict[str, Any] | None, selection: Selection | None = None
+    ) -> list[tuple[str, float]]:
+        """In memory when built (a filter: its matches masked in, from the columns; without them, its best
+        candidates tested, or its matches listed and ranked alone); FTS5 until then (same ranking function,
+        same constants)."""
         if self.lexical.ready and not filters:
             return self.lexical.search(text, limit)
+        if self.lexical.ready and selection is not None:
+            return self.lexical.search(text, limit, rows=selection.documents)
         if self.lexical.ready and limit > 0:
             found = self._post_filtered_bm25(text, limit, filters or {})
             if found is not None:

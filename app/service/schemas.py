@@ -20,12 +20,13 @@ MongoDB / Chroma shape; all entries of an object must hold.
 - `$eq`, `$ne`: `{"lang": {"$ne": "de"}}`. `$in`, `$nin`: `{"tag": {"$in": ["a", "b"]}}`.
 - `$gt`, `$gte`, `$lt`, `$lte`: numbers as numbers, ISO-8601 dates and date-times as instants (no offset means UTC;
   a date is its midnight UTC): `{"year": {"$gte": 2000, "$lt": 2010}}`, `{"published": {"$gte": "2024-01-01T00:00:00Z"}}`.
-  A bound that is neither is a 422 naming the field, never a string comparison.
+  A bound that is neither is a 422 naming the field, never a string comparison; a `null` bound matches nothing.
+- Dates are instants in every operator: `{"published": "2024-01-01"}` also matches `"2024-01-01T02:00:00+02:00"`.
 - `$exists`: `{"doi": {"$exists": true}}`. `$not` on a field: `{"year": {"$not": {"$lt": 1900}}}`.
 - `$and`, `$or` (non-empty lists of filters), `$not` (a filter): `{"$or": [{"tag": "covid"}, {"year": {"$gt": 2019}}]}`.
 
 Equality is typed (1 matches 1 and 1.0, never true or "1"); `$ne`, `$nin` and `$not` also match documents without
-the field. Bounded: 8 levels of nesting, 256 clauses, 1024 values per list, and CLOZE_MAX_FILTER_VALUES fields and
+the field. A field no document has matches nothing (MongoDB's reading; CLOZE_STRICT_FILTER_FIELDS makes it a 422). Bounded: 8 levels of nesting, 256 clauses, 1024 values per list, and CLOZE_MAX_FILTER_VALUES fields and
 values in all; past a bound, 422 naming the field (`filter.<path>`)."""
 FILTER_EXAMPLES = [
     {"year": {"$gte": 2000}},
@@ -571,3 +572,45 @@ class CollectionDeleted(BaseModel):
 class IndexFields(BaseModel):
     fields: list[str]
     counts: dict[str, int] = Field(description="documents, chunks and vectors in the live index")
+
+
+MAX_FACET_FIELDS = 64
+MAX_FACET_VALUES = 100
+
+
+class FacetsRequest(Strict):
+    filter: dict[str, Any] | None = Field(None, description=FILTER_DESCRIPTION, examples=FILTER_EXAMPLES)
+    fields: list[str] = Field(
+        min_length=1,
+        max_length=MAX_FACET_FIELDS,
+        description="metadata fields to describe (GET /index/fields)",
+    )
+    top: int = Field(10, ge=1, le=MAX_FACET_VALUES, description="most frequent values listed per field")
+
+
+class FacetValue(BaseModel):
+    value: bool | int | float | str
+    count: int = Field(
+        description="matching documents with this value (once each, however often it is listed)"
+    )
+
+
+class FacetSpan(BaseModel):
+    min: int | float | str
+    max: int | float | str
+
+
+class FieldFacet(BaseModel):
+    type: Literal["number", "date", "string", "boolean", "other", "mixed"] | None = Field(
+        description="what the field's values are among the matches (dates: ISO strings; null: no values)"
+    )
+    documents: int = Field(description="matching documents with a value in this field")
+    values: list[FacetValue] = Field(description="most frequent first; numbers by value, text as written")
+    numbers: FacetSpan | None = Field(description="least and greatest number")
+    dates: FacetSpan | None = Field(description="earliest and latest instant, each as written")
+
+
+class FacetsResponse(BaseModel):
+    total: int = Field(description="documents matching the filter")
+    fields: dict[str, FieldFacet]
+    took_ms: float

@@ -21,7 +21,7 @@ from fastapi.routing import APIRoute
 from app.service.errors import ApiError, BodyRejected
 from app.settings import Settings
 from index.filters import InvalidFilterValue, compile_filters
-from index.records import metadata_key_problem
+from index.records import UnknownFilterField, metadata_key_problem
 
 MAX_BODY_DEPTH = 32  # metadata has its own, lower limit (CLOZE_MAX_METADATA_DEPTH)
 MAX_BODY_VALUES = Settings.model_fields["max_body_values"].default
@@ -192,3 +192,16 @@ def check_filter(filters: dict[str, Any] | None, settings: Settings) -> None:
         compile_filters(filters, None, settings.max_filter_values)
     except InvalidFilterValue as exc:
         raise ApiError(422, str(exc), exc.field) from exc
+
+
+async def check_filter_fields(
+    index: Any, filters: dict[str, Any] | None, settings: Settings, pool: Any
+) -> None:
+    """With CLOZE_STRICT_FILTER_FIELDS, a 422 naming a field no document of ``index`` ever had (a typo, most
+    likely); without it such a field is MongoDB's absent field and the filter is evaluated."""
+    if not (settings.strict_filter_fields and filters):
+        return
+    try:
+        await pool.run(index.check_filter_fields, filters)
+    except UnknownFilterField as exc:
+        raise ApiError(422, f"{exc.field}: no document has this metadata field", exc.field) from exc

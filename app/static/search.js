@@ -1,5 +1,6 @@
 // Search: POST /collections/{name}/search (the chosen collection; /search is default's) with mode, top_k and
-// metadata filters; chunks shown with the server's highlights marked.
+// metadata filters; chunks shown with the server's highlights marked; beside them the matches' facets
+// (POST .../facets): each field's most frequent values, and its range of numbers or dates.
 "use strict";
 
 (() => {
@@ -12,6 +13,7 @@
   const list = document.getElementById("s-results");
   const filterBox = document.getElementById("s-filters");
   const filterFields = document.getElementById("s-filter-fields");
+  const facetList = document.getElementById("s-facets");
   const seen = new Map(); // field -> Set of values met in results, offered as suggestions
 
   // A collection's routes: /collections/{name}/..., or the old routes for default.
@@ -108,7 +110,38 @@
     status.replaceChildren(`${n} result${n === 1 ? "" : "s"} (${answer.mode}) · `, latency);
     status.className = "status";
     status.setAttribute("role", "status");
+    showFacets(chosen, signal);
   });
+
+  // The matches' facets for every filterable field: a value is a button that filters by it.
+  async function showFacets(chosen, signal) {
+    const fields = [...filterFields.querySelectorAll("input[data-field]")].map((input) => input.dataset.field);
+    if (!fields.length) return facetList.replaceChildren();
+    let answer;
+    try {
+      answer = await api(scoped("/facets"), { method: "POST", body: { filter: chosen, fields: fields.slice(0, 64), top: 5 }, signal });
+    } catch (error) {
+      return facetList.replaceChildren(); // facets are an extra: the results stand without them
+    }
+    const items = Object.entries(answer.fields).filter(([, facet]) => facet.type).map(([field, facet]) => {
+      const span = facet.numbers || facet.dates;
+      return el(
+        "li",
+        { class: "facet", "data-field": field },
+        el("strong", {}, `${field}`),
+        ` ${facet.type} · ${facet.documents} of ${answer.total}`,
+        span ? el("span", { class: "facet-range" }, ` · ${span.min} – ${span.max}`) : "",
+        el(
+          "ul",
+          { class: "facet-values" },
+          facet.values.map((entry) =>
+            el("li", {}, el("button", { type: "button", onclick: () => setFilter(field, entry.value) }, `${entry.value} (${entry.count})`)),
+          ),
+        ),
+      );
+    });
+    facetList.replaceChildren(...items);
+  }
 
   function resultCard(result, rank) {
     const meta = result.metadata || {};

@@ -25,7 +25,7 @@ WRITES = {
     ("POST", "/collections"),
     ("DELETE", "/collections/{name}"),
 }
-COLLECTION_ROUTES = ("/search", "/documents", "/index/", "/jobs/", "/collections/{collection}")
+COLLECTION_ROUTES = ("/search", "/facets", "/documents", "/index/", "/jobs/", "/collections/{collection}")
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from app.service import auth
 from app.service.auth import KeyRing
 from app.service.errors import ApiError
-from app.service.validation import text_list
+from app.service.validation import check_filter_fields, text_list
 from app.settings import Settings
+from index.records import UnknownFilterField
 
 
 def status_of(call) -> int | None:
@@ -278,3 +281,23 @@ def test_read_only_replica_refuses_a_rebuild_at_once(tmp_path) -> None:
     assert reply.status_code == 409 and "read-only" in reply.json()["error"]
     assert http.put("/documents", json=[{"id": "a", "text": "b"}]).status_code == 409
     assert app.state.jobs.jobs == {}
+
+
+def test_strict_filter_fields_refuse_a_field_no_document_had() -> None:
+    """CLOZE_STRICT_FILTER_FIELDS turns MongoDB's absent field (the default: evaluated) into a 422 naming it."""
+
+    class Index:
+        def check_filter_fields(self, filters):
+            if "colour" in filters:
+                raise UnknownFilterField("no document has the metadata field 'colour'", "filter.colour")
+
+    class Pool:
+        async def run(self, function, *args):
+            return function(*args)
+
+    def status(settings: Settings, filters) -> int | None:
+        return status_of(lambda: asyncio.run(check_filter_fields(Index(), filters, settings, Pool())))
+
+    strict = Settings(strict_filter_fields=True)
+    assert status(strict, {"colour": "red"}) == 422 and status(strict, {"color": "red"}) is None
+    assert status(Settings(), {"colour": "red"}) is None

@@ -3,6 +3,7 @@ that honours Retry-After, errors as exceptions with the service's message and fi
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -83,3 +84,27 @@ def test_requests_carry_every_option_and_batches_split():
         "rerank": {"candidates": 20, "text": "document"},
     }  # fmt: skip
     assert [len(json.loads(r.content)) for r in sent[1:]] == [2, 2, 1]  # documents a request
+
+
+def test_facets_sends_fields_filter_and_top_in_both_clients():
+    answer = {"total": 2, "fields": {"year": {"type": "number", "documents": 2}}, "took_ms": 0.1}
+    sent: list[httpx.Request] = []
+    with Client("http://service", http_options=scripted([(200, answer)] * 2, sent)) as client:
+        assert client.facets(["year"], collection="notes", filter={"kind": "memo"}, top=3) == answer
+        client.facets(["year", "kind"])
+
+    async def facets_async() -> dict:
+        async with cloze_search.AsyncClient(
+            "http://service", http_options=scripted([(200, answer)], sent)
+        ) as c:
+            return await c.facets(["kind"], top=5)
+
+    assert asyncio.run(facets_async()) == answer
+    assert [request.url.path for request in sent] == [
+        "/collections/notes/facets", "/collections/default/facets", "/collections/default/facets",
+    ]  # fmt: skip
+    assert [json.loads(request.content) for request in sent] == [
+        {"fields": ["year"], "top": 3, "filter": {"kind": "memo"}},
+        {"fields": ["year", "kind"], "top": 10},
+        {"fields": ["kind"], "top": 5},
+    ]

@@ -1,6 +1,6 @@
 """Collections of the caller's own vectors on a real server: no model, one vector per document, checked on the
 way in (length, NaN, infinity, zero for cosine); dense search by vector, BM25 and hybrid over the text, filters,
-paging and a snapshot restored."""
+facets, paging and a snapshot restored."""
 
 from __future__ import annotations
 
@@ -69,6 +69,20 @@ def test_filters_and_paging_work_unchanged(vectors):
     assert listed == sorted(d["id"] for d in DOCS)
 
 
+def facets(http: httpx.Client, **body) -> dict:
+    answer = http.post("/collections/own-vectors/facets", json={"fields": ["n"], **body})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_facets_count_the_filtered_documents(vectors):
+    """No tokenizer, whole documents: the filter columns map each document's one chunk all the same."""
+    found = facets(vectors, filter={"n": {"$in": [2, 4, 5]}})
+    assert found["total"] == 3
+    assert found["fields"]["n"]["numbers"] == {"min": 2, "max": 5}
+    assert [v["value"] for v in found["fields"]["n"]["values"]] == [2, 4, 5]
+
+
 @pytest.mark.parametrize(
     ("document", "field"),
     [
@@ -125,10 +139,14 @@ def test_dot_metric_keeps_the_length(client):
 def test_a_snapshot_restores_the_vectors(vectors):
     snapshot = vectors.post("/collections/own-vectors/snapshots")
     assert snapshot.status_code == 201, snapshot.text
-    extra = {"id": "up", "text": "sky", "vector": [0.5, 0.5, 0.5, 0.5]}
+    extra = {"id": "up", "text": "sky", "vector": [0.5, 0.5, 0.5, 0.5], "metadata": {"n": 9}}
     assert vectors.put("/collections/own-vectors/documents", json=[extra]).status_code == 200
-    assert search(vectors, vector=[1, 1, 1, 1], top_k=1) == ["up"]
+    assert search(vectors, vector=[1, 1, 1, 1], top_k=1, filter={"n": 9}) == ["up"]
+    assert facets(vectors)["fields"]["n"]["numbers"]["max"] == 9
     restored = vectors.post(f"/collections/own-vectors/snapshots/{snapshot.json()['name']}/restore")
     assert restored.status_code == 200, restored.text
     assert "up" not in search(vectors, vector=[1, 1, 1, 1], top_k=10)
     assert search(vectors, vector=[0, 0, 0, 1], top_k=1) == ["west"]
+    # The restored version's filter columns are its own: the document written after the snapshot is gone.
+    assert search(vectors, vector=[1, 1, 1, 1], top_k=10, filter={"n": 9}) == []
+    assert facets(vectors)["total"] == 5 and facets(vectors)["fields"]["n"]["numbers"]["max"] == 5

@@ -264,6 +264,16 @@ def test_search_shows_scored_highlighted_results_and_filters(browser, server, cl
     chips = page.locator(".meta li", has_text="president:").all_inner_texts()
     assert len(chips) == results.count() > 0
     assert set(chips) == {f"president: {president}"}
+    counted = client.post("/facets", json={"filter": {"president": president}, "fields": ["year"], "top": 5})
+    total, year = counted.json()["total"], counted.json()["fields"]["year"]
+    facet = page.locator(
+        '#s-facets li.facet[data-field="year"]', has_text=f" of {total}"
+    )  # the matches' facets
+    facet.wait_for()
+    assert facet.locator("button").all_inner_texts() == [
+        f"{v['value']} ({v['count']})" for v in year["values"]
+    ]
+    assert f"{year['numbers']['min']} – {year['numbers']['max']}" in facet.inner_text()
     shoot(page, "search")
     assert errors == []
     page.context.close()

@@ -67,15 +67,17 @@ def test_search_returns_relevant_passages_with_chunk_and_latency(client, loaded)
     assert answer["results"][0]["chunk"] and answer["results"][0]["text"] is None
 
 
-def test_filters_apply_before_top_k_and_unknown_fields_are_named(client, loaded):
+def test_filters_apply_before_top_k_and_unknown_fields_match_nothing(client, loaded):
     body = {"query": "liberty and union", "top_k": 5, "filter": {"president": "Adams"}, "include_text": True}
     results = client.post("/search", json=body).json()["results"]
     assert results and all(r["metadata"]["president"] == "Adams" for r in results)
     assert all(r["text"] for r in results)
     several = client.post("/search", json={**body, "filter": {"year": [1793, 1797]}}).json()["results"]
     assert several and {r["metadata"]["year"] for r in several} <= {1793, 1797}
-    unknown = client.post("/search", json={**body, "filter": {"colour": "red"}})
-    assert unknown.status_code == 422 and unknown.json()["field"] == "filter.colour"
+    unknown = client.post("/search", json={**body, "filter": {"colour": "red"}})  # MongoDB: absent, no match
+    assert unknown.status_code == 200 and unknown.json()["results"] == []
+    negated = client.post("/search", json={**body, "filter": {"colour": {"$ne": "red"}}}).json()["results"]
+    assert len(negated) == 5
 
 
 def test_filter_operators_ranges_and_paging_over_http(client, loaded):
@@ -98,7 +100,7 @@ def test_filter_operators_ranges_and_paging_over_http(client, loaded):
     for bad, field in [
         ({"year": {"$gt": "seventeen"}}, "filter.year.$gt"),
         ({"$or": [{"year": 1789}, {"year": {"$between": [1, 2]}}]}, "filter.$or.1.year.$between"),
-        ({"$and": [{"colour": "red"}]}, "filter.$and.0.colour"),
+        ({"$and": [{"year": {"$in": "1789"}}]}, "filter.$and.0.year.$in"),
     ]:
         reply = client.post("/search", json={**body, "filter": bad})
         assert reply.status_code == 422 and reply.json()["field"] == field, (bad, reply.text)
@@ -253,11 +255,71 @@ def test_listing_pages_through_the_documents_with_a_filter(client, loaded):
     assert seen == matching and totals == {len(matching)}  # in id order, each once
     every = client.get("/documents", params={"limit": 1000}).json()
     assert every["total"] >= len(loaded) and every["next_cursor"] is None
+    absent = client.get("/documents", params={"filter": json.dumps({"colour": {"$ne": "red"}})}).json()
+    assert absent["total"] == every["total"]  # a field no document has: its negation matches every one
     for params, field in [
         ({"cursor": "not-a-cursor!"}, "cursor"),
         ({"filter": "{not json"}, "filter"),
-        ({"filter": json.dumps({"colour": "red"})}, "filter.colour"),
+        ({"filter": json.dumps({"year": {"$lt": "soon"}})}, "filter.year.$lt"),
         ({"limit": 0}, "limit"),
     ]:
         reply = client.get("/documents", params=params)
         assert reply.status_code == 422 and reply.json()["field"] == field, (params, reply.text)
+
+
+def test_facets_count_the_matches_values_and_span_numbers_and_dates(client, loaded):
+    """POST /facets (and a collection's): value counts of the documents a filter matches, the least and greatest
+    number and date, each field's type; the same 422s as /search for a bad filter, and bounded fields."""
+    ours = {"suite": "search-api"}
+    adams = [d for d in loaded if d["metadata"]["president"] == "Adams"]
+    body = {
+        "filter": {**ours, "year": {"$lt": 1801}},
+        "fields": ["president", "year", "kind", "nowhere"],
+        "top": 3,
+    }
+    answer = client.post("/facets", json=body)
+    assert answer.status_code == 200, answer.text
+    found = answer.json()
+    early = [d for d in loaded if d["metadata"]["year"] < 1801]
+    assert found["total"] == len(early)
+    presidents = {}
+    for d in early:
+        presidents[d["metadata"]["president"]] = presidents.get(d["metadata"]["president"], 0) + 1
+    expected = sorted(presidents.items(), key=lambda item: (-item[1], item[0]))[:3]
+    assert [(v["value"], v["count"]) for v in found["fields"]["president"]["values"]] == expected
+    years = found["fields"]["year"]
+    assert years["type"] == "number" and years["documents"] == len(early)
+    assert years["numbers"] == {"min": min(d["metadata"]["year"] for d in early), "max": 1797}
+    assert found["fields"]["nowhere"] == {
+        "type": None,
+        "documents": 0,
+        "values": [],
+        "numbers": None,
+        "dates": None,
+    }
+    assert adams and found["fields"]["president"]["values"]
+
+    dated = [
+        {"id": f"facet-{i}", "text": f"dated note {i}", "metadata": {"facet_suite": True, "when": when}}
+        for i, when in enumerate(["1969-07-21T20:17:40Z", "1969-07-21T22:17:40+02:00", "2024-02-29"])
+    ]
+    assert client.put("/documents", json=dated).status_code == 200
+    scoped = client.post(
+        "/collections/default/facets", json={"filter": {"facet_suite": True}, "fields": ["when"]}
+    ).json()
+    when = scoped["fields"]["when"]
+    assert when["type"] == "date" and when["dates"] == {"min": "1969-07-21T20:17:40Z", "max": "2024-02-29"}
+    assert {v["count"] for v in when["values"]} == {1}  # values as written: two spellings of one instant
+    same = client.post("/facets", json={"filter": {"when": "1969-07-21T20:17:40"}, "fields": ["when"]}).json()
+    assert same["total"] == 2  # but one instant to a filter
+    for bad, field in [
+        ({"fields": []}, "fields"),
+        ({"fields": ["x"] * 65}, "fields"),
+        ({"fields": ["year"], "filter": {"year": {"$gt": "soon"}}}, "filter.year.$gt"),
+        ({"fields": ['a"b']}, "fields[0]"),
+        ({"fields": ["year"], "top": 0}, "top"),
+    ]:
+        reply = client.post("/facets", json=bad)
+        assert reply.status_code == 422 and reply.json()["field"] == field, (bad, reply.text)
+    for doc in dated:
+        assert client.delete(f"/documents/{doc['id']}").status_code == 200

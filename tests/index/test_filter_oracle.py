@@ -17,17 +17,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from index import ranking
 from index.filters import InvalidFilterValue, compile_filters
-from index.records import Document
+from index.records import Document, UnknownFilterField
 from index.search_index import SearchIndex
 from index.store import FILL_VALUES
 from index.text_analysis import words
 from tests.conftest import TINY_WORDS
 
 FIELDS = ["a", "b", "c", "d"]
+ABSENT = "never"  # a field no document has: filters name it too (MongoDB's absent field)
 STRINGS = ["red", "green", "blue", "1", "2020"]
 DATES = [  # several spellings of the same instants, with and without offsets (no offset: UTC)
     "2020-01-01",
+    "2020-01-01T00:00:00.000",
     "2019-12-31T23:00:00-01:00",
     "2020-01-01T12:00:00Z",
     "2020-01-01T14:00:00+02:00",
@@ -49,7 +52,7 @@ metadata_values = st.one_of(
 )
 metadata = st.dictionaries(st.sampled_from(FIELDS), metadata_values, max_size=4)
 
-range_operands = st.one_of(numbers, st.sampled_from(DATES))
+range_operands = st.one_of(numbers, st.sampled_from(DATES), st.none())
 value_lists = st.lists(scalars, max_size=3)
 operator_entries = st.one_of(
     st.tuples(st.sampled_from(["$eq", "$ne"]), scalars),
@@ -65,7 +68,7 @@ field_values = st.one_of(
     operator_objects.map(lambda ops: {"$not": ops}),
     scalars.map(lambda v: {"$not": v}),
 )
-field_filters = st.dictionaries(st.sampled_from(FIELDS), field_values, min_size=1, max_size=2)
+field_filters = st.dictionaries(st.sampled_from([*FIELDS, ABSENT]), field_values, min_size=1, max_size=2)
 filters = st.recursive(
     field_filters,
     lambda inner: st.one_of(
@@ -102,6 +105,8 @@ def equal(element: Any, wanted: Any) -> bool:
         return element is wanted
     if is_number(wanted):
         return is_number(element) and element == wanted
+    if wanted in DATES:  # an ISO date operand is an instant, in equality as in ranges
+        return element in DATES and instant(element) == instant(wanted)
     return isinstance(element, str) and element == wanted
 
 
@@ -121,6 +126,8 @@ def operator_holds(meta: dict[str, Any], name: str, op: str, operand: Any) -> bo
     if op in ("$in", "$nin"):
         hit = any(equal(e, v) for e in found for v in operand)
         return hit if op == "$in" else not hit
+    if operand is None:  # a null range bound matches nothing
+        return False
     if is_number(operand):
         return any(is_number(e) and compare(op, e, operand) for e in found)
     return any(e in DATES and compare(op, instant(e), instant(operand)) for e in found)
@@ -167,7 +174,7 @@ def test_sql_filter_matches_the_oracle(rows: list[dict[str, Any]], node: dict[st
     conn.execute(FILL_VALUES + "1")
     expected = {rid for rid, meta in enumerate(rows, start=1) if holds(meta, node)}
     for values_table in (False, True):
-        where, params = compile_filters(node, set(FIELDS), values_table=values_table)
+        where, params = compile_filters(node, None, values_table=values_table)
         got = {r[0] for r in conn.execute(f"SELECT rid FROM documents d WHERE {where}", params)}
         assert got == expected, (values_table, node, rows)
 
@@ -220,10 +227,17 @@ def test_every_mode_returns_exactly_the_matching_documents(
     query = np.random.default_rng(seed).standard_normal(tiny_encoder.dimension).astype(np.float32)
     query /= np.linalg.norm(query)
     top_k = CORPUS + 10
-    for mode, expected in (("dense", matching), ("bm25", with_word), ("hybrid", matching)):
-        hits = index.search(query, word, top_k=top_k, mode=mode, filters=node)
-        assert {h.id for h in hits} == expected, (mode, node)
-        assert len(hits) == len(expected), mode  # each document once
+    live, selective = index._live, ranking.SELECTIVE_CHUNKS
+    # Each plan: the columns' matches scored exactly, the columns' bitmap inside FAISS, SQLite alone.
+    try:
+        for columns, ranking.SELECTIVE_CHUNKS in ((True, selective), (True, 0), (False, selective)):
+            live.columns_enabled = columns
+            for mode, expected in (("dense", matching), ("bm25", with_word), ("hybrid", matching)):
+                hits = index.search(query, word, top_k=top_k, mode=mode, filters=node)
+                assert {h.id for h in hits} == expected, (mode, columns, node)
+                assert len(hits) == len(expected), mode  # each document once
+    finally:
+        live.columns_enabled, ranking.SELECTIVE_CHUNKS = True, selective
 
 
 def test_modes_oracle_ran_its_examples() -> None:
@@ -304,3 +318,68 @@ def test_ranges_compare_instants_across_offsets_and_numbers_across_types() -> No
     assert rids({"n": {"$ne": 3}}) == [1, 2, 3, 4, 5, 6, 8, 9]  # the negations match a missing field
     assert rids({"n": {"$exists": True, "$nin": [3, "4"]}}) == [6, 9]
     assert rids({"n": True}) == [9] and rids({"n": 1}) == []  # equality is typed
+
+
+MOON = ["1969-07-21T20:17:40", "1969-07-21T20:17:40Z", "1969-07-21T22:17:40+02:00", "1969-07-21T20:17:40.000"]
+
+
+def test_one_rule_for_dates_in_every_operator() -> None:
+    """Four spellings of one instant: equality, membership and their negations agree with the range from that
+    instant to itself, over the documents' JSON and over the side table alike."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE documents(rid INTEGER PRIMARY KEY, metadata TEXT NOT NULL)")
+    rows = [{"when": m} for m in MOON] + [{"when": "1969-07-21T20:17:41Z"}, {"when": "July 1969"}, {}]
+    conn.executemany("INSERT INTO documents(metadata) VALUES (?)", [(json.dumps(r),) for r in rows])
+    conn.execute(
+        "CREATE TABLE doc_values(doc_rid INTEGER NOT NULL, field TEXT NOT NULL, type TEXT NOT NULL, value, num REAL)"
+    )
+    conn.execute(FILL_VALUES + "1")
+
+    def rids(node: dict[str, Any]) -> list[int]:
+        found = []
+        for values_table in (False, True):
+            where, params = compile_filters(node, None, values_table=values_table)
+            found.append(
+                [
+                    r[0]
+                    for r in conn.execute(f"SELECT rid FROM documents d WHERE {where} ORDER BY rid", params)
+                ]
+            )
+        assert found[0] == found[1], node
+        return found[0]
+
+    moon = [1, 2, 3, 4]
+    for spelling in MOON:
+        assert rids({"when": {"$gte": spelling, "$lte": spelling}}) == moon
+        assert rids({"when": spelling}) == moon
+        assert rids({"when": {"$in": [spelling, "1969-07-21T20:17:41Z"]}}) == [*moon, 5]
+        assert rids({"when": {"$ne": spelling}}) == [5, 6, 7]
+        assert rids({"when": {"$nin": [spelling]}}) == [5, 6, 7]
+    assert rids({"when": "July 1969"}) == [6]  # not an ISO date: compared as text
+
+
+def test_an_absent_field_matches_nothing_and_its_negations_everything() -> None:
+    """MongoDB's reading: a field no document has (or a null range bound) matches nothing; strict callers pass
+    the known fields and get ``UnknownFilterField`` instead."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE documents(rid INTEGER PRIMARY KEY, metadata TEXT NOT NULL)")
+    conn.executemany(
+        "INSERT INTO documents(metadata) VALUES (?)", [(json.dumps({"a": i}),) for i in range(3)]
+    )
+
+    def rids(node: dict[str, Any]) -> list[int]:
+        where, params = compile_filters(node, None)
+        return [r[0] for r in conn.execute(f"SELECT rid FROM documents d WHERE {where} ORDER BY rid", params)]
+
+    assert rids({"ghost": 1}) == [] and rids({"ghost": {"$exists": True}}) == []
+    assert (
+        rids({"ghost": {"$ne": 1}})
+        == rids({"ghost": {"$nin": [1]}})
+        == rids({"$not": {"ghost": 1}})
+        == [1, 2, 3]
+    )
+    assert rids({"a": {"$gt": None}}) == rids({"a": {"$lte": None}}) == []
+    assert rids({"a": {"$not": {"$gt": None}}}) == [1, 2, 3]
+    with pytest.raises(UnknownFilterField, match="ghost") as caught:
+        compile_filters({"$or": [{"a": 1}, {"ghost": 1}]}, {"a"})
+    assert caught.value.field == "filter.$or.1.ghost"

@@ -1,6 +1,7 @@
 """How a filter is applied must not change what a search returns: a broad filter tests the unfiltered
 candidates row by row (``ranking.post_filtered``, ``OpenVersion.bm25``), a selective one lists its matches
-through the ``doc_values`` side table; both give the ranking of listing every match first."""
+through the ``doc_values`` side table; both give the ranking of listing every match first, and so do the
+in-memory columns' plans (the matches scored exactly, or a bitmap inside FAISS)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ def test_post_filtering_returns_what_listing_the_matches_returns(
     tested = []
     original = store.matching_chunks
     monkeypatch.setattr(store, "matching_chunks", lambda ids, f: tested.append(len(ids)) or original(ids, f))
+    monkeypatch.setattr(planned_index._live, "columns_enabled", False)  # SQLite's plans first
     planned = searches(planned_index, tiny_encoder, filters)
     monkeypatch.setattr(ranking, "TESTED_PER_MATCH", 0.0)  # never post-filter: list every match first
     monkeypatch.setattr(version, "TESTED_PER_MATCH", 0.0)
@@ -69,6 +71,10 @@ def test_post_filtering_returns_what_listing_the_matches_returns(
     assert planned == listed
     if store.match_rate(filters) >= 0.5:
         assert tested, "a broad filter was not post-filtered"
+    monkeypatch.setattr(planned_index._live, "columns_enabled", True)  # the columns' two plans
+    assert searches(planned_index, tiny_encoder, filters) == listed
+    monkeypatch.setattr(ranking, "SELECTIVE_CHUNKS", 0)
+    assert searches(planned_index, tiny_encoder, filters) == listed
 
 
 def test_match_rate_estimates_selectivity(planned_index) -> None:

@@ -66,8 +66,10 @@ def test_listing_is_ordered_filtered_counted_and_its_cursor_opaque(index: Search
     assert cursor is None and [d.id for d in listed] == [f"d{i:03d}" for i in range(10, 25) if i % 3 == 1]
     assert index.count_documents(green) == len(listed) and index.count_documents() == 25
     assert index.list_documents(limit=5, filters={"rank": {"$lt": 0}}) == ([], None)
+    assert index.count_documents({"colour": "red"}) == 0  # a field no document has: absent, as in MongoDB
+    assert index.count_documents({"colour": {"$ne": "red"}}) == 25
     with pytest.raises(UnknownFilterField):
-        index.count_documents({"colour": "red"})
+        index.check_filter_fields({"colour": "red"})
     assert decode_cursor(encode_cursor("ünï/cödé id")) == "ünï/cödé id"
     for bad in ("%%%", "not base64!", encode_cursor("x") + "=", "", "_w"):
         with pytest.raises(InvalidCursor):

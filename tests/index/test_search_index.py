@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from index import changelog, layout
+from index.columns import Columns
 from index.records import Document, IndexModelMismatch, ReadOnlyIndex, UnknownFilterField
 from index.search_index import SearchIndex
 from index.vectors import VectorIndex
@@ -84,8 +85,12 @@ def test_filters_apply_before_top_k(index: SearchIndex, tiny_encoder) -> None:
             assert len(hits) == 10
     chosen = index.search(query, "", top_k=5, filters={"rank": [4, 7, 88]})
     assert sorted(h.id for h in chosen) == ["d4", "d7", "d88"]
+    for mode in ("dense", "hybrid", "bm25"):  # a field no document has: nothing matches, its negation all
+        assert index.search(query, "king", mode=mode, filters={"colour": "red"}) == []
+        assert index.search(query, "", mode=mode, filters={"rank": {"$gt": None}}) == []
+        assert len(index.search(query, "", top_k=90, filters={"colour": {"$nin": ["red"]}})) == 90
     with pytest.raises(UnknownFilterField):
-        index.search(query, "", filters={"colour": "red"})
+        index.check_filter_fields({"$or": [{"color": "red"}, {"colour": "red"}]})
     assert index.metadata_fields() == {"color", "rank"}
 
 
@@ -306,12 +311,42 @@ def test_a_write_that_landed_is_reported_landed_when_faiss_fails_and_is_applied_
         real_add(self, ids, vectors)
 
     monkeypatch.setattr(VectorIndex, "add", add_once_failing)
-    landed = Document("landed", "queen king river paris france capital")
+    landed = Document("landed", "queen king river paris france capital", {"kind": "landed"})
     assert index.upsert([landed]) == 1  # reported landed, not an error
     assert index.get("landed") == landed
     index.reload_if_changed()  # the service's poll: the changelog is replayed
     assert index.stats()["vectors"] == index.stats()["chunks"] == 11
     assert index.search(vector(tiny_encoder, landed.text), "", top_k=1)[0].id == "landed"
+    assert filtered_ids(index, tiny_encoder, {"kind": "landed"}) == ["landed"]  # the columns caught up too
+
+
+def filtered_ids(index: SearchIndex, encoder, filters: dict) -> list[str]:
+    hits = index.search(vector(encoder, "queen"), "", top_k=20, mode="dense", filters=filters)
+    return sorted(hit.id for hit in hits)
+
+
+def test_columns_that_fail_to_follow_a_write_catch_up_on_the_replay(
+    index: SearchIndex, tiny_encoder, monkeypatch
+) -> None:
+    """The in-memory filter columns are a derived copy as FAISS is: a failure applying a committed write to
+    them is replayed (idempotently) by the next catch-up, so filters and facets see the write, and a delete."""
+    index.upsert([Document(f"d{i}", "queen river", {"kind": "old", "n": i}) for i in range(3)])
+    real_apply, calls = Columns.apply, []
+
+    def apply_once_failing(self, update):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError("simulated")
+        real_apply(self, update)
+
+    monkeypatch.setattr(Columns, "apply", apply_once_failing)
+    assert index.upsert([Document("d1", "queen river", {"kind": "new", "n": 10})]) == 1
+    index.reload_if_changed()
+    assert filtered_ids(index, tiny_encoder, {"kind": "new"}) == ["d1"]
+    assert filtered_ids(index, tiny_encoder, {"kind": "old"}) == ["d0", "d2"]
+    assert index.delete("d2")
+    facets = index.facets({"kind": "old"}, ["n"])
+    assert facets["total"] == 1 and facets["fields"]["n"]["numbers"] == {"min": 0, "max": 0}
 
 
 def test_a_page_of_documents_is_bounded_in_bytes_and_pages_on(index: SearchIndex) -> None:

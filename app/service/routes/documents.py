@@ -11,11 +11,17 @@ from app.service.errors import ApiError, BodyRejected
 from app.service.route_table import declare
 from app.service.routes.collections import current_collection, own_vectors
 from app.service.schemas import DeleteResponse, DocumentIn, DocumentOut, DocumentPage, UpsertResponse
-from app.service.validation import StrictJSONRoute, check_filter, check_metadata, strict_loads
+from app.service.validation import (
+    StrictJSONRoute,
+    check_filter,
+    check_filter_fields,
+    check_metadata,
+    strict_loads,
+)
 from index.builder import attach_vectors, chunk_texts
 from index.filters import InvalidFilterValue
 from index.own_vectors import InvalidVector, OwnVectors
-from index.records import Document, InvalidCursor, UnknownFilterField, id_problem
+from index.records import Document, InvalidCursor, id_problem
 from index.search_index import MAX_LIST_LIMIT
 
 router = APIRouter(route_class=StrictJSONRoute)
@@ -148,6 +154,7 @@ async def list_documents(
             raise ApiError(422, "filter: a JSON object, as /search takes", "filter")
         check_filter(filters, settings)
     index = collection.require_index()
+    await check_filter_fields(index, filters, settings, engines.work_pool)
     try:
         page, next_cursor = await engines.work_pool.run(
             index.list_documents, limit, cursor, filters, settings.max_page_bytes
@@ -157,9 +164,8 @@ async def list_documents(
         body = await engines.work_pool.run(page_json, page, next_cursor, total)
     except InvalidCursor as exc:
         raise ApiError(422, f"cursor: {exc}", "cursor") from exc
-    except (UnknownFilterField, InvalidFilterValue) as exc:
-        field = getattr(exc, "field", "filter")
-        raise ApiError(422, str(exc), field) from exc
+    except InvalidFilterValue as exc:
+        raise ApiError(422, str(exc), exc.field) from exc
     return Response(body, media_type="application/json")
 
 

@@ -16,6 +16,8 @@ from app.service.route_table import declare
 from app.service.routes.collections import current_collection, own_vectors
 from app.service.routes.rerank import best_first
 from app.service.schemas import (
+    FacetsRequest,
+    FacetsResponse,
     IndexFields,
     RerankIn,
     SearchExplanation,
@@ -24,12 +26,12 @@ from app.service.schemas import (
     SearchResponse,
     SearchResult,
 )
-from app.service.validation import StrictJSONRoute, check_filter
+from app.service.validation import StrictJSONRoute, check_filter, check_filter_fields
 from encoder_runtime import sigmoid
 from index.filters import InvalidFilterValue
 from index.own_vectors import InvalidVector, OwnVectors
 from index.ranking import RRF_K, Fusion
-from index.records import UnknownFilterField
+from index.records import metadata_key_problem
 from index.search_index import MAX_SEARCH_WINDOW
 
 router = APIRouter(route_class=StrictJSONRoute)
@@ -109,6 +111,7 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
     fusion = _fusion(body)
     _check_rerank(body, request)
     index = collection.require_index()
+    await check_filter_fields(index, body.filter, settings, engines.work_pool)
     vector = await _query_vector(body, collection, engines)
     query = body.query or ""
     # Reranked: the first stage's best ``candidates`` (from the top), re-scored, then the page is cut.
@@ -127,8 +130,6 @@ async def _search(request: Request, body: SearchRequest, collection: Collection)
             highlight=body.highlight,
             text_chars=_text_needed(body, request),
         )
-    except UnknownFilterField as exc:
-        raise ApiError(422, f"{exc.field}: no document has this metadata field", exc.field) from exc
     except InvalidFilterValue as exc:
         raise ApiError(422, str(exc), exc.field) from exc
     ranked = [(hit, hit.score, None, None) for hit in hits]
@@ -270,7 +271,31 @@ async def _reranked(hits: list, body: SearchRequest, request: Request) -> list[t
     "/index/fields", openapi_extra=declare("read", "collection"), response_model=IndexFields, tags=["search"]
 )
 async def index_fields(request: Request, collection: InCollection) -> IndexFields:
-    """Metadata field names the search filters accept (an unknown field is a 422 from ``/search``)."""
+    """Metadata field names some document holds (a filter on another matches nothing, or is a 422 from
+    ``/search`` with ``CLOZE_STRICT_FILTER_FIELDS``)."""
     index, pool = collection.require_index(), request.app.state.engines.work_pool
     fields = await pool.run(index.metadata_fields)
     return IndexFields(fields=sorted(fields), counts=await pool.run(index.stats))
+
+
+@router.post(
+    "/facets", openapi_extra=declare("read", "collection"), response_model=FacetsResponse, tags=["search"]
+)
+async def facets(body: FacetsRequest, request: Request, collection: InCollection) -> FacetsResponse:
+    """What the documents matching ``filter`` hold in ``fields``: each field's type, its most frequent values with
+    their document counts, and its least and greatest number and date (from the in-memory columns)."""
+    started = time.perf_counter()
+    settings, engines = request.app.state.settings, request.app.state.engines
+    check_filter(body.filter, settings)
+    for position, name in enumerate(body.fields):
+        if problem := metadata_key_problem(name):
+            raise ApiError(422, f"fields[{position}]: {problem}", f"fields[{position}]")
+    index = collection.require_index()
+    await check_filter_fields(index, body.filter, settings, engines.work_pool)
+    try:
+        found = await engines.work_pool.run(
+            index.facets, body.filter, list(dict.fromkeys(body.fields)), body.top
+        )
+    except InvalidFilterValue as exc:
+        raise ApiError(422, str(exc), exc.field) from exc
+    return FacetsResponse(**found, took_ms=round((time.perf_counter() - started) * 1000, 3))

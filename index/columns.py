@@ -1,0 +1,433 @@
+"""Filterable metadata in memory, as columns beside the vectors: a filter becomes a mask over documents in a few
+vectorised passes, then a bitmap over chunk ids that FAISS (``IDSelectorBitmap``) and the in-memory BM25 skip by.
+
+SQLite stays the record: the columns are read from the store when a version opens (so a rebuild, a restore and a
+replica's reload get fresh ones) and follow the store's changelog, as FAISS and BM25 do. Each field keeps, per
+document row (the store's ``rid``), the first element of its value: a kind (number, text, true, false, other), a
+number (the value, or a date-shaped text's instant as SQLite's ``julianday()``, so both sides of a date comparison
+are computed alike) and a text's dictionary code; further list elements go to an overflow list of (row, element).
+The semantics are ``index.filters``' (the SQL compiler): the property tests hold the two paths to each other.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from typing import Any
+
+import numpy as np
+
+from index.filters import COMPARISONS, DATE_SHAPE, iso_instant
+from index.store import DocumentStore
+
+NONE, NUMBER, TEXT, TRUE, FALSE, OTHER = range(6)
+KINDS = {"integer": NUMBER, "real": NUMBER, "text": TEXT, "true": TRUE, "false": FALSE}
+EXACT_INTEGER = 2**53  # past this a float64 column cannot hold an integer exactly: such filters stay in SQL
+PAGE = 50_000  # document rows read from the store at a time when loading
+# Every metadata element of the chosen documents, one row per (document, field, element); a field whose value has
+# no elements ([] or {}) still gives one row (element columns NULL): it is present for ``$exists``. A store with
+# the ``doc_values`` side table has the elements already (``FIELDS`` + ``VALUES``: one JSON parse a document
+# instead of one a field); ``ELEMENTS`` is for a store written before it (read-only).
+FIELDS = "SELECT d.rid, f.key, NULL, NULL, NULL FROM documents d, json_each(d.metadata) f WHERE "
+VALUES = "SELECT e.doc_rid, e.field, e.type, e.value, e.num FROM doc_values e WHERE "
+ELEMENTS = f"""
+SELECT d.rid, f.key, e.type, e.value,
+       CASE WHEN e.type = 'text' AND e.value GLOB '{DATE_SHAPE}' THEN julianday(e.value) END
+FROM documents d, json_each(d.metadata) f
+LEFT JOIN json_each(d.metadata, '$."' || f.key || '"') e ON typeof(e.key) <> 'text'
+WHERE """
+
+
+class Unsupported(Exception):
+    """A filter the columns cannot evaluate exactly (an integer past 2**53): the SQL path answers it."""
+
+
+class FieldColumn:
+    """One metadata field over the document rows, with its overflow list of further list elements."""
+
+    def __init__(self, capacity: int):
+        self.kind = np.zeros(capacity, np.int8)
+        self.num = np.full(capacity, np.nan)
+        self.code = np.full(capacity, -1, np.int32)
+        self.present = np.zeros(capacity, bool)
+        self.extra_row = np.zeros(0, np.int64)  # 0: a dead element (no document has row 0)
+        self.extra_kind = np.zeros(0, np.int8)
+        self.extra_num = np.zeros(0)
+        self.extra_code = np.zeros(0, np.int32)
+        self.inexact = False  # holds an integer a float64 cannot
+        self.dead = 0  # overflow elements of rows read again since (row 0), dropped by ``compact``
+
+    def grow(self, capacity: int) -> None:
+        self.kind = _resized(self.kind, capacity, 0)
+        self.num = _resized(self.num, capacity, np.nan)
+        self.code = _resized(self.code, capacity, -1)
+        self.present = _resized(self.present, capacity, False)
+
+    def clear(self, rows: np.ndarray) -> None:
+        self.kind[rows], self.num[rows], self.code[rows], self.present[rows] = NONE, np.nan, -1, False
+        if len(self.extra_row):
+            gone = np.isin(self.extra_row, rows)
+            self.dead += int(np.count_nonzero(gone))
+            self.extra_row[gone] = 0
+
+    def any(self, size: int, condition) -> np.ndarray:
+        """Rows any of whose elements satisfies ``condition(kind, num, code)`` (a vectorised predicate)."""
+        hit = condition(self.kind[:size], self.num[:size], self.code[:size])
+        if len(self.extra_row):
+            extra = condition(self.extra_kind, self.extra_num, self.extra_code)
+            hit[self.extra_row[extra]] = True
+        return hit
+
+    def elements(self, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(row, kind, num, code) of every element of the rows marked in the boolean ``rows``."""
+        dense = np.flatnonzero(rows & (self.kind[: len(rows)] != NONE))
+        extra = (
+            np.flatnonzero((self.extra_row > 0) & rows[self.extra_row]) if len(self.extra_row) else dense[:0]
+        )
+        return (
+            np.concatenate([dense, self.extra_row[extra]]),
+            np.concatenate([self.kind[dense], self.extra_kind[extra]]),
+            np.concatenate([self.num[dense], self.extra_num[extra]]),
+            np.concatenate([self.code[dense], self.extra_code[extra]]),
+        )
+
+    def compact(self) -> None:
+        if self.dead > 1024 and self.dead > len(self.extra_row) // 2:
+            live = self.extra_row > 0
+            self.dead = 0
+            self.extra_row, self.extra_kind = self.extra_row[live], self.extra_kind[live]
+            self.extra_num, self.extra_code = self.extra_num[live], self.extra_code[live]
+
+    def nbytes(self) -> int:
+        arrays = (
+            self.kind,
+            self.num,
+            self.code,
+            self.present,
+            self.extra_row,
+            self.extra_kind,
+            self.extra_num,
+        )
+        return sum(a.nbytes for a in arrays) + self.extra_code.nbytes
+
+
+@dataclass
+class Update:
+    """What a run of changelog entries changed, read from the store outside the index's write lock."""
+
+    removed_chunks: np.ndarray
+    added_chunks: np.ndarray  # (chunk id, row) pairs
+    alive: np.ndarray  # the rows of the changed documents that exist now (the others: found by their chunks)
+    elements: list[tuple] = field(default_factory=list)
+
+
+class Columns:
+    def __init__(self) -> None:
+        self.capacity = 1
+        self.size = 1  # rows 0 .. size - 1 (row ids are the store's rids, from 1)
+        self.alive = np.zeros(1, bool)
+        self.chunk_row = np.zeros(0, np.int64)  # chunk id -> its document's row (0: none)
+        self.fields: dict[str, FieldColumn] = {}
+        self.codes: dict[str, int] = {}
+        self.texts: list[str] = []
+
+    # ---- loading and following the store --------------------------------------------------------------
+
+    @classmethod
+    def load(cls, store: DocumentStore) -> Columns:
+        columns = cls()
+        top = store.query("SELECT MAX(rid) FROM documents").fetchone()[0] or 0
+        columns._reserve(top + 1)
+        for start in range(0, top + 1, PAGE):
+            rows = store.query("SELECT rid FROM documents WHERE rid > ? AND rid <= ?", (start, start + PAGE))
+            columns.alive[[r[0] for r in rows]] = True
+            columns._fill(_elements(store, "rid > ? AND {}rid <= ?", (start, start + PAGE)))
+        pairs = np.array(store.query("SELECT id, doc_rid FROM chunks").fetchall(), np.int64).reshape(-1, 2)
+        columns._map_chunks(pairs)
+        return columns
+
+    @staticmethod
+    def read_changes(store: DocumentStore, changes: list[tuple[int, str, int, str]]) -> Update:
+        final: dict[int, str] = {}
+        for _, _, chunk_id, op in changes:
+            final[chunk_id] = op
+        removed = np.array([c for c, op in final.items() if op == "-"], np.int64)
+        added = [c for c, op in final.items() if op == "+"]
+        pairs = store.query(
+            "SELECT id, doc_rid FROM chunks WHERE id IN (SELECT value FROM json_each(?))", (_json(added),)
+        ).fetchall()
+        doc_ids = list(dict.fromkeys(doc_id for _, doc_id, _, _ in changes))
+        current = store.query(
+            "SELECT rid FROM documents WHERE id IN (SELECT value FROM json_each(?))", (_json(doc_ids),)
+        ).fetchall()
+        alive = np.array([r[0] for r in current], np.int64)
+        elements = _elements(store, "rid IN (SELECT value FROM json_each(?))", (_json(alive.tolist()),))
+        return Update(removed, np.array(pairs, np.int64).reshape(-1, 2), alive, elements)
+
+    def apply(self, update: Update) -> None:
+        """Caller holds the index's write lock. Idempotent: each touched row is read again whole."""
+        removed = update.removed_chunks[update.removed_chunks < len(self.chunk_row)]
+        rows = np.union1d(update.alive, self.chunk_row[removed])  # a deleted document: found by its chunks
+        rows = rows[(rows > 0) & (rows < self.size)]
+        self.chunk_row[removed] = 0
+        self._reserve(int(max(update.alive.max(initial=0), update.added_chunks[:, 1].max(initial=0))) + 1)
+        self.alive[rows] = False
+        for column in self.fields.values():
+            column.clear(rows)
+            column.compact()
+        self.alive[update.alive] = True
+        self._fill(update.elements)
+        self._map_chunks(update.added_chunks)
+
+    def _reserve(self, size: int) -> None:
+        self.size = max(self.size, size)
+        if size > self.capacity:
+            self.capacity = max(size, 2 * self.capacity)
+            self.alive = _resized(self.alive, self.capacity, False)
+            for column in self.fields.values():
+                column.grow(self.capacity)
+
+    def _map_chunks(self, pairs: np.ndarray) -> None:
+        if len(pairs):
+            top = int(pairs[:, 0].max()) + 1
+            if top > len(self.chunk_row):
+                self.chunk_row = _resized(self.chunk_row, max(top, 2 * len(self.chunk_row)), 0)
+            self.chunk_row[pairs[:, 0]] = pairs[:, 1]
+
+    def _fill(self, found: list[tuple]) -> None:
+        """Rows (rid, field, type, value, instant) from ``_elements`` into the columns."""
+        if not found:
+            return
+        rows, names, types, values, instants = zip(*found, strict=True)
+        rows_array = np.array(rows, np.int64)
+        kinds = np.array([KINDS.get(t, OTHER if t else NONE) for t in types], np.int8)
+        numbers = np.array(
+            [
+                v if k == NUMBER else i if i is not None else np.nan
+                for k, v, i in zip(kinds, values, instants, strict=True)
+            ],
+            np.float64,
+        )
+        codes = np.array(
+            [self._code(v) if k == TEXT else -1 for k, v in zip(kinds, values, strict=True)], np.int32
+        )
+        wide = {
+            n for n, k, v in zip(names, kinds, values, strict=True) if k == NUMBER and abs(v) > EXACT_INTEGER
+        }
+        names_array = np.array(names, object)
+        for name in dict.fromkeys(names):
+            column = self.fields.get(name)
+            if column is None:
+                column = self.fields[name] = FieldColumn(self.capacity)
+            column.inexact |= name in wide
+            mine = np.flatnonzero(names_array == name)
+            mine = mine[np.argsort(rows_array[mine], kind="stable")]  # a row's elements side by side
+            row = rows_array[mine]
+            column.present[row] = True
+            mine, row = mine[kinds[mine] != NONE], row[kinds[mine] != NONE]
+            first = np.ones(len(row), bool)
+            first[1:] = row[1:] != row[:-1]
+            first &= column.kind[row] == NONE  # an element already there (a replay) stays first
+            dense, extra = mine[first], mine[~first]
+            column.kind[row[first]], column.num[row[first]] = kinds[dense], numbers[dense]
+            column.code[row[first]] = codes[dense]
+            column.extra_row = np.concatenate([column.extra_row, row[~first]])
+            column.extra_kind = np.concatenate([column.extra_kind, kinds[extra]])
+            column.extra_num = np.concatenate([column.extra_num, numbers[extra]])
+            column.extra_code = np.concatenate([column.extra_code, codes[extra]])
+
+    def _code(self, text: str) -> int:
+        code = self.codes.get(text)
+        if code is None:
+            code = self.codes[text] = len(self.texts)
+            self.texts.append(text)
+        return code
+
+    # ---- evaluating a filter ---------------------------------------------------------------------------
+
+    def select(self, filters: dict[str, Any]) -> Selection:
+        """The documents matching ``filters`` (already checked by ``index.filters``); ``Unsupported`` when the
+        columns cannot answer exactly."""
+        return Selection(self, self._filter(filters) & self.alive[: self.size])
+
+    def _filter(self, node: dict[str, Any]) -> np.ndarray:
+        result = np.ones(self.size, bool)
+        for key, value in node.items():
+            if key == "$not":
+                result &= ~self._filter(value)
+            elif key == "$and":
+                for item in value:
+                    result &= self._filter(item)
+            elif key == "$or":
+                either = np.zeros(self.size, bool)
+                for item in value:
+                    either |= self._filter(item)
+                result &= either
+            else:
+                result &= self._field(key, value)
+        return result
+
+    def _field(self, name: str, value: Any) -> np.ndarray:
+        if isinstance(value, dict):
+            result = np.ones(self.size, bool)
+            for op, operand in value.items():
+                result &= ~self._field(name, operand) if op == "$not" else self._operator(name, op, operand)
+            return result
+        return self._operator(name, "$in" if isinstance(value, list) else "$eq", value)
+
+    def _operator(self, name: str, op: str, operand: Any) -> np.ndarray:
+        column = self.fields.get(name)
+        if column is not None and column.inexact:
+            raise Unsupported(name)
+        if op == "$exists":
+            present = column.present[: self.size] if column is not None else np.zeros(self.size, bool)
+            return present.copy() if operand else ~present
+        if column is None or (op in COMPARISONS and operand is None):
+            hit = np.zeros(self.size, bool)
+        elif op in COMPARISONS:
+            hit = column.any(self.size, _range(COMPARISONS[op], operand))
+        else:
+            hit = column.any(self.size, self._equality(operand if op in ("$in", "$nin") else [operand]))
+        return ~hit if op in ("$ne", "$nin") else hit
+
+    def _equality(self, values: list[Any]):
+        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        if any(isinstance(v, int) and abs(v) > EXACT_INTEGER for v in numbers):
+            raise Unsupported("a wide integer")
+        texts = [v for v in values if isinstance(v, str)]
+        codes = [self.codes[v] for v in texts if not iso_instant(v) and v in self.codes]
+        instants = [day for v in texts if iso_instant(v) and (day := julianday(v)) is not None]
+        flags = [kind for kind in (TRUE, FALSE) if any(v is (kind == TRUE) for v in values)]
+
+        def condition(kind: np.ndarray, num: np.ndarray, code: np.ndarray) -> np.ndarray:
+            hit = np.isin(kind, flags) if flags else np.zeros(len(kind), bool)
+            if numbers:
+                hit |= (kind == NUMBER) & np.isin(num, numbers)
+            if codes:
+                hit |= (kind == TEXT) & np.isin(code, codes)
+            if instants:
+                hit |= (kind == TEXT) & np.isin(num, instants)
+            return hit
+
+        return condition
+
+    # ---- facets -----------------------------------------------------------------------------------------
+
+    def facets(self, documents: np.ndarray, names: list[str], top: int) -> dict[str, dict[str, Any]]:
+        """Per field, over the documents marked in ``documents``: its type, its ``top`` most frequent values
+        (each document counted once per value), and the least and greatest number and date."""
+        return {name: self._facet(self.fields.get(name), documents, top) for name in names}
+
+    def _facet(self, column: FieldColumn | None, documents: np.ndarray, top: int) -> dict[str, Any]:
+        if column is None:
+            return {"type": None, "documents": 0, "values": [], "numbers": None, "dates": None}
+        rows, kind, num, code = column.elements(documents)
+        counted: list[tuple[Any, int]] = []
+        numbers, texts = kind == NUMBER, kind == TEXT
+        if numbers.any():
+            pairs = np.unique(np.stack([rows[numbers].astype(np.float64), num[numbers]]), axis=1)
+            values, counts = np.unique(pairs[1], return_counts=True)
+            counted += [(_number(v), int(c)) for v, c in zip(values, counts, strict=True)]
+        if texts.any():
+            pairs = np.unique(np.stack([rows[texts], code[texts].astype(np.int64)]), axis=1)
+            values, counts = np.unique(pairs[1], return_counts=True)
+            counted += [(self.texts[v], int(c)) for v, c in zip(values, counts, strict=True)]
+        for flag, value in ((TRUE, True), (FALSE, False)):
+            if (kind == flag).any():
+                counted.append((value, len(np.unique(rows[kind == flag]))))
+        counted.sort(key=lambda item: (-item[1], str(item[0]), type(item[0]).__name__))
+        dates = texts & ~np.isnan(num)
+        names = {NUMBER: "number", TRUE: "boolean", FALSE: "boolean", OTHER: "other"}
+        kinds = {names[k] for k in np.unique(kind) if k != TEXT}
+        if texts.any():
+            kinds.add("date" if dates.sum() == texts.sum() else "string")
+        return {
+            "type": kinds.pop() if len(kinds) == 1 else "mixed" if kinds else None,
+            "documents": int(len(np.unique(rows))),
+            "values": [{"value": v, "count": c} for v, c in counted[:top]],
+            "numbers": _span(num[numbers], num[numbers], _number),
+            "dates": _span(num[dates], code[dates], lambda c: self.texts[int(c)]),
+        }
+
+    def nbytes(self) -> int:
+        return self.alive.nbytes + self.chunk_row.nbytes + sum(c.nbytes() for c in self.fields.values())
+
+
+class Selection:
+    """A filter's matches: documents (a mask over rows), and lazily the chunks (a mask over chunk ids)."""
+
+    def __init__(self, columns: Columns, documents: np.ndarray):
+        self.documents = documents
+        self._chunk_row = columns.chunk_row
+
+    @cached_property
+    def chunks(self) -> np.ndarray:
+        return self.documents[self._chunk_row]  # row 0 (no document) is never selected
+
+    @cached_property
+    def chunk_count(self) -> int:
+        return int(np.count_nonzero(self.chunks))
+
+    def chunk_ids(self) -> np.ndarray:
+        return np.flatnonzero(self.chunks)
+
+
+def _range(sign: str, operand: Any):
+    """The kind and bound a range compares: numbers with numbers, a date operand's instant with date texts."""
+    if isinstance(operand, int) and abs(operand) > EXACT_INTEGER:
+        raise Unsupported("a wide integer")
+    kind, bound = (TEXT, julianday(operand)) if isinstance(operand, str) else (NUMBER, float(operand))
+    if bound is None:
+        raise Unsupported("a date SQLite does not read")
+    compare = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal}[sign]
+
+    def condition(kinds: np.ndarray, num: np.ndarray, code: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            return (kinds == kind) & compare(num, bound)
+
+    return condition
+
+
+_DAYS = threading.local()
+
+
+@lru_cache(maxsize=4096)
+def julianday(text: str) -> float | None:
+    """SQLite's own reading of an ISO instant, so an operand and a stored date compare exactly as in SQL."""
+    conn = getattr(_DAYS, "conn", None)
+    if conn is None:
+        conn = _DAYS.conn = sqlite3.connect(":memory:")
+    return conn.execute("SELECT julianday(?)", (text,)).fetchone()[0]
+
+
+def _span(values: np.ndarray, labels: np.ndarray, label) -> dict[str, Any] | None:
+    if not len(values):
+        return None
+    return {"min": label(labels[np.argmin(values)]), "max": label(labels[np.argmax(values)])}
+
+
+def _number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() and abs(value) <= EXACT_INTEGER else float(value)
+
+
+def _resized(array: np.ndarray, size: int, fill: Any) -> np.ndarray:
+    grown = np.full(size, fill, array.dtype)
+    grown[: min(len(array), size)] = array[:size]
+    return grown
+
+
+def _elements(store: DocumentStore, where: str, params: tuple) -> list[tuple]:
+    """The ``ELEMENTS`` rows of the documents ``where`` picks (a condition on ``rid``, ``{}`` where the alias goes),
+    from the side table when the store keeps one."""
+    if store.values_table:
+        present = store.query(FIELDS + "d." + where.format("d."), params).fetchall()
+        values = store.query(VALUES + "e.doc_" + where.format("e.doc_"), params).fetchall()
+        return present + values
+    return store.query(ELEMENTS + "d." + where.format("d."), params).fetchall()
+
+
+def _json(values: list) -> str:
+    return json.dumps(values)
