@@ -11,7 +11,7 @@ EXTRAS ?= cpu,dev,ray
 DEMO_INDEX ?= data/demo-index
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install serve test test-fast lint demo-index browser clean docker-engine test-deploy gpu-image
+.PHONY: install serve test test-fast lint demo-index browser clean docker-engine test-deploy test-replicas gpu-image
 
 install: $(VENV)/.installed
 
@@ -55,6 +55,11 @@ test-deploy: install
 	$(MAKE) --no-print-directory docker-engine
 	@date +%s.%N > $(DEPLOY_ARTIFACTS)/engine-ready
 	$(PY) -m pytest -q -m docker tests/deploy/test_stack.py $(PYTEST_ARGS)
+
+# Replication across hosts, on loopback (not part of `make test`): a moto S3 server, a writer and two
+# replicas as `cloze serve` processes; the tests 1-9 of tests/replication/. 6 to 9 minutes on 2 cores.
+test-replicas: install
+	$(PY) -m pytest -q -m replicas tests/replication $(PYTEST_ARGS)
 
 # The GPU image (CUDA torch and onnxruntime-gpu from the package index) on the local Debian base; it
 # is built and measured only, since it cannot run without a GPU. Not part of test-deploy (size, time).

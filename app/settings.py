@@ -282,6 +282,56 @@ class Settings(BaseSettings):
         "in memory",
     )
 
+    # Replication across hosts (an S3-compatible bucket)
+    replication_role: Literal["off", "writer", "replica"] = Field(
+        "off",
+        description="`writer`: ship the default collection to the bucket (bases and the changelog's tail); "
+        "`replica`: copy it from there and follow it (writes answer 409). Credentials: the usual "
+        "`AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` variables or the host's role",
+    )
+    replication_bucket: str | None = Field(
+        None, description="`s3://bucket[/prefix]`: where the collection's objects live"
+    )
+    replication_endpoint: str | None = Field(
+        None, description="The S3 API's address for MinIO, Garage, SeaweedFS and the like; unset: AWS"
+    )
+    replication_region: str | None = Field(None, description="The bucket's region, when the store needs one")
+    replication_epoch: int = Field(
+        1,
+        ge=1,
+        description="The writer's epoch: a promoted writer takes a higher one, and a writer whose epoch is "
+        "below the bucket's stops shipping (the failover runbook)",
+    )
+    replication_ack: Literal["local", "remote"] = Field(
+        "local",
+        description="When a write is acknowledged: `local` once committed on the writer's disk (the tail "
+        "ships within about a second); `remote` once it is durable in the bucket too (503 when the bucket "
+        "does not take it in time). A request's `ack` parameter overrides it",
+    )
+    replication_ack_timeout_s: float = Field(
+        5.0, gt=0, description="How long a remote-mode write waits for the bucket before answering 503"
+    )
+    replication_poll_s: float = Field(
+        0.5, gt=0, description="Seconds between a replica's looks at the bucket (and the writer's shipping)"
+    )
+    replication_stale_after_s: float = Field(
+        10.0,
+        gt=0,
+        description="A replica that has not confirmed it holds everything in the bucket for this long says "
+        "`stale` on `/readyz` (and keeps serving: still 200)",
+    )
+    replication_watchdog_s: float = Field(
+        120.0,
+        gt=0,
+        description="A shipper or follower thread silent this long is replaced by a new one",
+    )
+    replication_base_every: int = Field(
+        20_000,
+        ge=1,
+        description="Changelog entries after which the writer ships a new base, so a fresh replica replays "
+        "a short tail",
+    )
+
     # Logging
     log_level: str = Field(
         "info", description="Level of the JSON logs (one line per event, with its request id)"
@@ -311,6 +361,17 @@ class Settings(BaseSettings):
                 f"CLOZE_MODELS, CLOZE_FILL_MASK_MODELS and CLOZE_RERANK_MODELS: {count} models in all (the "
                 "defaults included), "
                 f"over CLOZE_MAX_MODELS={self.max_models}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _replication_is_complete(self) -> Settings:
+        if self.replication_role != "off" and not self.replication_bucket:
+            raise ValueError(f"CLOZE_REPLICATION_ROLE={self.replication_role} needs CLOZE_REPLICATION_BUCKET")
+        if self.replication_role != "off" and self.index_read_only:
+            raise ValueError(
+                "CLOZE_REPLICATION_ROLE needs a writable index folder of its own: unset CLOZE_INDEX_READ_ONLY "
+                "(a replica answers writes with 409 anyway)"
             )
         return self
 

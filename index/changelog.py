@@ -11,12 +11,14 @@ on IVF / flat indexes is cheap, and HNSW falls back to tombstones.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from index.chunking import Chunk
 from index.columns import Columns
 from index.locks import ReadWriteLock
+from index.records import Document
 from index.store import DocumentStore
 from index.vectors import VectorIndex
 from index.version import OpenVersion
@@ -55,29 +57,88 @@ def apply_changes(version: OpenVersion, lock: ReadWriteLock) -> int:
     return len(changes)
 
 
+@dataclass
+class ChangeBatch:
+    """The documents changed in the changelog's ``(after, through]``, each as it is at ``through``: its chunks
+    and stored vectors (an upsert), or gone (a delete). Applied in order, batches replay a version's writes
+    without embedding anything again (a rebuild's catch-up, a replica's tail)."""
+
+    after: int
+    through: int
+    upserts: list[tuple[Document, list[Chunk], np.ndarray | None]] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+
+
+def merge_batches(batches: list[ChangeBatch]) -> ChangeBatch:
+    """Consecutive batches as one (each document as the last batch holding it has it): applying it gives the
+    state the last batch gives, in one transaction instead of one per batch."""
+    final: dict[str, tuple[Document, list[Chunk], np.ndarray | None] | None] = {}
+    for batch in batches:
+        final |= dict.fromkeys(batch.deletes)
+        final |= {item[0].id: item for item in batch.upserts}
+    merged = ChangeBatch(batches[0].after, batches[-1].through)
+    for doc_id, item in final.items():
+        if item is None:
+            merged.deletes.append(doc_id)
+        else:
+            merged.upserts.append(item)
+    return merged
+
+
+class ChangelogPruned(RuntimeError):
+    """The changelog no longer reaches back to the asked sequence (a FAISS snapshot pruned it)."""
+
+
+def read_changes(store: DocumentStore, dimension: int, since: int, most: int | None = None) -> ChangeBatch:
+    """The documents changed after ``since``, as they are now (``through`` is the last change read). The
+    caller keeps writes out meanwhile (the index's mutation lock), so the batch is one state of the store.
+    ``most``: more changed documents than this raise ``OverflowError`` (the caller copies files instead)."""
+    if since < store.pruned_through():
+        raise ChangelogPruned(f"the changelog starts after sequence {store.pruned_through()}, not {since}")
+    changes = store.changes_since(since)
+    batch = ChangeBatch(since, changes[-1][0] if changes else since)
+    doc_ids = list(dict.fromkeys(doc_id for _, doc_id, _, _ in changes))
+    if most is not None and len(doc_ids) > most:
+        raise OverflowError(f"{len(doc_ids)} documents changed after sequence {since}, over {most}")
+    rows, documents = store.chunks_of(doc_ids), store.documents_of(doc_ids)
+    for doc_id in doc_ids:
+        document = documents.get(doc_id)
+        if document is None:
+            batch.deletes.append(doc_id)
+            continue
+        chunks = rows.get(doc_id, [])
+        ids, matrix = store.vectors([c.chunk_id for c in chunks], dimension)
+        by_id = dict(zip(ids.tolist(), matrix, strict=True))
+        stored = [c for c in chunks if c.chunk_id in by_id]
+        vectors = np.stack([by_id[c.chunk_id] for c in stored]) if stored else None
+        batch.upserts.append((document, [Chunk(c.chunk_index, c.chunk_text, 0) for c in stored], vectors))
+    return batch
+
+
+def write_changes(
+    store: DocumentStore, vectors: VectorIndex | None, batch: ChangeBatch, log: bool, state: dict[str, str]
+) -> None:
+    """One transaction: the batch's deletes and upserts (with their vectors) and ``state`` (e.g. a replica's
+    position), so a reader sees all of the batch or none of it. ``vectors``: FAISS updated here (a draft's);
+    None when the changelog (``log``) carries the changes to FAISS afterwards."""
+    with store.transaction() as conn:
+        for doc_id in batch.deletes:
+            removed = store.delete_document(conn, doc_id, log=log) or []
+            if vectors is not None:
+                vectors.remove(removed)
+        for item in batch.upserts:
+            removed, added = store.write_documents(conn, [item], log=log)
+            if vectors is not None:
+                vectors.remove(removed)
+                if item[2] is not None:
+                    vectors.add(np.asarray(added, np.int64), item[2])
+        for key, value in state.items():
+            store.set_state(conn, key, value)
+
+
 def copy_changes(old: OpenVersion, store: DocumentStore, vectors: VectorIndex, since: int) -> None:
     """Bring a rebuilt version up to date with the writes its source acknowledged after ``since``: each
     changed document is copied as it is now, with its stored vectors (nothing is embedded again)."""
-    doc_ids = list(dict.fromkeys(doc_id for _, doc_id, _, _ in old.store.changes_since(since)))
-    if not doc_ids:
-        return
-    rows = old.store.chunks_of(doc_ids)
-    with store.transaction() as conn:
-        for doc_id in doc_ids:
-            document = old.store.get(doc_id)
-            if document is None:
-                vectors.remove(store.delete_document(conn, doc_id, log=False) or [])
-                continue
-            chunks = rows.get(doc_id, [])
-            ids, matrix = old.store.vectors([c.chunk_id for c in chunks], vectors.dimension)
-            by_id = dict(zip(ids.tolist(), matrix, strict=True))
-            stored = [c for c in chunks if c.chunk_id in by_id]
-            item = (
-                document,
-                [Chunk(c.chunk_index, c.chunk_text, 0) for c in stored],
-                np.stack([by_id[c.chunk_id] for c in stored]) if stored else None,
-            )
-            removed, added = store.write_documents(conn, [item], log=False)
-            vectors.remove(removed)
-            if stored and item[2] is not None:
-                vectors.add(np.asarray(added, np.int64), item[2])
+    batch = read_changes(old.store, vectors.dimension, since)
+    if batch.upserts or batch.deletes:
+        write_changes(store, vectors, batch, log=False, state={})

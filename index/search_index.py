@@ -30,7 +30,7 @@ from index.builder import (
     chunk_texts,
     create_empty_version,
 )
-from index.changelog import apply_changes, copy_changes
+from index.changelog import ChangeBatch, apply_changes, copy_changes, read_changes, write_changes
 from index.chunking import Chunker
 from index.locks import ReadWriteLock
 from index.ranking import Fusion, Ranked, Scored, dense_ranking, explain, fuse, fusion_depth
@@ -355,6 +355,33 @@ class SearchIndex:
             )
         layout.pause_for_tests("swap")  # published, the service still on the old version
         self._swap(fresh)
+
+    # ---- replication (index.replication: a copy on another host) -----------------------------------
+
+    def changes_after(self, seq: int, most: int | None = None) -> tuple[int, ChangeBatch]:
+        """The live version's number and its documents changed after ``seq`` as they are now
+        (``index.changelog.read_changes``), read while no write lands: one state of the store."""
+        with self._mutate:
+            live = self._live
+            return live.number, read_changes(live.store, live.vectors.dimension, seq, most)
+
+    def apply_batch(self, batch: ChangeBatch, state: dict[str, str]) -> None:
+        """Another index's changes (with their vectors) and ``state`` in one transaction, then FAISS and BM25
+        caught up through the changelog as after any write (a failed catch-up is replayed, as after any write):
+        readers see all of the batch or none of it."""
+        self.require_writable()
+        with self._mutate:
+            write_changes(self._live.store, None, batch, log=True, state=state)
+            self._apply_landed("a replicated batch")
+
+    def position(self) -> tuple[int, int]:
+        """The live version's number and its last changelog sequence (no lock: /readyz asks on the event loop)."""
+        live = self._live
+        return live.number, live.store.max_seq()
+
+    def state(self, key: str) -> str | None:
+        """A value the live version's store keeps beside the documents (``apply_batch``'s ``state``)."""
+        return self._live.store.get_state(key)
 
     # ---- search -------------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ class Collection:
     error: str | None = None  # why it is not open (or, with ``failing``, not readable)
     failing: bool = False  # opened, but the last probe could not read it
     read_only: bool = False
+    replica: bool = False  # a copy another host's writer ships: its follower changes it, requests do not
     snapshots: Path | None = None  # its snapshot folder (``snapshot_folder_of``)
     stats: dict[str, int] = field(
         default_factory=dict
@@ -54,6 +55,10 @@ class Collection:
         """The index, for a write: the read-only check (409) comes before anything is embedded or queued."""
         if self.read_only:
             raise ReadOnlyIndex("the index is open read-only: change documents through the indexer")
+        if self.replica:
+            raise ReadOnlyIndex(
+                "this service is a replica (CLOZE_REPLICATION_ROLE=replica): write to the writer"
+            )
         return self.require_index()
 
 

@@ -22,6 +22,7 @@ from app.service.lifecycle import Lifecycle
 from app.service.metrics import Metrics
 from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
 from app.service.model_registry import INDEX_MODEL
+from app.service.replication import Replication
 from app.service.route_table import RouteTable, declare, declare_route
 from app.service.routes import (
     collections,
@@ -52,10 +53,12 @@ def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
         engines, lifecycle = app.state.engines, app.state.lifecycle
         loading = asyncio.create_task(load_engines(engines, lifecycle, settings, metrics))
         follower = asyncio.create_task(lifecycle.follow())
+        replication = asyncio.create_task(app.state.replication.run())
         yield
         follower.cancel()
+        replication.cancel()
         loading.cancel()  # a load in a worker thread finishes there; its retries and backoff end here
-        await asyncio.gather(loading, follower, return_exceptions=True)
+        await asyncio.gather(loading, follower, replication, return_exceptions=True)
         app.state.jobs.shutdown()
         await close_engines(engines, lifecycle)
 
@@ -79,6 +82,7 @@ def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
     app.state.lifecycle = Lifecycle(app.state.engines.collections, embedding_models, settings, metrics)
     app.state.jobs = JobRegistry(keep=settings.max_jobs_kept)
     app.state.engines.bound(settings.max_pending)
+    app.state.replication = Replication(settings, app.state.engines)
     install_error_handlers(app)
     for module in (inference, rerank, meta, playground, collections):
         app.include_router(module.router)
@@ -118,6 +122,7 @@ def collection_registry(settings: Settings) -> CollectionRegistry:
         INDEX_MODEL,
         path,
         read_only=settings.index_read_only,
+        replica=settings.replication_role == "replica",
         snapshots=snapshot_folder_of(settings.snapshots_dir, DEFAULT_COLLECTION, path),
     )
     return CollectionRegistry(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 
@@ -27,6 +27,14 @@ from index.search_index import MAX_LIST_LIMIT
 router = APIRouter(route_class=StrictJSONRoute)
 InCollection = Annotated[Collection, Depends(current_collection)]
 DocumentId = Annotated[str, Path(min_length=1, max_length=512)]
+AckMode = Annotated[
+    Literal["local", "remote"] | None,
+    Query(
+        description="With replication (`CLOZE_REPLICATION_ROLE=writer`): `remote` answers once the write is "
+        "durable in the bucket (503 if it is not in time), `local` once it is on the writer's disk; unset: "
+        "`CLOZE_REPLICATION_ACK`"
+    ),
+]
 
 
 @router.put(
@@ -39,6 +47,7 @@ async def upsert_documents(
     documents: Annotated[list[DocumentIn], Body(min_length=1, fail_fast=True)],
     request: Request,
     collection: InCollection,
+    ack: AckMode = None,
 ) -> UpsertResponse:
     """Insert or replace. When this answers 200 the documents are committed to disk and searchable."""
     settings, engines = request.app.state.settings, request.app.state.engines
@@ -63,8 +72,10 @@ async def upsert_documents(
             )
         check_metadata(doc.metadata, f"{where}.metadata", settings)
     index = collection.writable_index()
+    mode = request.app.state.replication.admit(collection.name, ack)
     if own is not None:
         count = await engines.write_pool.run(_commit_own_vectors, index, own, documents)
+        await request.app.state.replication.acknowledge(mode, index)
         return UpsertResponse(upserted=count)
     engines.require_encoder(collection.model)
     # Chunk, embed through the batcher beside the queries (bulk: they go first), then commit: one write at
@@ -74,6 +85,7 @@ async def upsert_documents(
     )
     _, vectors = await engines.embed(chunk_texts(chunked), normalize=True, bulk=True, model=collection.model)
     count = await engines.write_pool.run(index.commit, attach_vectors(chunked, vectors))
+    await request.app.state.replication.acknowledge(mode, index)
     return UpsertResponse(upserted=count)
 
 
@@ -182,8 +194,12 @@ async def get_document(doc_id: DocumentId, request: Request, collection: InColle
     response_model=DeleteResponse,
     tags=["documents"],
 )
-async def delete_document(doc_id: DocumentId, request: Request, collection: InCollection) -> DeleteResponse:
-    engines = request.app.state.engines
-    if not await engines.write_pool.run(collection.writable_index().delete, doc_id):
+async def delete_document(
+    doc_id: DocumentId, request: Request, collection: InCollection, ack: AckMode = None
+) -> DeleteResponse:
+    engines, index = request.app.state.engines, collection.writable_index()
+    mode = request.app.state.replication.admit(collection.name, ack)
+    if not await engines.write_pool.run(index.delete, doc_id):
         raise ApiError(404, f"no document with id {doc_id!r}", "doc_id")
+    await request.app.state.replication.acknowledge(mode, index)
     return DeleteResponse(deleted=doc_id)

@@ -122,15 +122,21 @@ async def healthz(request: Request) -> JSONResponse:
 @router.get("/readyz", openapi_extra=declare("operations"))
 async def readyz(request: Request) -> JSONResponse:
     """Ready to serve: the default embedding model is loaded and the collection ``default`` is open and
-    reads (the probe of every round); else 503 with why. ``collections`` reports each collection's status
-    and error: another collection that fails answers 503 on its own routes but does not take the service
-    out of rotation. With keys set, only for a key holder (the reasons name files)."""
-    engines = request.app.state.engines
-    collections = {
+    reads (the probe of every round) and, on a replica, holds a copy of the writer's; else 503 with why.
+    ``collections`` reports each collection's status and error: another collection that fails answers 503
+    on its own routes but does not take the service out of rotation. With replication, default's entry
+    carries ``replication``: how current a replica is (applied sequence, lag, staleness; a stale replica
+    stays ready and says so) or how far a writer has shipped. With keys set, only for a key holder (the
+    reasons name files)."""
+    engines, replication = request.app.state.engines, request.app.state.replication
+    collections: dict[str, dict[str, Any]] = {
         name: {"status": collection.status, "error": collection.error}
         for name, collection in engines.collections.collections.items()
     }
-    if engines.ready:
+    copy = replication.status()
+    if copy is not None:
+        collections[DEFAULT_COLLECTION]["replication"] = copy
+    if engines.ready and replication.ready:
         fill_mask = engines.fill_masks.default
         return JSONResponse(
             {
@@ -140,7 +146,12 @@ async def readyz(request: Request) -> JSONResponse:
                 "collections": collections,
             }
         )
-    reason = engines.models.default.error or engines.collections.default.error or "loading"
+    reason = (
+        engines.models.default.error
+        or engines.collections.default.error
+        or (copy or {}).get("waiting")
+        or "loading"
+    )
     headers = None if engines.load_failed else {"Retry-After": "2"}
     return JSONResponse(
         {

@@ -1,0 +1,139 @@
+"""The replica's side: copy the base ``CURRENT.json`` names (a verified restore, ``SearchIndex.restore``),
+then apply the tail's segments in order, each with the replica's position in one transaction (a reader
+never sees part of a segment). The position is the writer's (epoch, version, sequence), kept in the local
+store, so a replica killed at any point resumes where its last whole segment left it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from index.changelog import ChangeBatch, merge_batches
+from index.replication import segments
+from index.replication.bucket import Bucket, Keys
+from index.replication.worker import Worker
+
+log = logging.getLogger(__name__)
+POSITION = "replica_position"  # the local store's state key
+PREFETCH = 8  # segments downloaded at once while earlier ones apply
+MERGE_DOCUMENTS = 5000  # documents applied in one transaction at most (a catch-up merges segments)
+
+
+@dataclass(frozen=True)
+class Position:
+    epoch: int
+    version: int
+    seq: int
+
+
+class Follower(Worker):
+    def __init__(
+        self, index: Callable[[], Any], bucket: Bucket, keys: Keys, work: Path, interval: float = 0.5
+    ):
+        super().__init__(interval)
+        self.index, self.bucket, self.keys, self.work = index, bucket, keys, Path(work)
+        self.caught_up_at: float | None = None  # when the bucket last held nothing newer than this copy
+        self.writer: dict[str, Any] | None = None  # the writer's last heartbeat
+        self.waiting: str | None = "no copy of the writer's index yet"
+        self.fetch = ThreadPoolExecutor(PREFETCH, thread_name_prefix="segment-fetch")
+
+    def position(self, index: Any) -> Position | None:
+        raw = index.state(POSITION)
+        return Position(**json.loads(raw)) if raw else None
+
+    def step(self, generation: int) -> None:
+        index = self.index()
+        if index is None:
+            return
+        asked = time.monotonic()
+        current, _ = self.bucket.get_json(self.keys.current)
+        if current is None:
+            self.waiting = "the bucket holds no base of this collection yet (is the writer running?)"
+            return
+        with self.lock:
+            if not self.live(generation):
+                return
+            position = self.position(index)
+            if position is None or (position.epoch, position.version) != (
+                current["epoch"],
+                current["version"],
+            ):
+                self._bootstrap(index, current)
+                return  # the tail next step: a bootstrap can take long, the listing would be stale
+            if self._follow_tail(index, position, current, generation):
+                self.caught_up_at = asked
+        self.writer, _ = self.bucket.get_json(self.keys.heartbeat(int(current["epoch"])))
+
+    def _follow_tail(self, index: Any, position: Position, current: dict[str, Any], generation: int) -> bool:
+        """Apply every segment after ``position``; True when the bucket had nothing newer left."""
+        prefix = self.keys.tail(position.epoch, position.version)
+        keys = self.bucket.list_after(prefix, f"{prefix}{position.seq:0{12}d}")[: PREFETCH * 4]
+        if not keys:
+            return True
+        # Downloads run ahead of the applying, and consecutive segments apply as one transaction: a replica
+        # back from a crash had hundreds of small segments, each a commit and a FAISS catch-up.
+        run: list[ChangeBatch] = []
+        seq = position.seq
+        for key, (data, _) in zip(keys, self.fetch.map(self.bucket.get_bytes, keys), strict=True):
+            after, through = Keys.segment_range(key)
+            if after != seq:
+                if not run and int(current["base_seq"]) > seq:  # the tail was cut behind a newer base
+                    self._bootstrap(index, current)
+                    return False
+                if not run:
+                    raise RuntimeError(f"segment {key} does not continue from sequence {seq}")
+                break
+            if data is None:
+                break
+            run.append(segments.decode(data, int(index.encoder.dimension))[1])
+            seq = through
+            if sum(len(batch.upserts) for batch in run) >= MERGE_DOCUMENTS:
+                break
+        if run and self.live(generation):
+            position = Position(position.epoch, position.version, seq)
+            index.apply_batch(merge_batches(run), {POSITION: json.dumps(asdict(position))})
+            self.alive()
+        return False  # more may have landed while these applied: list again before saying caught up
+
+    def _bootstrap(self, index: Any, current: dict[str, Any]) -> None:
+        """The base as a new local version (verified, published and swapped as any restore), then its
+        position; killed in between, the next start finds no position for it and copies it again."""
+        started = time.monotonic()
+        self.work.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.work, prefix=".base-") as folder:
+            archive = Path(folder) / "base.tar"
+            self.bucket.download_file(current["base"], archive, progress=self.alive)
+            self.alive()
+            index.restore(archive)
+        seq = int(current["base_seq"])
+        position = Position(int(current["epoch"]), int(current["version"]), seq)
+        index.apply_batch(ChangeBatch(seq, seq), {POSITION: json.dumps(asdict(position))})
+        self.waiting = None
+        log.info("copied base %s in %.1f s", current["base"], time.monotonic() - started)
+
+    def status(self, index: Any, stale_after: float) -> dict[str, Any]:
+        position = self.position(index)
+        writer = self.writer or {}
+        same_version = position is not None and writer.get("version") == position.version
+        staleness = None if self.caught_up_at is None else time.monotonic() - self.caught_up_at
+        return {
+            "role": "replica",
+            "epoch": position.epoch if position else None,
+            "version": position.version if position else None,
+            "applied_seq": position.seq if position else None,
+            "writer_seq": writer.get("seq"),
+            "lag": max(0, writer["seq"] - position.seq) if same_version and position else None,
+            "writer_heartbeat_age_s": round(time.time() - writer["time"], 3) if writer else None,
+            "staleness_s": None if staleness is None else round(staleness, 3),
+            "stale": staleness is None or staleness > stale_after,
+            "waiting": None if position else self.waiting,
+            "error": self.error,
+            "watchdog_restarts": self.restarts,
+        }

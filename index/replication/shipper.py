@@ -1,0 +1,253 @@
+"""The writer's side: ship the collection to the bucket. A base (a snapshot archive, ``index.snapshots``)
+whenever the live version changes (a rebuild, a restore) or the tail since the last base grew long, then
+``CURRENT.json`` naming it, written last and conditionally; between bases, the changelog as immutable
+segments (``segments``), each holding the changed documents with their vectors. A heartbeat tells replicas
+how far the writer is. Remote-mode writes wait here until their sequence is in the bucket."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from index.changelog import ChangelogPruned
+from index.replication import segments
+from index.replication.bucket import Bucket, ConditionFailed, Keys
+from index.replication.worker import Worker
+from index.vectors import atomic_write
+
+log = logging.getLogger(__name__)
+
+CURRENT_FORMAT = 1
+HEARTBEAT_S = 1.0
+MOST_DOCUMENTS_PER_SEGMENT = 5000  # more changed documents than this: a new base is cheaper to copy
+
+
+def writer_identity(root: Path) -> str:
+    """This writer's name in the bucket, kept in its index folder (it moves with the volume): the same
+    across its restarts (it resumes its own tail), another for any other writer (refused at the same epoch)."""
+    path = Path(root) / ".replication-writer"
+    if not path.exists():
+        Path(root).mkdir(parents=True, exist_ok=True)
+        atomic_write(path, uuid.uuid4().hex.encode())
+    return path.read_text().strip()
+
+
+class Fenced(RuntimeError):
+    """Another writer holds the collection (a higher epoch, or the same epoch elsewhere): this one stops."""
+
+
+class Shipper(Worker):
+    def __init__(
+        self,
+        index: Callable[[], Any],
+        bucket: Bucket,
+        keys: Keys,
+        epoch: int,
+        work: Path,
+        base_every: int,
+        writer_id: str,
+        interval: float = 0.5,
+    ):
+        super().__init__(interval)
+        self.index, self.bucket, self.keys, self.epoch = index, bucket, keys, epoch
+        self.work, self.base_every = Path(work), base_every
+        self.writer_id = writer_id
+        self.current: dict[str, Any] | None = None  # CURRENT.json as this writer last wrote it
+        self.etag: str | None = None
+        self.read_current = False
+        self.shipped: tuple[int, int] | None = None  # (version, sequence) durable in the bucket
+        self.fenced: str | None = None
+        self.heartbeat_at = 0.0
+        self.shipped_cond = threading.Condition()
+
+    # ---- one step --------------------------------------------------------------------------------
+
+    def step(self, generation: int) -> None:
+        index = self.index()
+        if index is None or self.fenced:
+            return
+        with self.lock:
+            if not self.live(generation):
+                return
+            try:
+                self._ship(index)
+            except Fenced as exc:
+                self.fenced = str(exc)
+                log.error("replication stopped: %s", exc)
+                with self.shipped_cond:
+                    self.shipped_cond.notify_all()
+                return
+        if time.monotonic() - self.heartbeat_at >= HEARTBEAT_S:
+            self._heartbeat(index)
+
+    def _ship(self, index: Any) -> None:
+        if not self.read_current:
+            self._read_current()
+        version, _ = index.position()
+        if self.current is None or self.current["version"] != version:
+            self._ship_base(index)
+            return
+        if self.shipped is None:
+            self._resume_tail(index)
+        assert self.shipped is not None
+        try:
+            number, batch = index.changes_after(self.shipped[1], MOST_DOCUMENTS_PER_SEGMENT)
+        except (ChangelogPruned, OverflowError) as exc:
+            log.info("shipping a new base: %s", exc)
+            self._ship_base(index)
+            return
+        if number != version or batch.through == batch.after:
+            return  # a rebuild swapped versions meanwhile (its base goes next step), or nothing new
+        key = self.keys.segment(self.epoch, number, batch.after, batch.through)
+        try:
+            self.bucket.put_bytes(key, segments.encode(batch, number), if_absent=True)
+        except ConditionFailed:  # this writer shipped it before a restart: segments are immutable
+            log.info("segment %s was already in the bucket", key)
+        self._check_fence()
+        self._mark_shipped(number, batch.through)
+        if batch.through - int(self.current["base_seq"]) >= self.base_every:
+            self._ship_base(index)
+
+    # ---- CURRENT.json and the fence --------------------------------------------------------------
+
+    def _read_current(self) -> None:
+        current, etag = self.bucket.get_json(self.keys.current)
+        self.read_current = True
+        self.etag = etag
+        if current is None:
+            return
+        self._refuse_newer(current)
+        if current["epoch"] == self.epoch:
+            self._refuse_twin(current)
+            self.current = current
+
+    def _refuse_newer(self, current: dict[str, Any]) -> None:
+        if current["epoch"] > self.epoch:
+            raise Fenced(
+                f"the bucket's CURRENT.json is at epoch {current['epoch']}, this writer's is {self.epoch}: "
+                "another writer was promoted (docs/deployment.md, failover)"
+            )
+
+    def _check_fence(self) -> None:
+        """After a segment lands: ``CURRENT.json`` still as this writer left it, or a newer epoch fenced it."""
+        etag = self.bucket.etag(self.keys.current)
+        if etag == self.etag:
+            return
+        current, self.etag = self.bucket.get_json(self.keys.current)
+        if current is not None:
+            self._refuse_newer(current)
+            if current["epoch"] == self.epoch:
+                self._refuse_twin(current)
+
+    def _refuse_twin(self, current: dict[str, Any]) -> None:
+        if current.get("writer") != self.writer_id:
+            raise Fenced(
+                f"another writer ({current.get('writer')}) ships epoch {self.epoch}: give each promotion a "
+                "new epoch (docs/deployment.md, failover)"
+            )
+
+    def _resume_tail(self, index: Any) -> None:
+        """After a restart: the tail continues after the last segment in the bucket (or the base)."""
+        assert self.current is not None
+        version = int(self.current["version"])
+        keys = self.bucket.list_after(self.keys.tail(self.epoch, version), "")
+        shipped = Keys.segment_range(keys[-1])[1] if keys else int(self.current["base_seq"])
+        _, local = index.position()
+        if shipped > local:
+            raise Fenced(
+                f"the bucket holds sequence {shipped} of version {version} at epoch {self.epoch}, this "
+                f"writer's index only {local}: is another writer using epoch {self.epoch}?"
+            )
+        self._mark_shipped(version, shipped)
+
+    def _ship_base(self, index: Any) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.work, prefix=".base-") as folder:
+            entry = index.snapshot(Path(folder))
+            version, seq = int(entry["version"]), int(entry["sequence"])
+            key = self.keys.base(self.epoch, version, seq)
+            started = time.monotonic()
+            self.bucket.upload_file(key, Path(folder) / entry["name"], progress=self.alive)
+        current = {
+            "format": CURRENT_FORMAT,
+            "epoch": self.epoch,
+            "version": version,
+            "base": key,
+            "base_seq": seq,
+            "documents": entry.get("documents"),
+            "model_fingerprint": entry.get("model_fingerprint"),
+            "writer": self.writer_id,
+            "written": time.time(),
+        }
+        try:
+            if self.etag is None:
+                etag = self.bucket.put_json(self.keys.current, current, if_absent=True)
+            else:
+                etag = self.bucket.put_json(self.keys.current, current, if_match=self.etag)
+        except ConditionFailed:
+            self.read_current, self.current = False, None  # read it again next step: fenced, or retry
+            latest, _ = self.bucket.get_json(self.keys.current)
+            if latest is not None:
+                self._refuse_newer(latest)
+            return
+        self.current, self.etag = current, etag
+        log.info(
+            "base of version %s at sequence %s shipped in %.1f s", version, seq, time.monotonic() - started
+        )
+        self._mark_shipped(version, seq)
+
+    # ---- acknowledgements ------------------------------------------------------------------------
+
+    def _mark_shipped(self, version: int, seq: int) -> None:
+        with self.shipped_cond:
+            self.shipped = (version, seq)
+            self.shipped_cond.notify_all()
+
+    def wait_shipped(self, position: tuple[int, int], timeout: float) -> bool:
+        """Until ``position`` (version, sequence) is durable in the bucket: False after ``timeout`` or when
+        this writer is fenced."""
+        self.kick()
+        deadline = time.monotonic() + timeout
+        with self.shipped_cond:
+            while not self.fenced and (self.shipped is None or self.shipped < position):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.shipped_cond.wait(left)
+            return not self.fenced
+
+    # ---- telling replicas ------------------------------------------------------------------------
+
+    def _heartbeat(self, index: Any) -> None:
+        version, seq = index.position()
+        self.bucket.put_json(
+            self.keys.heartbeat(self.epoch),
+            {
+                "writer": self.writer_id,
+                "version": version,
+                "seq": seq,
+                "shipped": self.shipped,
+                "time": time.time(),
+            },
+        )
+        self.heartbeat_at = time.monotonic()
+
+    def status(self, index: Any) -> dict[str, Any]:
+        version, seq = index.position()
+        shipped = self.shipped[1] if self.shipped and self.shipped[0] == version else None
+        return {
+            "role": "writer",
+            "epoch": self.epoch,
+            "version": version,
+            "seq": seq,
+            "shipped_seq": shipped,
+            "unshipped": None if shipped is None else seq - shipped,
+            "fenced": self.fenced,
+            "error": self.error,
+        }

@@ -1,0 +1,79 @@
+"""The thread a writer's shipper and a replica's follower run in, replaceable by a watchdog: it beats at every
+step; a thread the watchdog gave up on finds its generation stale when it wakes and ends, touching nothing."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from index.faultpoints import pause_for_tests
+from index.replication.bucket import BucketUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    pause_stage = "replication"  # a crash-test pause point (``index.faultpoints``): freezes the thread
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self.beat = time.monotonic()
+        self.error: str | None = None
+        self.restarts = 0
+        self.lock = threading.Lock()  # held by a step that changes the index or the bucket
+        self._generation = 0
+        self._stop = threading.Event()
+        self._kick = threading.Event()
+
+    def step(self, generation: int) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._generation += 1
+        name = f"{type(self).__name__.lower()}-{self._generation}"
+        threading.Thread(target=self._run, args=(self._generation,), name=name, daemon=True).start()
+
+    def restart(self, why: str) -> None:
+        """Give up on the running thread (it may be stuck in a call) and start another."""
+        log.error("%s: %s; starting a new thread", type(self).__name__, why)
+        self.restarts += 1
+        self.beat = time.monotonic()
+        self.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._kick.set()
+
+    def kick(self) -> None:
+        """Step now rather than at the next interval (a write to ship)."""
+        self._kick.set()
+
+    def live(self, generation: int) -> bool:
+        return generation == self._generation and not self._stop.is_set()
+
+    def alive(self, *_: object) -> None:
+        """A beat from inside a long step (an upload's or download's progress), so the watchdog waits."""
+        self.beat = time.monotonic()
+
+    def silent_for(self) -> float:
+        return time.monotonic() - self.beat
+
+    def _run(self, generation: int) -> None:
+        while self.live(generation):
+            self.beat = time.monotonic()
+            pause_for_tests(self.pause_stage)
+            if not self.live(generation):
+                return
+            try:
+                self.step(generation)
+                self.error = None
+            except BucketUnavailable as exc:
+                if self.error != str(exc):
+                    log.warning("%s: the bucket is unavailable: %s", type(self).__name__, exc)
+                self.error = str(exc)
+            except Exception as exc:  # logged and retried: the thread must outlive any one failure
+                log.exception("%s step failed", type(self).__name__)
+                self.error = f"{type(exc).__name__}: {exc}"
+            self._kick.wait(self.interval)
+            self._kick.clear()

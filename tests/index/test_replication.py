@@ -1,0 +1,159 @@
+"""Replication's mechanics in one process: a writer's index shipped to a bucket (moto's S3, in memory) and a
+replica's index following it, each step driven by hand. The loopback tier (tests/replication/) runs the
+same against `cloze serve` processes and a moto server, with kills, a cut network and a paused bucket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from index.changelog import ChangeBatch, merge_batches, read_changes
+from index.records import Document
+from index.replication import segments
+from index.replication.bucket import Bucket
+from index.replication.follower import Follower
+from index.replication.shipper import Shipper
+from index.search_index import SearchIndex
+from tests.index.conftest import tiny_documents
+
+URL = "s3://replicas/team"
+
+
+def docs(count: int, seed: int, prefix: str) -> list[Document]:
+    return [
+        Document(f"{prefix}{i}", r["text"], {"color": r["color"]})
+        for i, r in enumerate(tiny_documents(count, seed))
+    ]
+
+
+@pytest.fixture
+def bucket():
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="replicas")
+        yield Bucket(URL, client=client)
+
+
+def shipper(index: SearchIndex, bucket: Bucket, epoch: int, name: str, tmp_path: Path) -> Shipper:
+    return Shipper(
+        lambda: index, bucket, bucket.keys("default"), epoch, tmp_path / f"{name}.work", 1000, name
+    )
+
+
+def step(worker: Shipper | Follower) -> None:
+    """One round of the worker's loop, here in the test's thread."""
+    worker.step(worker._generation)
+
+
+def everything(index: SearchIndex) -> dict[str, Document | None]:
+    page, _ = index.list_documents(limit=1000)
+    return {d.id: d for d in page}
+
+
+def test_a_segment_carries_a_batch_whole(tmp_path: Path, tiny_encoder) -> None:
+    index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    try:
+        index.upsert(docs(6, 1, "a"))
+        index.delete("a2")
+        _, batch = index.changes_after(0)
+        version, decoded = segments.decode(segments.encode(batch, 7), tiny_encoder.dimension)
+        assert version == 7 and (decoded.after, decoded.through) == (0, batch.through)
+        assert decoded.deletes == ["a2"] and [d.id for d, _, _ in decoded.upserts] == [
+            d.id for d, _, _ in batch.upserts
+        ]
+        for (_, _, sent), (_, _, got) in zip(batch.upserts, decoded.upserts, strict=True):
+            assert (sent == got).all()
+        with pytest.raises(segments.BadSegment):
+            segments.decode(b"not gzip", tiny_encoder.dimension)
+    finally:
+        index.close()
+
+
+def test_a_replica_copies_the_base_then_follows_the_tail(tmp_path: Path, tiny_encoder, bucket) -> None:
+    writer = SearchIndex.open(tmp_path / "w", tiny_encoder)
+    replica = SearchIndex.open(tmp_path / "r", tiny_encoder)
+    ship = shipper(writer, bucket, 1, "writer", tmp_path)
+    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
+    try:
+        writer.upsert(docs(8, 1, "a"))
+        step(ship)  # the first base
+        step(follower)
+        assert everything(replica) == everything(writer)
+
+        writer.upsert(docs(4, 2, "b"))
+        writer.delete("a1")
+        step(ship)  # one segment
+        step(follower)
+        step(follower)
+        assert everything(replica) == everything(writer) and "a1" not in everything(replica)
+        status = follower.status(replica, stale_after=10)
+        assert status["applied_seq"] == writer.position()[1] and status["lag"] == 0 and not status["stale"]
+        hits = replica.search(tiny_encoder.embed(["x"], normalize=True)[0], "", top_k=3)
+        assert len(hits) == 3
+        assert replica.stats() == writer.stats()
+
+        writer.rebuild()  # a new version: a new base, which the replica restores
+        writer.upsert(docs(2, 3, "c"))
+        step(ship)
+        step(ship)
+        step(follower)
+        step(follower)
+        assert everything(replica) == everything(writer)
+        assert follower.position(replica).version == writer.position()[0]
+    finally:
+        replica.close()
+        writer.close()
+
+
+def test_a_writer_of_an_older_epoch_is_fenced(tmp_path: Path, tiny_encoder, bucket) -> None:
+    old = SearchIndex.open(tmp_path / "old", tiny_encoder)
+    new = SearchIndex.open(tmp_path / "new", tiny_encoder)
+    keys = bucket.keys("default")
+    zombie, promoted = shipper(old, bucket, 1, "old", tmp_path), shipper(new, bucket, 2, "promoted", tmp_path)
+    try:
+        old.upsert(docs(3, 1, "a"))
+        step(zombie)
+        step(promoted)  # takes CURRENT.json over with epoch 2
+        current, _ = bucket.get_json(keys.current)
+        assert current["epoch"] == 2
+        old.upsert(docs(2, 2, "z"))
+        step(zombie)  # its segment lands under e1; the fence check stops it
+        assert zombie.fenced and "epoch 2" in zombie.fenced
+        assert not zombie.wait_shipped(old.position(), timeout=0.1)
+        assert bucket.get_json(keys.current)[0]["epoch"] == 2
+        twin = shipper(new, bucket, 2, "twin", tmp_path)
+        step(twin)  # a second writer at the promoted one's epoch: refused at once
+        assert twin.fenced and "another writer" in twin.fenced
+    finally:
+        old.close()
+        new.close()
+
+
+def test_reading_changes_behind_a_pruned_changelog_is_refused(tmp_path: Path, tiny_encoder) -> None:
+    index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    try:
+        index.upsert(docs(3, 1, "a"))
+        index._live.snapshot()  # prunes the changelog behind FAISS
+        from index.changelog import ChangelogPruned
+
+        with pytest.raises(ChangelogPruned):
+            read_changes(index._live.store, tiny_encoder.dimension, 0)
+        assert isinstance(index.changes_after(index.position()[1])[1], ChangeBatch)
+    finally:
+        index.close()
+
+
+def test_merged_batches_give_the_last_state_of_each_document(tiny_encoder) -> None:
+    def doc(doc_id: str, text: str) -> tuple:
+        return (Document(doc_id, text), [], None)
+
+    first = ChangeBatch(0, 5, upserts=[doc("a", "one"), doc("b", "two")])
+    second = ChangeBatch(5, 9, upserts=[doc("a", "three"), doc("c", "four")], deletes=["b"])
+    third = ChangeBatch(9, 12, deletes=["c"], upserts=[doc("b", "five")])
+    merged = merge_batches([first, second, third])
+    assert (merged.after, merged.through) == (0, 12)
+    assert {d.id: d.text for d, _, _ in merged.upserts} == {"a": "three", "b": "five"}
+    assert merged.deletes == ["c"]

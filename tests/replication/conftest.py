@@ -1,0 +1,149 @@
+"""The loopback tier of replication (``make test-replicas``): a moto S3 server, a writer and two replicas, each
+a real `cloze serve` with its own index folder, the replicas reaching the bucket through a proxy each that a
+test can cut. One cluster serves the module's tests in order (1)-(8); each leaves it converged."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from harness.crashes import AUTH, Chain, Server, wait_ready
+from harness.replication import MotoServer, TcpProxy, replication_env
+
+STALE_AFTER_S = 3.0
+WATCHDOG_S = 5.0
+ACK_TIMEOUT_S = 3.0
+
+
+@dataclass
+class Cluster:
+    chain: Chain  # the writer, its ledger of acknowledged documents
+    moto: MotoServer
+    proxies: list[TcpProxy]
+    replicas: list[Server] = field(default_factory=list)
+
+    @property
+    def writer(self) -> Server:
+        assert self.chain.server is not None
+        return self.chain.server
+
+    def replica_env(self, number: int) -> dict[str, str]:
+        return {
+            "CLOZE_INDEX": str(self.chain.work / f"replica{number}"),
+            "CLOZE_INDEX_PAUSE_AT": "replication",  # fires only while the test arms it (test 8)
+            **replication_env(
+                "replica",
+                self.proxies[number].url,
+                poll_s="0.3",
+                stale_after_s=str(STALE_AFTER_S),
+                watchdog_s=str(WATCHDOG_S),
+            ),
+        }
+
+    def start_replica(self, number: int) -> Server:
+        server = self.chain.spawn(f"replica{number}", self.replica_env(number))
+        wait_ready(server)
+        if number < len(self.replicas):
+            self.replicas[number] = server
+        else:
+            self.replicas.append(server)
+        return server
+
+    def start_writer(self) -> Server:
+        env = replication_env("writer", self.moto.url, poll_s="0.3", ack_timeout_s=str(ACK_TIMEOUT_S))
+        return self.chain.start("writer", env)
+
+
+def replication(server: Server) -> dict[str, Any]:
+    answer = httpx.get(server.url + "/readyz", headers=AUTH, timeout=5)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["collections"]["default"]["replication"]
+
+
+def documents(server: Server, filters: str | None = None) -> dict[str, tuple[str, dict]]:
+    """Every document the server holds (paged), id -> (text, metadata)."""
+    found: dict[str, tuple[str, dict]] = {}
+    cursor = None
+    with httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as http:
+        while True:
+            params: dict[str, Any] = {"limit": 1000}
+            if cursor:
+                params["cursor"] = cursor
+            if filters:
+                params["filter"] = filters
+            page = http.get("/documents", params=params).json()
+            found |= {d["id"]: (d["text"], d["metadata"]) for d in page["documents"]}
+            cursor = page["next_cursor"]
+            if not cursor:
+                return found
+
+
+def wait_converged(cluster: Cluster, timeout: float = 30, replicas: list[Server] | None = None) -> float:
+    """Seconds until every replica applied the writer's last sequence of its live version."""
+    started = time.monotonic()
+    deadline = started + timeout
+    last: list[dict] = []
+    while time.monotonic() < deadline:
+        writer = replication(cluster.writer)  # {"waiting": ...} until its shipper starts
+        last = [writer]
+        done = "version" in writer
+        for server in replicas or cluster.replicas:
+            with contextlib.suppress(httpx.HTTPError, AssertionError):
+                state = replication(server)
+                last.append(state)
+                if state.get("version") == writer.get("version") and state.get("applied_seq") == writer.get(
+                    "seq"
+                ):
+                    continue
+            done = False
+        if done:
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise TimeoutError(f"replicas did not converge in {timeout}s: {last}")
+
+
+FIGURES: dict[str, list[float | None]] = {}
+
+
+@pytest.fixture
+def record() -> Callable[[str, float | None], None]:
+    """Keep a figure (each time a test runs); with REPLICA_RESULTS set they are written there as JSON."""
+
+    def keep(name: str, value: float | None) -> None:
+        FIGURES.setdefault(name, []).append(None if value is None else round(value, 3))
+        if os.environ.get("REPLICA_RESULTS"):
+            Path(os.environ["REPLICA_RESULTS"]).write_text(json.dumps(FIGURES, indent=2))
+
+    return keep
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Iterator[Cluster]:
+    work = tmp_path_factory.mktemp("replicas")
+    moto = MotoServer(work / "moto.log")
+    proxies = [TcpProxy(moto.port) for _ in range(2)]
+    chain = Chain(root=work / "writer", model=tiny_bert, work=work)
+    cluster = Cluster(chain, moto, proxies)
+    try:
+        cluster.start_writer()
+        for _ in range(5):
+            assert chain.put(chain.new_docs(10)) == 200
+        for number in range(2):
+            cluster.start_replica(number)
+        yield cluster
+    finally:
+        for server in [*cluster.replicas, chain.server]:
+            if server is not None:
+                server.kill()
+        for proxy in proxies:
+            proxy.close()
+        moto.stop()
