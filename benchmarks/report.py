@@ -23,6 +23,7 @@ import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1271,6 +1272,73 @@ budgets, a 120-document SciFact)."""
 )
 def gpu_lent(data: dict, command: str) -> Body:
     return Body([LENT_LAYOUT, f"Command: {ran(command, 'http_cuda_layout.json')}", LENT_CALLS])
+
+
+def seconds(ms: float) -> str:
+    return f"{ms / 1000:.2f} s"
+
+
+@section("Replicas on other hosts", "replication.json", "python benchmarks/replication.py --passages 10000")
+def replication(data: dict, command: str) -> Body:
+    seen, upsert, killed = (
+        data["visible_on_every_replica"],
+        data["writer_upsert_5_docs"],
+        data["killed_replica"],
+    )
+    copies = [data["fresh_replica0_base_copy_s"], data["fresh_replica1_base_copy_s"]]
+    ready = [data["fresh_replica0_ready_s"], data["fresh_replica1_ready_s"]]
+    rows = [
+        [
+            "an acknowledged write readable on every replica (p99 <= 5 s, max <= 10 s)",
+            f"p50 {seconds(seen['p50_ms'])}, p99 {seconds(seen['p99_ms'])}, max {seconds(seen['max_ms'])} "
+            f"({seen['n']} writes)",
+        ],
+        [
+            "writer upsert p50, local mode, against no replication (at most 10% slower)",
+            f"{num(upsert['local']['p50_ms'])} ms against {num(upsert['off']['p50_ms'])} ms",
+        ],
+        [
+            "what remote mode adds at p99 (<= 100 ms)",
+            f"p99 {seconds(upsert['remote']['p99_ms'])} against {seconds(upsert['local']['p99_ms'])} local; "
+            f"p50 {num(upsert['remote']['p50_ms'])} ms against {num(upsert['local']['p50_ms'])} ms",
+        ],
+        [
+            f"a fresh replica of {data['passages']:,} passages ready",
+            f"the base copied and restored in {min(copies)}-{max(copies)} s; ready {min(ready)}-{max(ready)} s "
+            "after the process started (process and model start included)",
+        ],
+        [
+            f"a killed replica converged ({killed['writes_while_down']} writes while it was down)",
+            f"{killed['restart_to_converged_s'] - killed['restart_to_ready_s']:.1f} s from ready; "
+            f"{killed['restart_to_converged_s']} s from the restart",
+        ],
+    ]
+    parts = [
+        f"A moto S3 server, a writer and two replicas on loopback ({data['model']}), load average "
+        f"{data['load_average'][0]} on 2 cores: figures from a crowded machine, upper bounds. Targets in brackets.",
+        table(["question (target)", "measured"], rows),
+    ]
+    faults = load("replication_faults.json")
+    if faults is not None:
+        figures = faults["figures"]
+        parts.append(
+            f"The fault tests (a replica killed under searches, one cut from the bucket, a frozen follower, the "
+            f"bucket paused), {faults['runs']} rounds in a row on one cluster: {faults['green']} green "
+            f"({ran(faults['command'], 'replication_faults.json')}). A killed replica converged a median "
+            f"{median(figures['killed_replica_converged_after_ready_s']):.1f} s after it was ready again (max "
+            f"{max(figures['killed_replica_converged_after_ready_s']):.1f} s); a cut one said `stale` within "
+            f"{max(figures['cut_flagged_stale_after_s']):.1f} s and converged within "
+            f"{max(figures['cut_healed_converged_s']):.1f} s of the cut healing; with the bucket paused, local "
+            f"writes answered within {max(figures['paused_bucket_local_write_s']):.2f} s and remote ones 503 "
+            f"after {median(figures['paused_bucket_remote_write_s']):.1f} s."
+        )
+    return Body(
+        parts,
+        summary=[
+            "a write visible on every replica",
+            f"p99 {seconds(seen['p99_ms'])}, max {seconds(seen['max_ms'])}",
+        ],
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
