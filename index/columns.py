@@ -365,7 +365,10 @@ class Selection:
 
     @cached_property
     def chunks(self) -> np.ndarray:
-        return self.documents[self._chunk_row]  # row 0 (no document) is never selected
+        # Row 0 (no document) is never selected. A write landing during the search may point chunks at rows
+        # past this selection's mask: they map to one appended unselected row (a new array, one pass).
+        documents = np.append(self.documents, False)
+        return documents[np.minimum(self._chunk_row, len(self.documents))]
 
     @cached_property
     def chunk_count(self) -> int:

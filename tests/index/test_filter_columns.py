@@ -126,3 +126,19 @@ def test_wide_integers_and_dates_fall_back_or_compare_as_sqlite(tmp_path, tiny_e
         assert julianday("2020-01-01T00:00:00.000") == julianday(DATES[0])
     finally:
         index.close()
+
+
+def test_a_selection_made_before_a_write_ignores_the_write_s_chunks(tmp_path, tiny_encoder) -> None:
+    """A replica searching while its follower applies a write: the write's chunks point at rows past the
+    selection's mask (an IndexError here once answered a hybrid search 500); they are simply not selected."""
+    index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    try:
+        columns = index._live.columns
+        for i in range(12):  # one write at a time: the chunk map grows in place between its resizes
+            index.upsert([Document(f"d{i}", f"text {i}", {"color": "blue"})])
+            selection = columns.select({"color": "blue"})
+            index.upsert([Document(f"n{i}", f"later {i}", {"color": "blue"})])
+            assert columns.size > len(selection.documents)  # the write grew the rows under the selection
+            assert selection.chunk_count == 2 * i + 1 and len(selection.chunk_ids()) == 2 * i + 1
+    finally:
+        index.close()
