@@ -151,11 +151,6 @@ def _check_chunking(body: CollectionCreate, max_tokens: int) -> None:
         raise ApiError(
             422, f"chunk_window: {body.chunk_window}, over the model's {max_tokens} tokens", "chunk_window"
         )
-    window = body.chunk_window or max_tokens
-    if body.chunk_overlap is not None and body.chunk_overlap >= window:
-        raise ApiError(
-            422, f"chunk_overlap: {body.chunk_overlap}, not below the window of {window}", "chunk_overlap"
-        )
 
 
 def describe(collection: Collection, detailed: bool = False) -> CollectionOut:
