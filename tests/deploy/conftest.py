@@ -79,6 +79,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"image {name}: {size} MB")
         for name, figures in result["checks"].items():
             terminalreporter.write_line(f"check {name}: {json.dumps(figures)}")
+    replicas = sys.modules.get("tests.deploy.test_replicas")
+    if replicas is not None and replicas.RESULT["checks"]:
+        terminalreporter.section("replicas profile (Docker): writer, two replicas, bucket")
+        for name, stage in replicas.RESULT["stages"].items():
+            terminalreporter.write_line(f"stage {name}: {json.dumps(stage)}")
+        for name, figures in replicas.RESULT["checks"].items():
+            terminalreporter.write_line(f"check {name}: {json.dumps(figures)}")
     reports = sorted(ARTIFACTS.glob("hadolint-*.txt")) + sorted(ARTIFACTS.glob("compose-config-*.yml"))
     if not reports:
         return
