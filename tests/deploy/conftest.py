@@ -18,13 +18,15 @@ COMPOSE_FILE = REPO / "docker-compose.yml"
 GPU_OVERRIDE = REPO / "docker-compose.gpu.yml"
 ARTIFACTS = REPO / "test-artifacts" / "deploy"
 
-# The combinations an operator runs: plain `up`, the two job profiles, and the GPU override with both.
+# The combinations an operator runs: plain `up`, the job profiles, the cross-host profile, and the GPU
+# override with the jobs.
 VARIANTS = {
     "default": ([COMPOSE_FILE], []),
     "batch": ([COMPOSE_FILE], ["batch"]),
     "train": ([COMPOSE_FILE], ["train"]),
     "gpu": ([COMPOSE_FILE, GPU_OVERRIDE], ["batch", "train"]),
-    "all": ([COMPOSE_FILE], ["batch", "train"]),
+    "replicas": ([COMPOSE_FILE], ["replicas"]),
+    "all": ([COMPOSE_FILE], ["batch", "train", "replicas"]),
 }
 
 
