@@ -11,8 +11,8 @@ image with moto's S3 server and a small `mc`. Moto keeps its objects in memory: 
 holds nothing here, a limit of the stand-in, not of the profile (MinIO keeps them in that volume).
 
 The tests run in order on one cluster; the figures go to test-artifacts/deploy/replicas.json and the
-pytest summary. The checks reuse the loopback tier's helpers (tests/replication/conftest.py): they need
-servers with a ``url`` only.
+pytest summary. Tests 1, 2, 4, 5, 7 and 8 are the loopback tier's (tests/replication/scenarios.py) on this
+cluster; 3 and 6 go through the real gateway.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ from harness.crashes import AUTH, KEY, Chain
 from harness.servers import free_port
 from tests.deploy import images
 from tests.deploy.conftest import BIN, REPO
+from tests.deploy.test_stack import IMAGE, wait_ready
+from tests.replication import scenarios
 from tests.replication.conftest import documents, replication, wait_converged
-from tests.replication.test_loopback import search_ids
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 
 PROJECT = "cloze-replicas-e2e"
-IMAGE = "cloze-search:test-cpu"  # the image test_stack.py builds: one build serves both
 STALE_AFTER_S = 3.0
 WATCHDOG_S = 5.0
 ACK_TIMEOUT_S = 3.0
@@ -94,6 +94,22 @@ class Cluster:
         )
         return result
 
+    # The faults of tests/replication/scenarios.py: a replica off the bucket's network, the bucket paused.
+    def cut(self, number: int) -> None:
+        images.docker("network", "disconnect", f"{PROJECT}_wan", self.replicas[number].container)
+
+    def heal(self, number: int) -> None:
+        images.docker("network", "connect", f"{PROJECT}_wan", self.replicas[number].container)
+
+    def pause_bucket(self) -> None:
+        images.docker("pause", self.s3)
+
+    def resume_bucket(self) -> None:
+        images.docker("unpause", self.s3)
+
+    def exec(self, node: Node, *command: str) -> None:
+        images.docker("exec", node.container, *command)
+
     def address(self, node: Node, timeout: float = 60) -> str:
         """The server's URL on `front` (a restarted container may take a moment to get its address)."""
         network = f"{PROJECT}_front"
@@ -117,21 +133,6 @@ def container(service: str) -> str:
     ).stdout.split()  # fmt: skip
     assert len(ids) == 1, f"{service}: {ids}"
     return inspect(ids[0], "{{.Name}}").lstrip("/")
-
-
-def wait_ready(url: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    last = "no answer"
-    while time.monotonic() < deadline:
-        try:
-            answer = httpx.get(url + "/readyz", headers=AUTH, timeout=5)
-            if answer.status_code == 200:
-                return
-            last = f"{answer.status_code} {answer.text[:300]}"
-        except httpx.TransportError as exc:
-            last = repr(exc)
-        time.sleep(0.25)
-    raise AssertionError(f"{url} not ready after {timeout} s: {last}")
 
 
 def operator_folder(folder: Path, gateway_port: int, bases: dict[str, str], s3_image: str) -> None:
@@ -177,12 +178,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         cluster.s3 = container("s3")
         for node in [cluster.writer, *cluster.replicas]:
             cluster.address(node)
-        wait_ready(cluster.writer.url)
+        wait_ready(cluster.writer.url, 180, AUTH)
         chain.server = Node("gateway", cluster.gateway)  # type: ignore[assignment]  # writes use .url only
         for _ in range(5):
             assert chain.put(chain.new_docs(10)) == 200
         for node in cluster.replicas:
-            wait_ready(node.url)
+            wait_ready(node.url, 180, AUTH)
         stages["first_copy_on_both_replicas"] = {"seconds": round(time.monotonic() - started, 1)}
         yield cluster
     finally:
@@ -195,54 +196,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def test_1_replicas_answer_as_the_writer_after_bootstrap(cluster: Cluster) -> None:
-    seconds = wait_converged(cluster, timeout=60)
-    expected = documents(cluster.writer)
-    assert len(expected) == 50
-    probes = list(cluster.chain.acked.values())[:10]
-    for replica in cluster.replicas:
-        assert documents(replica) == expected
-        for text in probes:
-            for mode in ("dense", "bm25", "hybrid"):
-                assert search_ids(replica, text, mode) == search_ids(cluster.writer, text, mode)
-        state = replication(replica)
-        assert state["lag"] == 0 and not state["stale"], state
-    RESULT["checks"]["1_bootstrap"] = {"documents": len(expected), "converged_s": round(seconds, 2)}
+    seconds = scenarios.replicas_answer_as_the_writer(cluster, expected_documents=50)
+    RESULT["checks"]["1_bootstrap"] = {"documents": 50, "converged_s": round(seconds, 2)}
 
 
 def test_2_two_clients_upsert_100_batches_and_every_replica_has_them(cluster: Cluster) -> None:
-    chain = cluster.chain
-    statuses: Counter[int] = Counter()
-    before = set(chain.acked)
-
-    def client(batches: int) -> None:
-        for _ in range(batches):
-            statuses[chain.put(chain.new_docs(5))] += 1
-
-    threads = [threading.Thread(target=client, args=(50,)) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert statuses == {200: 100}, statuses
-    seconds = wait_converged(cluster, timeout=60)
-    writer_docs = documents(cluster.writer)
-    assert {doc_id: text for doc_id, (text, _) in writer_docs.items()} == chain.acked
-    writer_counts = httpx.get(cluster.writer.url + "/index/fields", headers=AUTH).json()["counts"]
-    new = {doc_id: text for doc_id, text in chain.acked.items() if doc_id not in before}
+    """Through the gateway. Searchable: each new document is in its own top 5 (hybrid) on every replica."""
+    figures = scenarios.two_clients_upsert_100_batches(cluster)
+    new = figures.pop("new")
     for replica in cluster.replicas:
-        assert documents(replica) == writer_docs
-        assert httpx.get(replica.url + "/index/fields", headers=AUTH).json()["counts"] == writer_counts
-        assert replication(replica)["applied_seq"] == replication(cluster.writer)["seq"]
         with ThreadPoolExecutor(4) as pool:
-            found = list(pool.map(lambda text, r=replica: search_ids(r, text, "hybrid"), new.values()))
+            found = list(
+                pool.map(lambda text, r=replica: scenarios.search_ids(r, text, "hybrid"), new.values())
+            )
         missing = [doc_id for doc_id, hits in zip(new, found, strict=True) if doc_id not in hits]
         assert not missing, f"{replica.container}: not in its own top 5: {missing[:5]}"
     RESULT["checks"]["2_two_writers_100_batches"] = {
         "batches": 100,
-        "documents": len(writer_docs),
         "searched_per_replica": len(new),
-        "converged_s": round(seconds, 2),
-        "counts": writer_counts,
+        **figures,
     }
 
 
@@ -288,7 +260,7 @@ def test_3_a_replica_killed_under_1000_searches_through_the_gateway(cluster: Clu
     while int(inspect(victim.container, "{{.RestartCount}}")) == restarts:
         assert time.monotonic() < deadline, f"{victim.container} was not restarted"
         time.sleep(0.1)
-    wait_ready(cluster.address(victim))
+    wait_ready(cluster.address(victim), 180, AUTH)
     ready = time.monotonic() - killed
     converged = wait_converged(cluster, timeout=60)
     assert documents(victim) == documents(cluster.writer)
@@ -302,163 +274,37 @@ def test_3_a_replica_killed_under_1000_searches_through_the_gateway(cluster: Clu
 
 
 def test_4_a_replica_cut_off_the_network_serves_flags_stale_and_converges(cluster: Cluster) -> None:
-    cut = cluster.replicas[1]
-    chain = cluster.chain
-    order: list[list[str]] = []  # the batches, in the order the writer acknowledged them
-    phase = f"cut-{time.monotonic_ns()}"
-
-    def write_batch() -> None:
-        batch = [d | {"metadata": {"phase": phase}} for d in chain.new_docs(4)]
-        assert chain.put(batch) == 200
-        order.append([d["id"] for d in batch])
-
-    write_batch()
-    wait_converged(cluster)
-    wan = f"{PROJECT}_wan"
-    images.docker("network", "disconnect", wan, cut.container)
-    started = time.monotonic()
-    flagged_after = None
-    codes: Counter[int] = Counter()
-    seen_states = []
-    try:
-        while time.monotonic() - started < CUT_S:
-            write_batch()
-            answer = httpx.get(cut.url + "/readyz", headers=AUTH, timeout=5)
-            codes[answer.status_code] += 1
-            if flagged_after is None and answer.json()["collections"]["default"]["replication"]["stale"]:
-                flagged_after = time.monotonic() - started
-            search = httpx.get(cut.url + "/search", params={"q": "x"}, headers=AUTH, timeout=10)
-            codes[search.status_code] += 1
-            seen_states.append(set(documents(cut, json.dumps({"phase": phase}))))
-            time.sleep(0.5)
-    finally:
-        images.docker("network", "connect", wan, cut.container)
-    healed = time.monotonic()
-    converged = wait_converged(cluster, timeout=30)
-    assert set(codes) == {200}, codes
-    assert flagged_after is not None and flagged_after <= STALE_AFTER_S + 5, flagged_after
-    for held in seen_states:  # a state the writer had: a prefix of the acknowledged batches, whole batches
-        prefix = [doc_id for batch in order[: len(held) // 4] for doc_id in batch]
-        assert len(held) % 4 == 0 and held == set(prefix), sorted(held)
-    assert converged <= 10, converged
-    assert documents(cut) == documents(cluster.writer) == documents(cluster.replicas[0])
-    RESULT["checks"]["4_replica_cut_30_s"] = {
-        "cut_s": CUT_S,
-        "answers": dict(codes),
-        "flagged_stale_after_s": round(flagged_after, 2),
-        "stale_after_s": STALE_AFTER_S,
-        "states_checked": len(seen_states),
-        "batches_written_during_cut": len(order) - 1,
-        "converged_after_heal_s": round(time.monotonic() - healed, 2),
-    }
+    """Replica 2 disconnected from `wan` (the bucket's network) for 30 s; the tests still reach it on `front`."""
+    figures = scenarios.a_replica_cut_off(cluster, 1, CUT_S, STALE_AFTER_S)
+    RESULT["checks"]["4_replica_cut_30_s"] = {"cut_s": CUT_S, "stale_after_s": STALE_AFTER_S, **figures}
 
 
 def test_7_a_rebuild_and_a_restore_reach_the_replicas(cluster: Cluster) -> None:
     """Through the gateway: the rebuild, its job, the snapshot and the restore all reach the writer."""
-    chain, writer = cluster.chain, cluster.writer
-    before = replication(writer)["version"]
-    assert chain.job(chain.rebuild(), timeout=300)["status"] == "succeeded"
-    rebuilt = wait_converged(cluster, timeout=90)
-    assert replication(writer)["version"] > before
-    for replica in cluster.replicas:
-        assert replication(replica)["version"] == replication(writer)["version"]
-    snapshot = httpx.post(cluster.gateway + "/collections/default/snapshots", headers=AUTH, timeout=120)
-    assert snapshot.status_code == 201, snapshot.text
-    rolled_back = chain.new_docs(3)
-    assert chain.put(rolled_back) == 200
-    wait_converged(cluster)
-    name = snapshot.json()["name"]
-    restored = httpx.post(
-        f"{cluster.gateway}/collections/default/snapshots/{name}/restore", headers=AUTH, timeout=120
-    )
-    assert restored.status_code == 200, restored.text
-    for doc in rolled_back:
-        chain.acked.pop(doc["id"])
-    restored_s = wait_converged(cluster, timeout=90)
-    expected = documents(writer)
-    assert not set(expected) & {d["id"] for d in rolled_back}
-    for replica in cluster.replicas:
-        assert documents(replica) == expected
-    RESULT["checks"]["7_rebuild_and_restore"] = {
-        "versions": [before, replication(writer)["version"]],
-        "rebuild_converged_s": round(rebuilt, 2),
-        "restore_converged_s": round(restored_s, 2),
-    }
+    RESULT["checks"]["7_rebuild_and_restore"] = scenarios.a_rebuild_and_a_restore(cluster)
 
 
 def test_8_a_frozen_follower_is_restarted_by_the_watchdog(cluster: Cluster) -> None:
     """The follower's pause point (``index.faultpoints``, stage `replication`) armed in replica 1's
     container only: restarted by test 3, it has not paused in this process yet."""
     frozen = cluster.replicas[0]
-    images.docker("exec", frozen.container, "touch", "/tmp/cloze.armed")
+
+    def paused_at() -> str:
+        return images.docker("exec", frozen.container, "cat", "/tmp/cloze.paused", check=False).stdout
+
     try:
-        deadline = time.monotonic() + 10
-        while (
-            images.docker("exec", frozen.container, "cat", "/tmp/cloze.paused", check=False).stdout
-            != "replication"
-        ):
-            assert time.monotonic() < deadline, "the follower never reached its pause point"
-            time.sleep(0.1)
-        frozen_at = time.monotonic()
-        assert cluster.chain.put(cluster.chain.new_docs(5)) == 200
-        wait_converged(cluster, timeout=WATCHDOG_S + 20)  # only a new thread can have applied that write
-        assert replication(frozen)["watchdog_restarts"] >= 1
-        still = images.docker("exec", frozen.container, "cat", "/tmp/cloze.paused", check=False).stdout
-        assert still == "replication", "the frozen thread let go: the write may have come through it"
+        figures = scenarios.a_frozen_follower(
+            cluster, frozen, WATCHDOG_S, lambda: cluster.exec(frozen, "touch", "/tmp/cloze.armed"), paused_at
+        )
     finally:
-        images.docker("exec", frozen.container, "rm", "-f", "/tmp/cloze.armed", "/tmp/cloze.paused")
-    RESULT["checks"]["8_frozen_follower"] = {
-        "watchdog_s": WATCHDOG_S,
-        "converged_after_freeze_s": round(time.monotonic() - frozen_at, 2),
-        "watchdog_restarts": replication(frozen)["watchdog_restarts"],
-    }
+        cluster.exec(frozen, "rm", "-f", "/tmp/cloze.armed", "/tmp/cloze.paused")
+    RESULT["checks"]["8_frozen_follower"] = {"watchdog_s": WATCHDOG_S, **figures}
 
 
 def test_5_a_paused_bucket_stops_remote_acks_not_local_writes(cluster: Cluster) -> None:
-    chain = cluster.chain
-    images.docker("pause", cluster.s3)
-    try:
-        sent = chain.new_docs(3)
-        started = time.monotonic()
-        local = httpx.put(
-            cluster.gateway + "/documents", params={"ack": "local"}, json=sent, headers=AUTH, timeout=30
-        )
-        local_s = time.monotonic() - started
-        assert local.status_code == 200, local.text
-        chain.acked |= {d["id"]: d["text"] for d in sent}
-        remote_docs = chain.new_docs(3)
-        started = time.monotonic()
-        remote = httpx.put(
-            cluster.gateway + "/documents",
-            params={"ack": "remote"},
-            json=remote_docs,
-            headers=AUTH,
-            timeout=30,
-        )
-        remote_s = time.monotonic() - started
-        assert remote.status_code == 503, remote.text
-        assert "not yet durable in the bucket" in remote.json()["error"]
-        chain.acked |= {d["id"]: d["text"] for d in remote_docs}  # committed on the writer: it ships later
-        assert remote_s < ACK_TIMEOUT_S + 10
-    finally:
-        images.docker("unpause", cluster.s3)
-    after = chain.new_docs(2)
-    answer = httpx.put(
-        cluster.gateway + "/documents", params={"ack": "remote"}, json=after, headers=AUTH, timeout=30
-    )
-    assert answer.status_code == 200, answer.text
-    chain.acked |= {d["id"]: d["text"] for d in after}
-    wait_converged(cluster, timeout=60)
-    for replica in cluster.replicas:
-        held = documents(replica)
-        assert {doc_id: text for doc_id, (text, _) in held.items()} == chain.acked
-    RESULT["checks"]["5_bucket_paused"] = {
-        "local_write": local.status_code,
-        "local_write_s": round(local_s, 2),
-        "remote_write": remote.status_code,
-        "remote_write_s": round(remote_s, 2),
-        "ack_timeout_s": ACK_TIMEOUT_S,
-    }
+    """`docker pause` of the S3 container: its connections stay open and nothing answers."""
+    figures = scenarios.a_paused_bucket(cluster, ACK_TIMEOUT_S)
+    RESULT["checks"]["5_bucket_paused"] = {"local_write": 200, "remote_write": 503, **figures}
 
 
 def test_6_the_writer_killed_reads_go_on(cluster: Cluster) -> None:
