@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -82,8 +82,7 @@ class Cluster:
     writer: Node
     replicas: list[Node]
     chain: Chain  # the ledger of acknowledged documents; it writes through the gateway
-    s3: str = ""
-    logs: dict[str, str] = field(default_factory=dict)
+    s3: str = ""  # the S3 container
 
     def compose(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
         command = [str(BIN / "docker-compose"), "-p", PROJECT, "-f", str(REPO / "docker-compose.yml")]
@@ -187,11 +186,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         stages["first_copy_on_both_replicas"] = {"seconds": round(time.monotonic() - started, 1)}
         yield cluster
     finally:
+        images.ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (images.ARTIFACTS / "replicas-compose-logs.txt").write_text(
             cluster.compose("logs", "--no-color", "--tail", "80", check=False).stdout[-20000:]
         )
         cluster.compose("down", "-v", "--remove-orphans", timeout=180, check=False)
-        images.ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (images.ARTIFACTS / "replicas.json").write_text(json.dumps(RESULT, indent=2) + "\n")
 
 
