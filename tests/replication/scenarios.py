@@ -109,8 +109,8 @@ def a_replica_cut_off(cluster: Faults, number: int, cut_s: float, stale_after_s:
 
     write_batch()
     wait_converged(cluster)  # type: ignore[arg-type]
+    started = time.monotonic()  # before the cut: cutting may take a while (a `docker network disconnect`)
     cluster.cut(number)
-    started = time.monotonic()
     flagged_after = None
     codes: Counter[int] = Counter()
     seen_states = []
