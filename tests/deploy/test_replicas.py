@@ -83,6 +83,7 @@ class Cluster:
     replicas: list[Node]
     chain: Chain  # the ledger of acknowledged documents; it writes through the gateway
     s3: str = ""  # the S3 container
+    cut_took_s: float = 0.0  # how long the last `docker network disconnect` took
 
     def compose(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
         command = [str(BIN / "docker-compose"), "-p", PROJECT, "-f", str(REPO / "docker-compose.yml")]
@@ -95,7 +96,9 @@ class Cluster:
 
     # The faults of tests/replication/scenarios.py: a replica off the bucket's network, the bucket paused.
     def cut(self, number: int) -> None:
+        started = time.monotonic()
         images.docker("network", "disconnect", f"{PROJECT}_wan", self.replicas[number].container)
+        self.cut_took_s = round(time.monotonic() - started, 2)
 
     def heal(self, number: int) -> None:
         images.docker("network", "connect", f"{PROJECT}_wan", self.replicas[number].container)
@@ -275,7 +278,12 @@ def test_3_a_replica_killed_under_1000_searches_through_the_gateway(cluster: Clu
 def test_4_a_replica_cut_off_the_network_serves_flags_stale_and_converges(cluster: Cluster) -> None:
     """Replica 2 disconnected from `wan` (the bucket's network) for 30 s; the tests still reach it on `front`."""
     figures = scenarios.a_replica_cut_off(cluster, 1, CUT_S, STALE_AFTER_S)
-    RESULT["checks"]["4_replica_cut_30_s"] = {"cut_s": CUT_S, "stale_after_s": STALE_AFTER_S, **figures}
+    RESULT["checks"]["4_replica_cut_30_s"] = {
+        "cut_s": CUT_S,
+        "stale_after_s": STALE_AFTER_S,
+        "disconnect_command_s": cluster.cut_took_s,
+        **figures,
+    }
 
 
 def test_7_a_rebuild_and_a_restore_reach_the_replicas(cluster: Cluster) -> None:
