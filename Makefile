@@ -11,7 +11,7 @@ EXTRAS ?= cpu,dev,ray
 DEMO_INDEX ?= data/demo-index
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install serve test test-fast lint demo-index browser clean docker-engine test-deploy test-replicas gpu-image
+.PHONY: install serve test test-fast lint demo-index browser clean docker-engine test-deploy test-deploy-replicas test-replicas gpu-image
 
 install: $(VENV)/.installed
 
@@ -55,6 +55,13 @@ test-deploy: install
 	$(MAKE) --no-print-directory docker-engine
 	@date +%s.%N > $(DEPLOY_ARTIFACTS)/engine-ready
 	$(PY) -m pytest -q -m docker tests/deploy/test_stack.py $(PYTEST_ARGS)
+
+# Replication across hosts in Docker (not part of `make test`): the compose file's `replicas` profile with
+# stand-in images, writer, two replicas and the bucket each in a container; tests/deploy/test_replicas.py
+# says what is checked; figures land in test-artifacts/deploy/replicas.json.
+test-deploy-replicas: install
+	$(MAKE) --no-print-directory docker-engine
+	$(PY) -m pytest -q -m docker tests/deploy/test_replicas.py $(PYTEST_ARGS)
 
 # Replication across hosts, on loopback (not part of `make test`): a moto S3 server, a writer and two
 # replicas as `cloze serve` processes; the tests 1-9 of tests/replication/. 6 to 9 minutes on 2 cores.

@@ -18,13 +18,15 @@ COMPOSE_FILE = REPO / "docker-compose.yml"
 GPU_OVERRIDE = REPO / "docker-compose.gpu.yml"
 ARTIFACTS = REPO / "test-artifacts" / "deploy"
 
-# The combinations an operator runs: plain `up`, the two job profiles, and the GPU override with both.
+# The combinations an operator runs: plain `up`, the job profiles, the cross-host profile, and the GPU
+# override with the jobs.
 VARIANTS = {
     "default": ([COMPOSE_FILE], []),
     "batch": ([COMPOSE_FILE], ["batch"]),
     "train": ([COMPOSE_FILE], ["train"]),
     "gpu": ([COMPOSE_FILE, GPU_OVERRIDE], ["batch", "train"]),
-    "all": ([COMPOSE_FILE], ["batch", "train"]),
+    "replicas": ([COMPOSE_FILE], ["replicas"]),
+    "all": ([COMPOSE_FILE], ["batch", "train", "replicas"]),
 }
 
 
@@ -78,6 +80,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for name, size in result["images_mb"].items():
             terminalreporter.write_line(f"image {name}: {size} MB")
         for name, figures in result["checks"].items():
+            terminalreporter.write_line(f"check {name}: {json.dumps(figures)}")
+    replicas = sys.modules.get("tests.deploy.test_replicas")
+    if replicas is not None and replicas.RESULT["checks"]:
+        terminalreporter.section("replicas profile (Docker): writer, two replicas, bucket")
+        for name, stage in replicas.RESULT["stages"].items():
+            terminalreporter.write_line(f"stage {name}: {json.dumps(stage)}")
+        for name, figures in replicas.RESULT["checks"].items():
             terminalreporter.write_line(f"check {name}: {json.dumps(figures)}")
     reports = sorted(ARTIFACTS.glob("hadolint-*.txt")) + sorted(ARTIFACTS.glob("compose-config-*.yml"))
     if not reports:

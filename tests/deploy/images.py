@@ -74,6 +74,39 @@ NGINX_RECIPE = (
     + 'CMD ["nginx", "-g", "daemon off;"]\n'
 )
 
+# The stand-in for minio/minio and minio/mc: moto's S3 server (the version the host's tests use) behind
+# `minio`, the image's entrypoint, whatever the compose service's command says; and an `mc` that knows
+# the three commands the profile runs. Moto keeps objects in memory: the `s3` volume then holds nothing.
+S3_RECIPE = (
+    "FROM {base}\n"
+    "RUN python -m venv /opt/moto && /opt/moto/bin/pip install --no-cache-dir "
+    + f'"moto[server]=={version("moto")}"\n'
+    + "COPY minio mc /usr/local/bin/\n"
+    + "RUN chmod 755 /usr/local/bin/minio /usr/local/bin/mc\n"
+    'ENTRYPOINT ["/usr/local/bin/minio"]\n'
+)
+MINIO_STANDIN = "#!/bin/sh\nexec /opt/moto/bin/moto_server -H 0.0.0.0 -p 9000\n"
+MC_STANDIN = """#!/opt/moto/bin/python
+# mc's commands in the compose file: `mc ready local` (the healthcheck) and `mc mb --ignore-existing
+# ALIAS/BUCKET` with the alias from MC_HOST_<ALIAS>=http://KEY:SECRET@HOST:PORT.
+import os, sys, urllib.parse, urllib.request
+import boto3
+
+command, args = sys.argv[1], sys.argv[2:]
+if command == "ready":
+    urllib.request.urlopen("http://127.0.0.1:9000/", timeout=4)
+elif command == "mb":
+    alias, bucket = args[-1].split("/", 1)
+    url = urllib.parse.urlsplit(os.environ[f"MC_HOST_{alias}"])
+    s3 = boto3.client("s3", endpoint_url=f"{url.scheme}://{url.hostname}:{url.port}", region_name="us-east-1",
+                      aws_access_key_id=url.username, aws_secret_access_key=url.password)
+    if "--ignore-existing" not in args or bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        s3.create_bucket(Bucket=bucket)
+    print(f"Bucket created successfully `{alias}/{bucket}`.")
+else:
+    sys.exit(f"mc stand-in: {command} is not supported")
+"""
+
 
 def docker(*args: str, check: bool = True, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
     result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, **kwargs)
@@ -170,18 +203,32 @@ def minbase_image(stages: dict) -> str:
     return name
 
 
-def derived_image(kind: str, recipe: str, base: str, stages: dict) -> str:
+def derived_image(
+    kind: str, recipe: str, base: str, stages: dict, files: dict[str, str] | None = None
+) -> str:
+    """``recipe`` on ``base``; ``files`` (name -> text) join the build context and the tag's hash."""
     dockerfile = recipe.format(base=base)
-    name = f"cloze-test/{kind}:{_tag(dockerfile, _host_ca())}"
+    files = files or {}
+    name = f"cloze-test/{kind}:{_tag(dockerfile, _host_ca(), *(key + text for key, text in sorted(files.items())))}"
     if image_exists(name):
         stages[f"base_{kind}"] = {"cached": True, "seconds": 0.0}
         return name
     with tempfile.TemporaryDirectory(prefix=f"cloze-{kind}-") as tmp:
         (Path(tmp) / "Dockerfile").write_text(dockerfile)
         (Path(tmp) / "host-ca.crt").write_bytes(_host_ca())
+        for file_name, text in files.items():
+            (Path(tmp) / file_name).write_text(text)
         seconds = legacy_build(name, Path(tmp), f"build-{kind}.log", timeout=900)
     stages[f"base_{kind}"] = {"cached": False, "seconds": seconds}
     return name
+
+
+def s3_image(python_image: str, stages: dict) -> str:
+    """The stand-in for MinIO (and its client, ``mc``) of the compose file's `replicas` profile: see
+    S3_RECIPE. One image serves both services: ``CLOZE_S3_IMAGE`` and ``CLOZE_S3_CLIENT_IMAGE``."""
+    return derived_image(
+        "s3", S3_RECIPE, python_image, stages, files={"mc": MC_STANDIN, "minio": MINIO_STANDIN}
+    )
 
 
 def base_images(stages: dict) -> dict[str, str]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from app.service.main import create_app
 from app.settings import Settings
 from tests.deploy.conftest import COMPOSE_FILE, GPU_OVERRIDE, REPO, VARIANTS, compose_config, save_artifact
 
@@ -15,9 +16,13 @@ EXPECTED_SERVICES = {
     "batch": {"api", "gateway", "indexer", "collection-indexer"},
     "train": {"api", "gateway", "trainer"},
     "gpu": {"api", "gateway", "indexer", "collection-indexer", "trainer"},
-    "all": {"api", "gateway", "indexer", "collection-indexer", "trainer"},
+    "replicas": {"api", "gateway", "s3", "s3-bucket", "writer", "replica-1", "replica-2", "replicas-gateway"},
 }
+EXPECTED_SERVICES["all"] = (
+    EXPECTED_SERVICES["batch"] | EXPECTED_SERVICES["train"] | EXPECTED_SERVICES["replicas"]
+)
 MODEL_SERVICES = ("api", "indexer", "collection-indexer", "trainer")
+REPLICATION_SERVERS = ("writer", "replica-1", "replica-2")
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -27,7 +32,7 @@ def test_compose_config_is_valid(variant: str, env_project: Path) -> None:
     print(as_yaml)
     assert set(config["services"]) == EXPECTED_SERVICES[variant]
     dockerfile = "docker/Dockerfile.gpu" if variant == "gpu" else "docker/Dockerfile"
-    for name in set(MODEL_SERVICES) & set(config["services"]):
+    for name in set(MODEL_SERVICES + REPLICATION_SERVERS) & set(config["services"]):
         service = config["services"][name]
         assert service["build"]["dockerfile"] == dockerfile
         assert service["environment"]["CLOZE_BACKEND"] == "auto", "the .env reaches the containers"
@@ -86,3 +91,57 @@ def test_env_example_names_are_real_settings_or_compose_variables() -> None:
     # CLOZE_INDEX and CLOZE_INDEX_READ_ONLY are set per service by the compose file itself
     undocumented = settings - set(names) - {"CLOZE_INDEX", "CLOZE_INDEX_READ_ONLY", "CLOZE_ONNX_CACHE"}
     assert not undocumented, f"settings missing from .env.example: {sorted(undocumented)}"
+
+
+def test_replicas_profile_gives_each_server_its_own_volume_and_the_bucket_its_own_network() -> None:
+    services = compose_config("replicas")[0]["services"]
+    roles = {name: services[name]["environment"]["CLOZE_REPLICATION_ROLE"] for name in REPLICATION_SERVERS}
+    assert roles == {"writer": "writer", "replica-1": "replica", "replica-2": "replica"}
+    volumes = {}
+    for name in REPLICATION_SERVERS:
+        env = services[name]["environment"]
+        assert env["CLOZE_REPLICATION_BUCKET"] == "s3://cloze-replicas/cluster"
+        assert env["CLOZE_REPLICATION_ENDPOINT"] == "http://s3:9000"
+        assert env["CLOZE_INDEX_READ_ONLY"] == "false" and env["CLOZE_INDEX"] == "/data/index"
+        index = next(v for v in services[name]["volumes"] if v["target"] == "/data/index")
+        assert not index.get("read_only")
+        volumes[name] = index["source"]
+        assert set(services[name]["networks"]) == {"front", "wan"}
+        assert services[name]["depends_on"]["s3-bucket"]["condition"] == "service_completed_successfully"
+    assert len(set(volumes.values())) == 3, volumes
+    assert not (services["writer"]["networks"]["front"] or {}).get("aliases")  # reads never reach it
+    assert all(services[n]["networks"]["front"]["aliases"] == ["replica"] for n in ("replica-1", "replica-2"))
+    assert set(services["s3"]["networks"]) == set(services["s3-bucket"]["networks"]) == {"wan"}
+    assert services["s3"]["volumes"][0]["source"] == "s3"
+    assert services["s3"]["ports"][0]["host_ip"] == "127.0.0.1", "the bucket's port is loopback by default"
+    assert services["s3-bucket"]["command"] == ["mb", "--ignore-existing", "s3/cloze-replicas"]
+    gateway = services["replicas-gateway"]
+    assert set(gateway["networks"]) == {"front"} and gateway["ports"][0]["target"] == 8080
+    assert {gateway["depends_on"][n]["condition"] for n in REPLICATION_SERVERS} == {"service_healthy"}
+    assert gateway["volumes"][0]["source"].endswith("docker/nginx-replicas.conf")
+    assert services["api"] == compose_config("default")[0]["services"]["api"], (
+        "the default stack is unchanged"
+    )
+
+
+def test_replicas_gateway_sends_every_write_route_to_the_writer(tmp_path: Path) -> None:
+    """The nginx map against the app's own route table: what a write key calls goes to the writer (replicas
+    answer 409), and the jobs and snapshots, which live on the writer's disk; every other read to a replica."""
+    conf = (REPO / "docker" / "nginx-replicas.conf").read_text()
+    rules = re.findall(r'^\s+"~([^"]+)"\s+http://(\w+):8000;', conf, flags=re.M)
+    assert rules and re.search(r"default\s+http://replica:8000;", conf)
+    app = create_app(Settings(index=tmp_path / "index"), lane=False)
+    checked: dict[str, int] = {"writer": 0, "replica": 0}
+    for entry in app.state.routes.entries:
+        path = re.sub(r"{[^}]+}", "x", entry.template)
+        for method in entry.methods or ():
+            access = app.state.routes.resolve_path(method, path).access
+            expected = (
+                "writer" if access == "write" or re.search(r"/(jobs|snapshots)(/|$)", path) else "replica"
+            )
+            sent = next(
+                (target for pattern, target in rules if re.search(pattern, f"{method} {path}")), "replica"
+            )
+            assert sent == expected, f"{method} {entry.template} goes to {sent}"
+            checked[sent] += 1
+    assert checked["writer"] >= 12 and checked["replica"] >= 40, checked

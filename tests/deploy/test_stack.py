@@ -143,13 +143,13 @@ def run_indexer(stack: Stack) -> dict:
     return {"seconds": round(time.monotonic() - started, 1), "manifest": manifest}
 
 
-def wait_ready(url: str, timeout: float) -> float:
+def wait_ready(url: str, timeout: float, headers: dict[str, str] = KEYED) -> float:
     started = time.monotonic()
     deadline = started + timeout
     last = "no answer"
     while time.monotonic() < deadline:
         try:
-            response = httpx.get(url + "/readyz", headers=KEYED, timeout=5)
+            response = httpx.get(url + "/readyz", headers=headers, timeout=5)
             if response.status_code == 200:
                 return round(time.monotonic() - started, 2)
             last = f"{response.status_code} {response.text}"

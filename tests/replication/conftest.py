@@ -62,6 +62,19 @@ class Cluster:
         env = replication_env("writer", self.moto.url, poll_s="0.3", ack_timeout_s=str(ACK_TIMEOUT_S))
         return self.chain.start("writer", env)
 
+    # The faults of tests/replication/scenarios.py: a replica's proxy cut, the moto server stopped.
+    def cut(self, number: int) -> None:
+        self.proxies[number].cut()
+
+    def heal(self, number: int) -> None:
+        self.proxies[number].heal()
+
+    def pause_bucket(self) -> None:
+        self.moto.pause()
+
+    def resume_bucket(self) -> None:
+        self.moto.resume()
+
 
 def replication(server: Server) -> dict[str, Any]:
     answer = httpx.get(server.url + "/readyz", headers=AUTH, timeout=5)
