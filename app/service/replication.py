@@ -38,7 +38,7 @@ class Replicated:
     """One collection's worker and the bucket folder it ships or follows."""
 
     collection: Collection
-    key: str  # ``collection_key``: the name and, for a collection made by the API, its incarnation
+    incarnation: str | None  # the writer's (None: ``default``, or a collection made before incarnations)
     worker: Shipper | Follower
 
 
@@ -242,26 +242,26 @@ class Replication:
         return [c for c in self.collections.collections.values() if not c.closing]
 
     def _worker_for(self, collection: Collection) -> None:
-        """Start the collection's worker when it has none (nothing ships or follows once fenced)."""
+        """Start the collection's worker when it has none (nothing ships or follows once fenced; a replica
+        follows ``default`` and what the registry lists)."""
         replicated = self.workers.get(collection.name)
         if replicated is not None and replicated.collection is collection or self.fenced or not self.bucket:
             return
-        key = self._key(collection)
-        if key is None:
+        listed = (self.listing or {}).get(collection.name)
+        if self.role == "replica" and collection.name != DEFAULT_COLLECTION and listed is None:
             return
+        if self.role == "writer" or listed is None:
+            incarnation = collection.info.incarnation if collection.info else None
+        else:
+            incarnation = listed.incarnation
         make = self._make_shipper if self.role == "writer" else self._make_follower
+        worker = make(collection, collection_key(collection.name, incarnation))
+        if collection.name != DEFAULT_COLLECTION:  # a crash test's pause freezes default's worker alone
+            worker.pause_stage = f"replication-{collection.name}"
         if replicated is not None:
             replicated.worker.stop()
-        self.workers[collection.name] = replicated = Replicated(collection, key, make(collection, key))
+        self.workers[collection.name] = replicated = Replicated(collection, incarnation, worker)
         replicated.worker.start()
-
-    def _key(self, collection: Collection) -> str | None:
-        """The collection's folder in the bucket: a writer's own; on a replica the one the registry lists
-        (None: not listed, not followed)."""
-        if self.role == "writer" or collection.name == DEFAULT_COLLECTION:
-            return collection_key(collection.name, collection.info.incarnation if collection.info else None)
-        listed = (self.listing or {}).get(collection.name)
-        return None if listed is None else collection_key(collection.name, listed.incarnation)
 
     def _forget_gone(self) -> None:
         """Stop the workers of collections no longer served (made again on a shared volume, say)."""
@@ -315,10 +315,13 @@ class Replication:
             elif isinstance(replicated.worker, Follower):
                 states[collection.name] = replicated.worker.status(
                     index, self.settings.replication_stale_after_s
-                )
+                ) | {"incarnation": replicated.incarnation}
             else:
                 state = replicated.worker.status(index)
-                states[collection.name] = state | {"fenced": state["fenced"] or self.fenced}
+                states[collection.name] = state | {
+                    "fenced": state["fenced"] or self.fenced,
+                    "incarnation": replicated.incarnation,
+                }
         for name, why in self.not_followed.items():
             states.setdefault(name, {"role": self.role, "followed": False, "error": why})
         return states
