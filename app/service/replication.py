@@ -47,6 +47,13 @@ def served_index(collection: Collection) -> Callable[[], Any]:
     return lambda: None if collection.closing else collection.index
 
 
+def stop(worker: Shipper | Follower) -> None:
+    """End a worker for good: its thread, and a follower's download threads (they would idle forever)."""
+    worker.stop()
+    if isinstance(worker, Follower):
+        worker.fetch.shutdown(wait=False)
+
+
 def same_collection(local: CollectionInfo | None, listed: CollectionInfo) -> bool:
     """Whether a local copy is the incarnation the writer lists (one listed without an incarnation, made
     before they were recorded, is known by its name alone)."""
@@ -99,7 +106,7 @@ class Replication:
             await asyncio.gather(self._keep_in_step(), self._watch())
         finally:
             for replicated in self.workers.values():
-                replicated.worker.stop()
+                stop(replicated.worker)
 
     async def _keep_in_step(self) -> None:
         while True:
@@ -115,14 +122,14 @@ class Replication:
             except Exception as exc:  # logged and retried: the loop must outlive any one failure
                 log.exception("replication: keeping the collections in step failed")
                 self.registry_error = f"{type(exc).__name__}: {exc}"
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.settings.replication_poll_s)
             self.wake.clear()
 
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(WATCH_EVERY_S)
-            for replicated in list(self.workers.values()):
+            for replicated in [] if self.fenced else list(self.workers.values()):
                 silent = replicated.worker.silent_for()
                 if silent > self.settings.replication_watchdog_s:
                     replicated.worker.restart(
@@ -153,7 +160,7 @@ class Replication:
             log.error("replication stopped for every collection: %s", why)
         self.fenced = why
         for replicated in self.workers.values():
-            replicated.worker.stop()
+            stop(replicated.worker)
 
     def _make_shipper(self, collection: Collection, key: str) -> Shipper:
         settings = self.settings
@@ -259,7 +266,7 @@ class Replication:
         if collection.name != DEFAULT_COLLECTION:  # a crash test's pause freezes default's worker alone
             worker.pause_stage = f"replication-{collection.name}"
         if replicated is not None:
-            replicated.worker.stop()
+            stop(replicated.worker)
         self.workers[collection.name] = replicated = Replicated(collection, incarnation, worker)
         replicated.worker.start()
 
@@ -268,7 +275,7 @@ class Replication:
         served = {id(c) for c in self._served()}
         for name, replicated in list(self.workers.items()):
             if id(replicated.collection) not in served:
-                replicated.worker.stop()
+                stop(replicated.worker)
                 del self.workers[name]
 
     async def release(self, collection: Collection) -> None:
@@ -279,7 +286,7 @@ class Replication:
             return
         self.workers.pop(collection.name)
         worker = replicated.worker
-        worker.stop()
+        stop(worker)
         if await run_in_threadpool(worker.lock.acquire, True, RELEASE_WAIT_S):
             worker.lock.release()
         else:
