@@ -255,8 +255,9 @@ class Replication:
         if replicated is not None and replicated.collection is collection or self.fenced or not self.bucket:
             return
         listed = (self.listing or {}).get(collection.name)
-        if self.role == "replica" and collection.name != DEFAULT_COLLECTION and listed is None:
-            return
+        if self.role == "replica" and collection.name != DEFAULT_COLLECTION:
+            if listed is None or not same_collection(collection.info, listed):
+                return  # not listed, or another incarnation whose drop has not happened yet
         if self.role == "writer" or listed is None:
             incarnation = collection.info.incarnation if collection.info else None
         else:
