@@ -246,7 +246,8 @@ class Replication:
     # ---- workers ---------------------------------------------------------------------------------
 
     def _served(self) -> list[Collection]:
-        return [c for c in self.collections.collections.values() if not c.closing]
+        # list() copies at once: ``status`` runs in a worker thread while the loop may add a collection
+        return [c for c in list(self.collections.collections.values()) if not c.closing]
 
     def _worker_for(self, collection: Collection) -> None:
         """Start the collection's worker when it has none (nothing ships or follows once fenced; a replica
@@ -300,13 +301,12 @@ class Replication:
 
     # ---- what the routes ask ---------------------------------------------------------------------
 
-    @property
-    def ready(self) -> bool:
+    def ready(self, states: dict[str, dict[str, Any]]) -> bool:
         """A replica serves once it holds a copy of ``default`` (stale or not); before, it would answer
-        from nothing. Other collections report their own state."""
+        from nothing. Other collections report their own state (``states``: ``status()``)."""
         if self.role != "replica":
             return True
-        return self.status().get(DEFAULT_COLLECTION, {}).get("applied_seq") is not None
+        return states.get(DEFAULT_COLLECTION, {}).get("applied_seq") is not None
 
     def status(self) -> dict[str, dict[str, Any]]:
         """Each replicated collection's state, by name; on a replica also the listed ones it cannot copy."""
@@ -330,7 +330,7 @@ class Replication:
                     "fenced": state["fenced"] or self.fenced,
                     "incarnation": replicated.incarnation,
                 }
-        for name, why in self.not_followed.items():
+        for name, why in list(self.not_followed.items()):
             states.setdefault(name, {"role": self.role, "followed": False, "error": why})
         return states
 

@@ -25,12 +25,16 @@ from index.collections import DEFAULT_COLLECTION, CollectionInfo, read_info
 from index.replication.bucket import Bucket
 from index.replication.registry import Publisher, entry_of, read_listing
 from index.replication.shipper import Fenced
+from index.replication.worker import Worker
 
 URL = "s3://replicas/team"
 
 
 @pytest.fixture
-def bucket():
+def bucket(monkeypatch):
+    # The workers' threads are not started: these tests drive the service's rounds, not the shipping
+    # (tests/index/test_replication.py steps shippers and followers by hand).
+    monkeypatch.setattr(Worker, "start", lambda self: None)
     with mock_aws():
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket="replicas")
@@ -58,11 +62,6 @@ def own(name: str, incarnation: str, metric: str = "cosine") -> CollectionInfo:
     return CollectionInfo(
         name, None, dimension=4, metric=metric, incarnation=incarnation, created="2026-01-01T00:00:00+00:00"
     )
-
-
-def stop_all(replication: Replication) -> None:
-    for replicated in replication.workers.values():
-        replicated.worker.stop()
 
 
 def test_a_replica_mirrors_the_registry_and_never_follows_another_incarnation(
@@ -103,7 +102,6 @@ def test_a_replica_mirrors_the_registry_and_never_follows_another_incarnation(
     try:
         asyncio.run(scenario())
     finally:
-        stop_all(replica)
         asyncio.run(replica.lifecycle.close_all())
 
 
@@ -135,5 +133,4 @@ def test_a_writer_lists_its_collections_and_a_newer_epoch_fences_them_all(
     try:
         asyncio.run(scenario())
     finally:
-        stop_all(writer)
         asyncio.run(writer.lifecycle.close_all())

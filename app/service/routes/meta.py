@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
 
 from app.service.model_registry import INDEX_MODEL, ModelSlot
 from app.service.route_table import declare
@@ -135,11 +136,11 @@ async def readyz(request: Request) -> JSONResponse:
         name: {"status": collection.status, "error": collection.error}
         for name, collection in engines.collections.collections.items()
     }
-    states = replication.status()
+    states = await run_in_threadpool(replication.status)  # reads each collection's position: SQLite
     for name, state in states.items():  # a listed collection a replica cannot copy is served nowhere
         collections.setdefault(name, {"status": "failed", "error": state.get("error")})["replication"] = state
     summary = {"replication": replication.summary()} if replication.role != "off" else {}
-    if engines.ready and replication.ready:
+    if engines.ready and replication.ready(states):
         fill_mask = engines.fill_masks.default
         return JSONResponse(
             {
