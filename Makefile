@@ -64,7 +64,7 @@ test-deploy-replicas: install
 	$(PY) -m pytest -q -m docker tests/deploy/test_replicas.py $(PYTEST_ARGS)
 
 # Replication across hosts, on loopback (not part of `make test`): a moto S3 server, a writer and two
-# replicas as `cloze serve` processes; the tests 1-9 of tests/replication/. 6 to 9 minutes on 2 cores.
+# replicas as `cloze serve` processes; the tests 1-10 of tests/replication/. 3 to 7 minutes on 2 cores.
 test-replicas: install
 	$(PY) -m pytest -q -m replicas tests/replication $(PYTEST_ARGS)
 

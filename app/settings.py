@@ -285,12 +285,13 @@ class Settings(BaseSettings):
     # Replication across hosts (an S3-compatible bucket)
     replication_role: Literal["off", "writer", "replica"] = Field(
         "off",
-        description="`writer`: ship the default collection to the bucket (bases and the changelog's tail); "
-        "`replica`: copy it from there and follow it (writes answer 409). Credentials: the usual "
+        description="`writer`: ship every collection to the bucket (bases and the changelog's tail) and list "
+        "them there (`collections.json`); `replica`: create, copy and follow each collection listed, drop "
+        "those no longer listed (writes, creates and deletes answer 409). Credentials: the usual "
         "`AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` variables or the host's role",
     )
     replication_bucket: str | None = Field(
-        None, description="`s3://bucket[/prefix]`: where the collection's objects live"
+        None, description="`s3://bucket[/prefix]`: where the collections' objects live, one writer per prefix"
     )
     replication_endpoint: str | None = Field(
         None, description="The S3 API's address for MinIO, Garage, SeaweedFS and the like; unset: AWS"
@@ -323,7 +324,8 @@ class Settings(BaseSettings):
     replication_watchdog_s: float = Field(
         120.0,
         gt=0,
-        description="A shipper or follower thread silent this long is replaced by a new one",
+        description="A shipper or follower thread (one per collection) silent this long is replaced by a "
+        "new one",
     )
     replication_base_every: int = Field(
         20_000,

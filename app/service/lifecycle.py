@@ -20,7 +20,7 @@ import functools
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,8 @@ class Lifecycle:
     ):
         self.collections, self.models, self.settings, self.metrics = collections, models, settings, metrics
         self.started = False  # ``start`` has run: every model has been tried, the collections opened
+        # Called before a collection closes for good (replication stops its worker there)
+        self.before_close: Callable[[Collection], Awaitable[None]] | None = None
         # /metrics reads default's figures, refreshed every round here: a scrape never counts rows.
         for unit in ("documents", "chunks", "vectors"):
             metrics.index_size.labels(unit).set_function(functools.partial(self.default_figure, unit))
@@ -108,7 +110,7 @@ class Lifecycle:
                     registry.withdraw(served.name)
                     log.info("collection %r went from disk or was made again: reopening", served.name)
                     await registry.drained(served)
-                    await run_in_threadpool(close, served)
+                    await self.closing(served)
             for name, info in on_disk.items():
                 if name not in registry.collections:
                     registry.collections[name] = self.served(info)
@@ -121,6 +123,7 @@ class Lifecycle:
             path,
             info,
             read_only=self.settings.index_read_only,
+            replica=self.settings.replication_role == "replica",
             snapshots=snapshot_folder_of(self.settings.snapshots_dir, info.name, path),
         )
 
@@ -225,11 +228,17 @@ class Lifecycle:
                     registry.reinstate(collection)
             if reason is not None:
                 raise ApiError(409, f"name: {reason}: try again when that is over", "name")
-            await run_in_threadpool(close, collection)
+            await self.closing(collection)
             try:
                 await run_in_threadpool(_remove, registry.root, collection)
             except CollectionError as exc:
                 raise ApiError(exc.status, str(exc), exc.field) from exc
+
+    async def closing(self, collection: Collection) -> None:
+        """Close a withdrawn collection, after what ``before_close`` stops."""
+        if self.before_close is not None:
+            await self.before_close(collection)
+        await run_in_threadpool(close, collection)
 
     async def close_all(self) -> None:
         for collection in list(self.collections.collections.values()):

@@ -82,7 +82,7 @@ def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
     app.state.lifecycle = Lifecycle(app.state.engines.collections, embedding_models, settings, metrics)
     app.state.jobs = JobRegistry(keep=settings.max_jobs_kept)
     app.state.engines.bound(settings.max_pending)
-    app.state.replication = Replication(settings, app.state.engines)
+    app.state.replication = Replication(settings, app.state.engines, app.state.lifecycle)
     install_error_handlers(app)
     for module in (inference, rerank, meta, playground, collections):
         app.include_router(module.router)

@@ -22,6 +22,13 @@ from harness.replication import MotoServer, TcpProxy, replication_env
 STALE_AFTER_S = 3.0
 WATCHDOG_S = 5.0
 ACK_TIMEOUT_S = 3.0
+WRITER_ONLY_MODEL = "writer-only"
+
+
+def volume(work: Path, name: str) -> dict[str, str]:
+    """A host's own volume: its index folder and its collections' data root (unset, every process here would
+    share ``work/collections``)."""
+    return {"CLOZE_INDEX": str(work / name), "CLOZE_COLLECTIONS_DIR": str(work / f"{name}-collections")}
 
 
 @dataclass
@@ -38,7 +45,7 @@ class Cluster:
 
     def replica_env(self, number: int) -> dict[str, str]:
         return {
-            "CLOZE_INDEX": str(self.chain.work / f"replica{number}"),
+            **volume(self.chain.work, f"replica{number}"),
             "CLOZE_INDEX_PAUSE_AT": "replication",  # fires only while the test arms it (test 8)
             **replication_env(
                 "replica",
@@ -60,7 +67,9 @@ class Cluster:
 
     def start_writer(self) -> Server:
         env = replication_env("writer", self.moto.url, poll_s="0.3", ack_timeout_s=str(ACK_TIMEOUT_S))
-        return self.chain.start("writer", env)
+        # a second model the replicas lack: its collection is listed, and not followable there (test 10)
+        env["CLOZE_MODELS"] = f"{WRITER_ONLY_MODEL}={self.chain.model}"
+        return self.chain.start("writer", env | volume(self.chain.work, "writer"))
 
     # The faults of tests/replication/scenarios.py: a replica's proxy cut, the moto server stopped.
     def cut(self, number: int) -> None:
@@ -76,14 +85,16 @@ class Cluster:
         self.moto.resume()
 
 
-def replication(server: Server) -> dict[str, Any]:
+def replication(server: Server, collection: str = "default") -> dict[str, Any]:
     answer = httpx.get(server.url + "/readyz", headers=AUTH, timeout=5)
     assert answer.status_code == 200, answer.text
-    return answer.json()["collections"]["default"]["replication"]
+    return answer.json()["collections"][collection]["replication"]
 
 
-def documents(server: Server, filters: str | None = None) -> dict[str, tuple[str, dict]]:
-    """Every document the server holds (paged), id -> (text, metadata)."""
+def documents(
+    server: Server, filters: str | None = None, collection: str = "default"
+) -> dict[str, tuple[str, dict]]:
+    """Every document the server holds in ``collection`` (paged), id -> (text, metadata)."""
     found: dict[str, tuple[str, dict]] = {}
     cursor = None
     with httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as http:
@@ -93,31 +104,41 @@ def documents(server: Server, filters: str | None = None) -> dict[str, tuple[str
                 params["cursor"] = cursor
             if filters:
                 params["filter"] = filters
-            page = http.get("/documents", params=params).json()
+            answer = http.get(f"/collections/{collection}/documents", params=params)
+            assert answer.status_code == 200, answer.text
+            page = answer.json()
             found |= {d["id"]: (d["text"], d["metadata"]) for d in page["documents"]}
             cursor = page["next_cursor"]
             if not cursor:
                 return found
 
 
-def wait_converged(cluster: Cluster, timeout: float = 30, replicas: list[Server] | None = None) -> float:
-    """Seconds until every replica applied the writer's last sequence of its live version."""
+def wait_converged(
+    cluster: Cluster,
+    timeout: float = 30,
+    replicas: list[Server] | None = None,
+    collections: tuple[str, ...] = ("default",),
+) -> float:
+    """Seconds until every replica applied the writer's last sequence of the live version of each of
+    ``collections``, the same incarnation."""
     started = time.monotonic()
     deadline = started + timeout
     last: list[dict] = []
     while time.monotonic() < deadline:
-        writer = replication(cluster.writer)  # {"waiting": ...} until its shipper starts
-        last = [writer]
-        done = "version" in writer
-        for server in replicas or cluster.replicas:
-            with contextlib.suppress(httpx.HTTPError, AssertionError):
-                state = replication(server)
-                last.append(state)
-                if state.get("version") == writer.get("version") and state.get("applied_seq") == writer.get(
-                    "seq"
-                ):
-                    continue
-            done = False
+        last, done = [], True
+        for name in collections:
+            writer = replication(cluster.writer, name)  # {"waiting": ...} until its shipper starts
+            last.append(writer)
+            done = done and "version" in writer
+            for server in replicas or cluster.replicas:
+                with contextlib.suppress(httpx.HTTPError, AssertionError, KeyError):
+                    state = replication(server, name)
+                    last.append(state)
+                    if [state.get(k) for k in ("version", "applied_seq", "incarnation")] == [
+                        writer.get(k) for k in ("version", "seq", "incarnation")
+                    ]:
+                        continue
+                done = False
         if done:
             return time.monotonic() - started
         time.sleep(0.1)

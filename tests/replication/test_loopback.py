@@ -26,9 +26,11 @@ from tests.replication.conftest import (
     ACK_TIMEOUT_S,
     STALE_AFTER_S,
     WATCHDOG_S,
+    WRITER_ONLY_MODEL,
     Cluster,
     documents,
     replication,
+    volume,
     wait_converged,
 )
 
@@ -150,6 +152,128 @@ def test_8_a_frozen_follower_is_restarted_by_the_watchdog(cluster: Cluster) -> N
         marker.unlink(missing_ok=True)  # the old thread wakes, finds itself replaced, and ends
 
 
+def put_documents(server: Server, collection: str, docs: list[dict], **params: str) -> httpx.Response:
+    url = f"{server.url}/collections/{collection}/documents"
+    return httpx.put(url, params=params, json=docs, headers=AUTH, timeout=30)
+
+
+def described(server: Server, collection: str) -> dict:
+    answer = httpx.get(f"{server.url}/collections/{collection}", headers=AUTH, timeout=10)
+    assert answer.status_code == 200, answer.text
+    return {k: answer.json()[k] for k in ("model", "dimension", "metric", "documents", "chunks")}
+
+
+def hits(server: Server, collection: str, body: dict) -> list[tuple[str, float]]:
+    url = f"{server.url}/collections/{collection}/search"
+    answer = httpx.post(url, json={"top_k": 5, **body}, headers=AUTH, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return [(hit["id"], round(hit["score"], 4)) for hit in answer.json()["results"]]
+
+
+def vector_docs(prefix: str, count: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [
+        {
+            "id": f"{prefix}-{i}",
+            "text": f"{prefix} item {i}",
+            "vector": [rng.uniform(-1, 1) for _ in range(4)],
+        }
+        for i in range(count)
+    ]
+
+
+def create_collection(server: Server, body: dict) -> None:
+    answer = httpx.post(server.url + "/collections", json=body, headers=AUTH, timeout=60)
+    assert answer.status_code == 201, answer.text
+
+
+def delete_collection(server: Server, name: str) -> None:
+    answer = httpx.delete(f"{server.url}/collections/{name}", headers=AUTH, timeout=60)
+    assert answer.status_code == 200, answer.text
+
+
+def test_10_every_collection_is_replicated_and_one_made_again_never_mixes(cluster: Cluster, record) -> None:
+    """After test 8 (its pause freezes default's follower alone), so the tests after it run with several
+    collections: a model's, one of own vectors, and one whose model the replicas lack."""
+    writer, replicas = cluster.writer, cluster.replicas
+    create_collection(writer, {"name": "notes", "model": "default"})
+    notes = cluster.chain.new_docs(12)
+    # acknowledged remotely at once: only once the registry lists the collection and its tail is shipped
+    assert put_documents(writer, "notes", notes[:6], ack="remote").status_code == 200
+    assert put_documents(writer, "notes", notes[6:]).status_code == 200
+    create_collection(writer, {"name": "vectors", "dimension": 4, "metric": "cosine"})
+    old = vector_docs("old", 8, 1)
+    assert put_documents(writer, "vectors", old).status_code == 200
+    create_collection(writer, {"name": "writer-model", "model": WRITER_ONLY_MODEL})
+    wait_converged(cluster, timeout=60, collections=("notes", "vectors"))
+    probes = [{"query": d["text"], "mode": mode} for d in notes[:3] for mode in ("dense", "bm25", "hybrid")]
+    probes += [{"vector": d["vector"]} for d in old[:3]] + [{"query": "old item", "mode": "bm25"}]
+    for replica in replicas:
+        for name in ("notes", "vectors"):
+            assert documents(replica, collection=name) == documents(writer, collection=name)
+            assert described(replica, name) == described(writer, name)
+        for probe in probes:
+            name = "vectors" if "vector" in probe or probe["query"] == "old item" else "notes"
+            assert hits(replica, name, probe) == hits(writer, name, probe), (name, probe)
+        ready = httpx.get(replica.url + "/readyz", headers=AUTH, timeout=5)
+        assert ready.status_code == 200, ready.text  # a collection it cannot follow leaves it in service
+        unfollowed = ready.json()["collections"]["writer-model"]
+        assert unfollowed["status"] == "failed" and WRITER_ONLY_MODEL in unfollowed["error"], unfollowed
+        assert "CLOZE_MODELS" in unfollowed["error"]
+        refused = [
+            put_documents(replica, "notes", notes[:1]),
+            httpx.post(replica.url + "/collections", json={"name": "x", "dimension": 4}, headers=AUTH),
+            httpx.delete(replica.url + "/collections/notes", headers=AUTH),
+        ]
+        assert [r.status_code for r in refused] == [409, 409, 409], [r.text for r in refused]
+
+    # Deleted and made again under its name: the replicas drop their copy and copy the new one, never a mix.
+    delete_collection(writer, "vectors")
+    create_collection(writer, {"name": "vectors", "dimension": 4, "metric": "dot"})
+    new = vector_docs("new", 5, 2)
+    assert put_documents(writer, "vectors", new, ack="remote").status_code == 200
+    old_ids, new_ids = {d["id"] for d in old}, {d["id"] for d in new}
+    seen: list[set[str]] = []
+    started = time.monotonic()
+    while time.monotonic() - started < 60:
+        for replica in replicas:
+            with contextlib.suppress(AssertionError):  # 404 or 503 while the replica swaps them
+                seen.append(set(documents(replica, collection="vectors")))
+        with contextlib.suppress(TimeoutError):
+            wait_converged(cluster, timeout=0.5, collections=("vectors",))
+            break
+    record("made_again_converged_s", time.monotonic() - started)
+    assert all(held <= old_ids or held <= new_ids for held in seen), [sorted(h) for h in seen]
+    for replica in replicas:
+        assert documents(replica, collection="vectors") == documents(writer, collection="vectors")
+        assert described(replica, "vectors")["metric"] == "dot"
+        assert hits(replica, "vectors", {"vector": new[0]["vector"]}) == hits(
+            writer, "vectors", {"vector": new[0]["vector"]}
+        )
+
+    # A replica started after all that copies every collection.
+    env = cluster.replica_env(0) | replication_env("replica", cluster.moto.url, poll_s="0.3")
+    fresh = cluster.chain.spawn("fresh", env | volume(cluster.chain.work, "fresh"))
+    try:
+        started = time.monotonic()
+        wait_ready(fresh)
+        wait_converged(cluster, timeout=60, replicas=[fresh], collections=("default", "notes", "vectors"))
+        record("fresh_replica_every_collection_s", time.monotonic() - started)
+        for name in ("default", "notes", "vectors"):
+            assert documents(fresh, collection=name) == documents(writer, collection=name)
+    finally:
+        fresh.kill()
+    delete_collection(writer, "writer-model")
+    deadline = time.monotonic() + 10
+    while any("writer-model" in ready_collections(r) for r in replicas) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any("writer-model" in ready_collections(r) for r in replicas)
+
+
+def ready_collections(server: Server) -> dict:
+    return httpx.get(server.url + "/readyz", headers=AUTH, timeout=5).json()["collections"]
+
+
 def test_5_a_paused_bucket_stops_remote_acks_not_local_writes(cluster: Cluster, record) -> None:
     figures = scenarios.a_paused_bucket(cluster, ACK_TIMEOUT_S)
     record("paused_bucket_local_write_s", figures["local_write_s"])
@@ -182,10 +306,10 @@ def test_9_failover_by_the_runbook_loses_no_acknowledged_write(cluster: Cluster)
     """After test 6: the dead writer's volume is deleted, replica 1 is promoted with epoch 2 (the runbook in
     docs/deployment.md), replica 0 follows it; the old writer started again at epoch 1 is fenced."""
     chain = cluster.chain
-    shutil.rmtree(chain.root)  # the writer's volume is gone: only the bucket and the replicas remain
-    promoted_folder = chain.work / "replica1"
+    for folder in volume(chain.work, "writer").values():  # the writer's volume is gone: only the bucket
+        shutil.rmtree(folder, ignore_errors=True)  # and the replicas remain
     cluster.replicas[1].kill()
-    writer_env = {"CLOZE_INDEX": str(promoted_folder), "CLOZE_INDEX_PAUSE_AT": ""}
+    writer_env = volume(chain.work, "replica1") | {"CLOZE_INDEX_PAUSE_AT": ""}
     chain.start("promoted", writer_env | replication_env("writer", cluster.moto.url, epoch="2", poll_s="0.3"))
     cluster.replicas = cluster.replicas[:1]
     wait_converged(cluster, timeout=60)
@@ -198,10 +322,12 @@ def test_9_failover_by_the_runbook_loses_no_acknowledged_write(cluster: Cluster)
     chain.acked |= {d["id"]: d["text"] for d in more}
     wait_converged(cluster)
     assert set(documents(cluster.replicas[0])) == set(chain.acked)
+    wait_converged(cluster, timeout=60, collections=("notes", "vectors"))  # test 10's, copied at epoch 2
+    for name in ("notes", "vectors"):
+        assert documents(cluster.replicas[0], collection=name) == documents(cluster.writer, collection=name)
+        assert replication(cluster.replicas[0], name)["epoch"] == 2
 
-    zombie = chain.spawn(
-        "zombie", {"CLOZE_INDEX": str(chain.work / "zombie")} | replication_env("writer", cluster.moto.url)
-    )
+    zombie = chain.spawn("zombie", volume(chain.work, "zombie") | replication_env("writer", cluster.moto.url))
     try:
         wait_ready(zombie)
         deadline = time.monotonic() + 30

@@ -82,8 +82,7 @@ async def create(body: CollectionCreate, request: Request) -> CollectionOut:
     settings, engines = request.app.state.settings, request.app.state.engines
     if problem := collection_name_problem(body.name):
         raise ApiError(422, f"name: {body.name!r} is not a collection name: {problem}", "name")
-    if settings.index_read_only:
-        raise ReadOnlyIndex("this service is read-only: create collections on the writer")
+    refuse_on_a_copy(settings, "create")
     info, encoder = _new_collection(body, engines)
     async with request.app.state.lifecycle.created(info, encoder) as collection:
         return await engines.work_pool.run(describe, collection)
@@ -106,8 +105,7 @@ async def delete(name: CollectionName, request: Request) -> CollectionDeleted:
             "delete its documents, or restore a snapshot",
             "name",
         )
-    if settings.index_read_only:
-        raise ReadOnlyIndex("this service is read-only: delete collections on the writer")
+    refuse_on_a_copy(settings, "delete")
 
     def busy(name: str) -> str | None:
         running = jobs.running(name)
@@ -115,6 +113,18 @@ async def delete(name: CollectionName, request: Request) -> CollectionDeleted:
 
     await request.app.state.lifecycle.delete(name, busy)
     return CollectionDeleted(deleted=name)
+
+
+def refuse_on_a_copy(settings: Any, verb: str) -> None:
+    """409 on a read-only service and on a replica: collections are made and removed on the writer (a
+    replica mirrors the writer's list)."""
+    if settings.index_read_only:
+        raise ReadOnlyIndex(f"this service is read-only: {verb} collections on the writer")
+    if settings.replication_role == "replica":
+        raise ReadOnlyIndex(
+            f"this service is a replica (CLOZE_REPLICATION_ROLE=replica): {verb} collections on the writer, "
+            "and the replicas follow"
+        )
 
 
 def _new_collection(body: CollectionCreate, engines: Any) -> tuple[CollectionInfo, Any]:

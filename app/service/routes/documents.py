@@ -75,7 +75,7 @@ async def upsert_documents(
     mode = request.app.state.replication.admit(collection.name, ack)
     if own is not None:
         count = await engines.write_pool.run(_commit_own_vectors, index, own, documents)
-        await request.app.state.replication.acknowledge(mode, index)
+        await request.app.state.replication.acknowledge(mode, collection, index)
         return UpsertResponse(upserted=count)
     engines.require_encoder(collection.model)
     # Chunk, embed through the batcher beside the queries (bulk: they go first), then commit: one write at
@@ -85,7 +85,7 @@ async def upsert_documents(
     )
     _, vectors = await engines.embed(chunk_texts(chunked), normalize=True, bulk=True, model=collection.model)
     count = await engines.write_pool.run(index.commit, attach_vectors(chunked, vectors))
-    await request.app.state.replication.acknowledge(mode, index)
+    await request.app.state.replication.acknowledge(mode, collection, index)
     return UpsertResponse(upserted=count)
 
 
@@ -201,5 +201,5 @@ async def delete_document(
     mode = request.app.state.replication.admit(collection.name, ack)
     if not await engines.write_pool.run(index.delete, doc_id):
         raise ApiError(404, f"no document with id {doc_id!r}", "doc_id")
-    await request.app.state.replication.acknowledge(mode, index)
+    await request.app.state.replication.acknowledge(mode, collection, index)
     return DeleteResponse(deleted=doc_id)

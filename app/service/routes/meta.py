@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
 
 from app.service.model_registry import INDEX_MODEL, ModelSlot
 from app.service.route_table import declare
@@ -124,19 +125,22 @@ async def readyz(request: Request) -> JSONResponse:
     """Ready to serve: the default embedding model is loaded and the collection ``default`` is open and
     reads (the probe of every round) and, on a replica, holds a copy of the writer's; else 503 with why.
     ``collections`` reports each collection's status and error: another collection that fails answers 503
-    on its own routes but does not take the service out of rotation. With replication, default's entry
-    carries ``replication``: how current a replica is (applied sequence, lag, staleness; a stale replica
-    stays ready and says so) or how far a writer has shipped. With keys set, only for a key holder (the
+    on its own routes but does not take the service out of rotation. With replication, each collection's
+    entry carries ``replication``: how current a replica's copy is (applied sequence, lag, staleness; a stale
+    replica stays ready and says so) or how far a writer has shipped it; a collection the writer lists that
+    a replica cannot copy (its model is not configured here) is listed as failed, saying why; top-level
+    ``replication`` gives the role, the registry's last error and the fence. With keys set, only for a key holder (the
     reasons name files)."""
     engines, replication = request.app.state.engines, request.app.state.replication
     collections: dict[str, dict[str, Any]] = {
         name: {"status": collection.status, "error": collection.error}
         for name, collection in engines.collections.collections.items()
     }
-    copy = replication.status()
-    if copy is not None:
-        collections[DEFAULT_COLLECTION]["replication"] = copy
-    if engines.ready and replication.ready:
+    states = await run_in_threadpool(replication.status)  # reads each collection's position: SQLite
+    for name, state in states.items():  # a listed collection a replica cannot copy is served nowhere
+        collections.setdefault(name, {"status": "failed", "error": state.get("error")})["replication"] = state
+    summary = {"replication": replication.summary()} if replication.role != "off" else {}
+    if engines.ready and replication.ready(states):
         fill_mask = engines.fill_masks.default
         return JSONResponse(
             {
@@ -145,11 +149,12 @@ async def readyz(request: Request) -> JSONResponse:
                 "fill_mask_error": fill_mask.error,
                 "collections": collections,
             }
+            | summary
         )
     reason = (
         engines.models.default.error
         or engines.collections.default.error
-        or (copy or {}).get("waiting")
+        or states.get(DEFAULT_COLLECTION, {}).get("waiting")
         or "loading"
     )
     headers = None if engines.load_failed else {"Retry-After": "2"}
@@ -159,7 +164,8 @@ async def readyz(request: Request) -> JSONResponse:
             "reason": reason,
             "attempts": engines.load_attempts,
             "collections": collections,
-        },
+        }
+        | summary,
         503,
         headers=headers,
     )
