@@ -103,9 +103,11 @@ def test_replicas_profile_gives_each_server_its_own_volume_and_the_bucket_its_ow
         assert env["CLOZE_REPLICATION_BUCKET"] == "s3://cloze-replicas/cluster"
         assert env["CLOZE_REPLICATION_ENDPOINT"] == "http://s3:9000"
         assert env["CLOZE_INDEX_READ_ONLY"] == "false" and env["CLOZE_INDEX"] == "/data/index"
-        index = next(v for v in services[name]["volumes"] if v["target"] == "/data/index")
-        assert not index.get("read_only")
-        volumes[name] = index["source"]
+        # the index, the other collections and the replication work folder all live on the server's volume
+        assert env["CLOZE_COLLECTIONS_DIR"] == "/data/collections"
+        data = next(v for v in services[name]["volumes"] if v["target"] == "/data")
+        assert not data.get("read_only")
+        volumes[name] = data["source"]
         assert set(services[name]["networks"]) == {"front", "wan"}
         assert services[name]["depends_on"]["s3-bucket"]["condition"] == "service_completed_successfully"
     assert len(set(volumes.values())) == 3, volumes
