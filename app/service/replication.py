@@ -58,6 +58,7 @@ class Replication:
                 settings.replication_base_every,
                 writer_identity(Path(settings.index)),
                 settings.replication_poll_s,
+                settings.replication_gc_after_s or None,
             )
         return Follower(lambda: self.index, bucket, keys, self.work_folder(), settings.replication_poll_s)
 

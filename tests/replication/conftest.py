@@ -22,6 +22,7 @@ from harness.replication import MotoServer, TcpProxy, replication_env
 STALE_AFTER_S = 3.0
 WATCHDOG_S = 5.0
 ACK_TIMEOUT_S = 3.0
+GC_AFTER_S = 2.0  # old versions' objects go within seconds (test 7)
 
 
 @dataclass
@@ -59,7 +60,13 @@ class Cluster:
         return server
 
     def start_writer(self) -> Server:
-        env = replication_env("writer", self.moto.url, poll_s="0.3", ack_timeout_s=str(ACK_TIMEOUT_S))
+        env = replication_env(
+            "writer",
+            self.moto.url,
+            poll_s="0.3",
+            ack_timeout_s=str(ACK_TIMEOUT_S),
+            gc_after_s=str(GC_AFTER_S),
+        )
         return self.chain.start("writer", env)
 
 

@@ -22,6 +22,7 @@ from harness.crashes import AUTH, Server, wait_ready
 from harness.replication import BUCKET, replication_env
 from tests.replication.conftest import (
     ACK_TIMEOUT_S,
+    GC_AFTER_S,
     STALE_AFTER_S,
     WATCHDOG_S,
     Cluster,
@@ -43,6 +44,11 @@ def top_hit(server: Server, text: str) -> str | None:
     assert answer.status_code == 200, answer.text
     results = answer.json()["results"]
     return results[0]["id"] if results else None
+
+
+def bucket_keys(cluster: Cluster) -> list[str]:
+    pages = cluster.moto.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+    return [item["Key"] for page in pages for item in page.get("Contents", [])]
 
 
 def search_ids(server: Server, text: str, mode: str) -> list[str]:
@@ -227,6 +233,16 @@ def test_7_a_rebuild_and_a_restore_reach_the_replicas(cluster: Cluster) -> None:
     assert not set(expected) & {d["id"] for d in rolled_back}
     for replica in cluster.replicas:
         assert documents(replica) == expected
+    # the writer's garbage collection: the versions before the restore's leave the bucket, its own stays
+    live = f"e1/v{replication(writer)['version']}/"
+    deadline = time.monotonic() + GC_AFTER_S + 20
+    while time.monotonic() < deadline:
+        held = {key.split("/default/", 1)[1] for key in bucket_keys(cluster)}
+        if all(key.startswith((live, "e1/heartbeat")) or key == "CURRENT.json" for key in held):
+            break
+        time.sleep(0.5)
+    assert any(key.startswith(live + "base-") for key in held), held
+    assert all(key.startswith((live, "e1/heartbeat")) or key == "CURRENT.json" for key in held), held
 
 
 def test_8_a_frozen_follower_is_restarted_by_the_watchdog(cluster: Cluster) -> None:
