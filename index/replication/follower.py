@@ -118,12 +118,19 @@ class Follower(Worker):
                 log.info("base %s is gone from the bucket: reading CURRENT.json again", current["base"])
                 return
             self.alive()
+            downloaded = time.monotonic()
             index.restore(archive)
         seq = int(current["base_seq"])
         position = Position(int(current["epoch"]), int(current["version"]), seq)
         index.apply_batch(ChangeBatch(seq, seq), {POSITION: json.dumps(asdict(position))})
         self.waiting = None
-        log.info("copied base %s in %.1f s", current["base"], time.monotonic() - started)
+        log.info(
+            "copied base %s in %.1f s (download %.1f s, verified restore %.1f s)",
+            current["base"],
+            time.monotonic() - started,
+            downloaded - started,
+            time.monotonic() - downloaded,
+        )
 
     def status(self, index: Any, stale_after: float) -> dict[str, Any]:
         position = self.position(index)

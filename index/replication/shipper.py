@@ -88,8 +88,9 @@ class Shipper(Worker):
                 with self.shipped_cond:
                     self.shipped_cond.notify_all()
                 return
-        if time.monotonic() - self.heartbeat_at >= HEARTBEAT_S:
-            self._heartbeat(index)
+        since = time.monotonic() - self.heartbeat_at
+        if since >= 2 * HEARTBEAT_S or (since >= HEARTBEAT_S and not self.kicked):
+            self._heartbeat(index)  # a write waiting to ship goes first (a remote-mode ack waits on it)
         self._collect_garbage_when_due()
 
     def _ship(self, index: Any) -> None:
