@@ -4,6 +4,7 @@ same against `cloze serve` processes and a moto server, with kills, a cut networ
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,18 @@ def bucket():
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket="replicas")
         yield Bucket(URL, client=client)
+
+
+@pytest.fixture
+def pair(tmp_path: Path, tiny_encoder) -> Iterator[tuple[SearchIndex, SearchIndex]]:
+    """A writer's index and a replica's."""
+    writer = SearchIndex.open(tmp_path / "w", tiny_encoder)
+    replica = SearchIndex.open(tmp_path / "r", tiny_encoder)
+    try:
+        yield writer, replica
+    finally:
+        replica.close()
+        writer.close()
 
 
 def shipper(
@@ -83,40 +96,35 @@ def test_a_segment_carries_a_batch_whole(tmp_path: Path, tiny_encoder) -> None:
         index.close()
 
 
-def test_a_replica_copies_the_base_then_follows_the_tail(tmp_path: Path, tiny_encoder, bucket) -> None:
-    writer = SearchIndex.open(tmp_path / "w", tiny_encoder)
-    replica = SearchIndex.open(tmp_path / "r", tiny_encoder)
+def test_a_replica_copies_the_base_then_follows_the_tail(tmp_path: Path, tiny_encoder, bucket, pair) -> None:
+    writer, replica = pair
     ship = shipper(writer, bucket, 1, "writer", tmp_path)
     follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
-    try:
-        writer.upsert(docs(8, 1, "a"))
-        step(ship)  # the first base
-        step(follower)
-        assert everything(replica) == everything(writer)
+    writer.upsert(docs(8, 1, "a"))
+    step(ship)  # the first base
+    step(follower)
+    assert everything(replica) == everything(writer)
 
-        writer.upsert(docs(4, 2, "b"))
-        writer.delete("a1")
-        step(ship)  # one segment
-        step(follower)
-        step(follower)
-        assert everything(replica) == everything(writer) and "a1" not in everything(replica)
-        status = follower.status(replica, stale_after=10)
-        assert status["applied_seq"] == writer.position()[1] and status["lag"] == 0 and not status["stale"]
-        hits = replica.search(tiny_encoder.embed(["x"], normalize=True)[0], "", top_k=3)
-        assert len(hits) == 3
-        assert replica.stats() == writer.stats()
+    writer.upsert(docs(4, 2, "b"))
+    writer.delete("a1")
+    step(ship)  # one segment
+    step(follower)
+    step(follower)
+    assert everything(replica) == everything(writer) and "a1" not in everything(replica)
+    status = follower.status(replica, stale_after=10)
+    assert status["applied_seq"] == writer.position()[1] and status["lag"] == 0 and not status["stale"]
+    hits = replica.search(tiny_encoder.embed(["x"], normalize=True)[0], "", top_k=3)
+    assert len(hits) == 3
+    assert replica.stats() == writer.stats()
 
-        writer.rebuild()  # a new version: a new base, which the replica restores
-        writer.upsert(docs(2, 3, "c"))
-        step(ship)
-        step(ship)
-        step(follower)
-        step(follower)
-        assert everything(replica) == everything(writer)
-        assert follower.position(replica).version == writer.position()[0]
-    finally:
-        replica.close()
-        writer.close()
+    writer.rebuild()  # a new version: a new base, which the replica restores
+    writer.upsert(docs(2, 3, "c"))
+    step(ship)
+    step(ship)
+    step(follower)
+    step(follower)
+    assert everything(replica) == everything(writer)
+    assert follower.position(replica).version == writer.position()[0]
 
 
 def test_a_writer_of_an_older_epoch_is_fenced(tmp_path: Path, tiny_encoder, bucket) -> None:
@@ -208,41 +216,36 @@ def test_garbage_is_what_lies_behind_the_newest_settled_base() -> None:
 
 
 def test_the_writer_deletes_old_bases_and_a_replica_behind_them_copies_the_current_one(
-    tmp_path: Path, tiny_encoder, bucket
+    tmp_path: Path, tiny_encoder, bucket, pair
 ) -> None:
-    writer = SearchIndex.open(tmp_path / "w", tiny_encoder)
-    replica = SearchIndex.open(tmp_path / "r", tiny_encoder)
+    writer, replica = pair
     keys = bucket.keys("default")
     ship = shipper(writer, bucket, 1, "writer", tmp_path, base_every=4, gc_after_s=3600)
     follower = Follower(lambda: replica, bucket, keys, tmp_path / "r.work")
-    try:
-        writer.upsert(docs(3, 1, "a"))
-        step(ship)  # the first base
-        step(follower)
-        first = bucket.get_json(keys.current)[0]
-        for round_ in range(3):  # segments, then a new base past every 4 changes
-            writer.upsert(docs(3, 10 + round_, f"b{round_}"))
-            step(ship)
-        current = bucket.get_json(keys.current)[0]
-        assert current["base_seq"] > first["base_seq"]
-        before = bucket.list_after(keys.root + "/", "")
-        assert ship.collect_garbage() == []  # nothing has been current for an hour yet
+    writer.upsert(docs(3, 1, "a"))
+    step(ship)  # the first base
+    step(follower)
+    first = bucket.get_json(keys.current)[0]
+    for round_ in range(3):  # segments, then a new base past every 4 changes
+        writer.upsert(docs(3, 10 + round_, f"b{round_}"))
+        step(ship)
+    current = bucket.get_json(keys.current)[0]
+    assert current["base_seq"] > first["base_seq"]
+    before = bucket.list_after(keys.root + "/", "")
+    assert ship.collect_garbage() == []  # nothing has been current for an hour yet
 
-        ship.gc_after_s = 0
-        doomed = ship.collect_garbage()
-        after = bucket.list_after(keys.root + "/", "")
-        assert first["base"] in doomed and current["base"] in after and keys.current in after
-        assert set(after) == set(before) - set(doomed)
-        assert all(keys.segment_range(key)[1] > current["base_seq"] for key in after if "/tail/" in key)
+    ship.gc_after_s = 0
+    doomed = ship.collect_garbage()
+    after = bucket.list_after(keys.root + "/", "")
+    assert first["base"] in doomed and current["base"] in after and keys.current in after
+    assert set(after) == set(before) - set(doomed)
+    assert all(keys.segment_range(key)[1] > current["base_seq"] for key in after if "/tail/" in key)
 
-        copied = replica.position()[0]
-        follower._bootstrap(replica, first)  # a copy of a base deleted meanwhile: given up, no error
-        assert replica.position()[0] == copied
-        step(follower)  # behind the current base, its tail gone: copies the current base
-        assert replica.position()[0] > copied
-        step(follower)
-        assert everything(replica) == everything(writer)
-        assert follower.position(replica).seq == writer.position()[1]
-    finally:
-        replica.close()
-        writer.close()
+    copied = replica.position()[0]
+    follower._bootstrap(replica, first)  # a copy of a base deleted meanwhile: given up, no error
+    assert replica.position()[0] == copied
+    step(follower)  # behind the current base, its tail gone: copies the current base
+    assert replica.position()[0] > copied
+    step(follower)
+    assert everything(replica) == everything(writer)
+    assert follower.position(replica).seq == writer.position()[1]
