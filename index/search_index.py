@@ -315,14 +315,16 @@ class SearchIndex:
         before the call, none after it; searches and writes go on while it is written."""
         return take_snapshot(lambda: self._live, self._mutate, folder, compression, keep)
 
-    def restore(self, archive: Path) -> dict[str, Any]:
+    def restore(self, archive: Path, private: bool = False) -> dict[str, Any]:
         """Replace the collection with the snapshot in ``archive``: verified whole before anything is written
         (``BadArchive`` names the problem; the live version is untouched), extracted into a new version, then
         published and swapped in under the writer lock, as a rebuild is. Writes acknowledged between the
-        snapshot and this restore are not in it: that is what a restore (a rollback) means."""
+        snapshot and this restore are not in it: that is what a restore (a rollback) means. ``private``: the
+        archive is the caller's own file, which nothing else changes (a replica's download): its data is
+        checksummed once, as it is extracted into the unpublished draft, not also before."""
         self.require_writable()
         expected = ExpectedModel(self.encoder.info.fingerprint, int(self.encoder.dimension))
-        info = verify_archive(archive, expected, self.root)
+        info = verify_archive(archive, expected, self.root, data_checksums=not private)
         with layout.build_lock(self.root):
             number = layout.next_version(self.root)
             fresh: OpenVersion | None = None

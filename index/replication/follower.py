@@ -119,7 +119,7 @@ class Follower(Worker):
                 return
             self.alive()
             downloaded = time.monotonic()
-            index.restore(archive)
+            index.restore(archive, private=True)  # our own download: checksummed once, as it is extracted
         seq = int(current["base_seq"])
         position = Position(int(current["epoch"]), int(current["version"]), seq)
         index.apply_batch(ChangeBatch(seq, seq), {POSITION: json.dumps(asdict(position))})

@@ -182,8 +182,9 @@ def damaged_archives(good: Path, tmp_path: Path) -> dict[str, tuple[Path, str]]:
     }
 
 
+@pytest.mark.parametrize("private", [False, True], ids=["uploaded", "private"])
 def test_damaged_and_foreign_archives_are_refused_and_the_live_index_is_untouched(
-    live: SearchIndex, tmp_path: Path
+    live: SearchIndex, tmp_path: Path, private: bool
 ) -> None:
     live.upsert(docs(25, 8, "k-"))
     good = tmp_path / "snaps" / live.snapshot(tmp_path / "snaps")["name"]
@@ -191,7 +192,7 @@ def test_damaged_and_foreign_archives_are_refused_and_the_live_index_is_untouche
     current, versions, ids = layout.current_version(live.root), layout.all_versions(live.root), all_ids(live)
     for case, (archive, words) in damaged_archives(good, tmp_path).items():
         with pytest.raises(snapshots.BadArchive) as refused:
-            live.restore(archive)
+            live.restore(archive, private=private)  # private: the bit flip is found while extracting
         assert words in str(refused.value), (case, str(refused.value))
         assert layout.current_version(live.root) == current and layout.all_versions(live.root) == versions, (
             case
