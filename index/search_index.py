@@ -178,11 +178,14 @@ class SearchIndex:
                 report_repair(self._on_repair, "unopenable-version", f"published version {number}: {exc}")
                 return False
             with self._mutate:
-                old = self._swap(fresh)
-                self._catch_up()
-                self._live.verify()
+                if self._live.number == number:  # this process published it meanwhile (a restore, a rebuild)
+                    old, swapped = fresh, False  # readers hold the live copy: never close that one under them
+                else:
+                    old, swapped = self._swap(fresh), True
+                    self._catch_up()
+                    self._live.verify()
             old.close(save=False)
-            return True
+            return swapped
         with self._mutate:
             return self._catch_up() > 0
 
