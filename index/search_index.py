@@ -380,13 +380,17 @@ class SearchIndex:
             self._apply_landed("a replicated batch")
 
     def position(self) -> tuple[int, int]:
-        """The live version's number and its last changelog sequence (no lock: /readyz asks on the event loop)."""
-        live = self._live
-        return live.number, live.store.max_seq()
+        """The live version's number and its last changelog sequence. Under the readers' lock (/readyz asks
+        every poll, on the event loop; it waits at most for one FAISS update): a restore or rebuild closes the
+        version it replaced only once no reader holds it, and a store closed under a query can crash."""
+        with self._rw.read():
+            live = self._live
+            return live.number, live.store.max_seq()
 
     def state(self, key: str) -> str | None:
         """A value the live version's store keeps beside the documents (``apply_batch``'s ``state``)."""
-        return self._live.store.get_state(key)
+        with self._rw.read():
+            return self._live.store.get_state(key)
 
     # ---- search -------------------------------------------------------------------------------------
 
