@@ -333,6 +333,13 @@ class Settings(BaseSettings):
         description="Changelog entries after which the writer ships a new base, so a fresh replica replays "
         "a short tail",
     )
+    replication_gc_after_s: float = Field(
+        3600.0,
+        ge=0,
+        description="The writer deletes a base, and the tail segments before it, once a newer base has been "
+        "current this long (longer than any replica takes to copy a base); older versions' and epochs' "
+        "objects likewise. 0: never delete (leave it to a bucket lifecycle rule)",
+    )
 
     # Logging
     log_level: str = Field(

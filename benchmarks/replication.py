@@ -3,11 +3,15 @@ bundled model, ONNX int8), over an index of ``--passages`` prose passages built 
 
 Measured: how long after a write is acknowledged it is readable on every replica (p50/p99/max); the
 writer's upsert latency with replication off, in local mode and in remote mode, interleaved request by
-request; a fresh replica's time to ready (process start included) and its base copy alone; a replica
-killed with SIGKILL while writes go on: restart to converged.
+request (with ``--baseline-checkout``, also a writer running another checkout's code, for a before/after in
+one run); a fresh replica's time to ready (process start included) and where it went (the stages its log
+stamps: the process serving, the embedding and fill-mask models loaded, the base downloaded, its verified
+restore); a replica killed with SIGKILL while writes go on: restart to converged. With ``--large-passages``,
+a fresh replica of that larger index too (its own bucket and writer; the index built once and kept in
+``--large-work``).
 
-    PYTHONPATH=$PWD nice -n 10 .venv/bin/python benchmarks/replication.py --passages 20000 \
-        --out benchmarks/results/replication.json
+    PYTHONPATH=$PWD nice -n 10 .venv/bin/python benchmarks/replication.py --passages 10000 \
+        --large-passages 100000 --out benchmarks/results/replication.json
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,11 +37,19 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.index_scale import write_corpus  # noqa: E402
 from harness.crashes import AUTH, Chain, Server, wait_ready  # noqa: E402
 from harness.provenance import command, load_average  # noqa: E402
-from harness.replication import MotoServer, replication_env  # noqa: E402
+from harness.replication import BUCKET, MotoServer, replication_env  # noqa: E402
+from harness.servers import free_port  # noqa: E402
 from harness.tiny_model import make_tiny_bert  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 BUNDLED = {"CLOZE_MODEL": "", "CLOZE_BACKEND": "auto"}
+STAGES = {  # a replica's log lines that mark where its seconds to ready went
+    "serving": "Started server process",
+    "embedding_model_loaded": "embedding model",
+    "fill_mask_model_loaded": "fill-mask model",
+    "base_copied": "copied base",
+}
+COPIED = re.compile(r"copied base \S+ in ([0-9.]+) s \(download ([0-9.]+) s, verified restore ([0-9.]+) s\)")
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -101,95 +114,199 @@ def visibility(chain: Chain, writer: Server, replicas: list[Server], writes: int
     return percentiles(delays)
 
 
-def upsert_latency(chain: Chain, plain: Server, writer: Server, rounds: int) -> dict:
-    """Replication off (another process on a copy of the index), local and remote mode: interleaved."""
-    times: dict[str, list[float]] = {"off": [], "local": [], "remote": []}
+def upsert_latency(
+    chain: Chain, plain: Server, writer: Server, rounds: int, baseline: Server | None = None
+) -> dict:
+    """Replication off (another process on a copy of the index), local and remote mode: interleaved; with a
+    ``baseline`` writer (another checkout's code), its local and remote mode in the same rounds."""
+    writers = {"": writer} | ({"baseline_": baseline} if baseline else {})
+    times: dict[str, list[float]] = {"off": []}
     for _ in range(rounds):
         times["off"].append(upsert(plain, chain.new_docs(5)))
-        times["local"].append(upsert(writer, chain.new_docs(5), "local"))
-        times["remote"].append(upsert(writer, chain.new_docs(5), "remote"))
+        for prefix, server in writers.items():
+            for mode in ("local", "remote"):
+                times.setdefault(prefix + mode, []).append(upsert(server, chain.new_docs(5), mode))
     return {mode: percentiles(values) for mode, values in times.items()}
 
 
 def base_copy_seconds(log: Path) -> float | None:
-    found = re.findall(r"copied base \S+ in ([0-9.]+) s", log.read_text(errors="replace"))
-    return float(found[-1]) if found else None
+    found = COPIED.findall(log.read_text(errors="replace"))
+    return float(found[-1][0]) if found else None
+
+
+def stages(log: Path, spawned: float) -> dict:
+    """Seconds from the spawn to each stage the replica's log stamps, and its base copy's two parts."""
+    found: dict = {}
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        for name, text in STAGES.items():
+            if name not in found and text in str(entry.get("msg", "")):
+                found[name] = round(entry["ts"] - spawned, 2)
+    if copied := COPIED.findall(log.read_text(errors="replace")):
+        found["base_download_s"], found["base_verified_restore_s"] = map(float, copied[-1][1:])
+    return found
+
+
+def spawn_from(chain: Chain, name: str, checkout: Path, extra: dict) -> Server:
+    """`cloze serve` running ``checkout``'s code (Chain.spawn runs this one's)."""
+    port, log = free_port(), chain.work / f"{name}.log"
+    env = chain.env(extra, name) | {"PYTHONPATH": str(checkout)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=checkout,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    return Server(process, f"http://127.0.0.1:{port}", log, chain.work / "x", chain.work / "y")
+
+
+def wait_shipped(moto: MotoServer) -> None:
+    client = moto.client()
+    while not client.list_objects_v2(Bucket=BUCKET, Prefix="loopback/default/CURRENT.json").get("KeyCount"):
+        time.sleep(0.1)
+
+
+def fresh_replica(
+    chain: Chain, writer: Server, moto: MotoServer, name: str, folder: Path
+) -> tuple[Server, dict]:
+    """A replica started on an empty folder: seconds to ready, to converged, and the stages between."""
+    env = {**BUNDLED, "CLOZE_INDEX": str(folder), **replication_env("replica", moto.url)}
+    spawned, started = time.time(), time.monotonic()
+    replica = chain.spawn(name, env)
+    wait_ready(replica, timeout=600)
+    ready = time.monotonic() - started
+    wait_converged(writer, [replica])
+    figures = {"ready_s": round(ready, 2), "converged_s": round(time.monotonic() - started, 2)}
+    return replica, figures | {"stages_s": stages(replica.log, spawned)}
+
+
+def prepared(work: Path, passages: int) -> tuple[Path, float | None]:
+    """``work``/run, emptied, with the index of ``work``/built copied in as ``writer`` (built first if it is
+    not there yet: its build's seconds, else None)."""
+    built, build_s = work / "built", None
+    if not (built / "CURRENT").exists():
+        built.mkdir(parents=True, exist_ok=True)
+        build_s = build_index(built, passages)
+    run = work / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    shutil.copytree(built, run / "writer")
+    return run, build_s
+
+
+def large_fresh_replica(passages: int, work: Path) -> dict:
+    """A writer of ``passages`` ships its base to a bucket of its own; a fresh replica copies it."""
+    run, build_s = prepared(work, passages)
+    moto = MotoServer(run / "moto.log")
+    chain = Chain(root=run / "writer", model=make_tiny_bert(run / "tiny"), work=run)
+    servers: list[Server] = []
+    try:
+        started = time.monotonic()
+        servers.append(chain.start("writer", {**BUNDLED, **replication_env("writer", moto.url)}))
+        wait_shipped(moto)
+        shipped = time.monotonic() - started
+        replica, figures = fresh_replica(chain, servers[0], moto, "replica", run / "replica")
+        servers.append(replica)
+        listing = moto.client().list_objects_v2(Bucket=BUCKET, Prefix="loopback/default/e")["Contents"]
+        base_mb = sum(item["Size"] for item in listing if item["Key"].endswith(".tar")) / 2**20
+    finally:
+        for server in servers:
+            server.kill()
+        moto.stop()
+    return {
+        "passages": passages,
+        "build_seconds": build_s,
+        "writer_first_base_shipped_s": round(shipped, 2),
+        "base_mb": round(base_mb, 1),
+        **figures,
+    }
+
+
+def killed_replica(chain: Chain, writer: Server, replicas: list[Server], env: dict, servers: list) -> dict:
+    """Replica 0 killed with SIGKILL, 50 writes, then started again on its folder (added to ``servers``)."""
+    replicas[0].process.send_signal(signal.SIGKILL)
+    replicas[0].process.wait()
+    for _ in range(50):
+        upsert(writer, chain.new_docs(5))
+    spawned, started = time.time(), time.monotonic()
+    replicas[0] = chain.spawn("replica0-restarted", env)
+    servers.append(replicas[0])
+    wait_ready(replicas[0])
+    ready = time.monotonic() - started
+    wait_converged(writer, replicas)
+    return {
+        "writes_while_down": 50,
+        "restart_to_ready_s": round(ready, 2),
+        "restart_to_converged_s": round(time.monotonic() - started, 2),
+        "stages_s": stages(replicas[0].log, spawned),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--passages", type=int, default=20000)
+    parser.add_argument("--passages", type=int, default=10000)
     parser.add_argument("--writes", type=int, default=200, help="writes whose visibility is timed")
     parser.add_argument("--rounds", type=int, default=100, help="upserts per mode for the latency")
     parser.add_argument("--work", type=Path, default=None, help="keep the built index here between runs")
+    parser.add_argument("--large-passages", type=int, default=0, help="a fresh replica of this many too")
+    parser.add_argument("--large-work", type=Path, default=None, help="keep that index here between runs")
+    parser.add_argument("--baseline-checkout", type=Path, default=None, help="a writer of this code too")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/replication.json")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="cloze-replication-"))
-    built = work / "built"
-    build_s = None
-    if not (built / "CURRENT").exists():
-        built.mkdir(parents=True, exist_ok=True)
-        build_s = build_index(built, args.passages)
-    run = work / "run"
-    shutil.rmtree(run, ignore_errors=True)
-    run.mkdir()
-    shutil.copytree(built, run / "writer")
-    shutil.copytree(built, run / "plain")
+    run, build_s = prepared(work, args.passages)
+    shutil.copytree(run / "writer", run / "plain")
     moto = MotoServer(run / "moto.log")
     chain = Chain(root=run / "writer", model=make_tiny_bert(run / "tiny"), work=run)
     servers: list[Server] = []
+    motos = [moto]
     result: dict = {"passages": args.passages, "build_seconds": build_s}
     try:
         plain = chain.spawn("plain", {**BUNDLED, "CLOZE_INDEX": str(run / "plain")})
         started = time.monotonic()
         writer = chain.start("writer", {**BUNDLED, **replication_env("writer", moto.url)})
         servers += [plain, writer]
-        while (
-            not moto.client()
-            .list_objects_v2(Bucket="cloze-replicas", Prefix="loopback/default/CURRENT.json")
-            .get("KeyCount")
-        ):
-            time.sleep(0.1)
+        wait_shipped(moto)
         result["writer_first_base_shipped_s"] = round(time.monotonic() - started, 2)
+        baseline = None
+        if args.baseline_checkout:
+            shutil.copytree(run / "writer", run / "baseline")
+            motos.append(MotoServer(run / "moto-baseline.log"))
+            env = {**BUNDLED, "CLOZE_INDEX": str(run / "baseline"), **replication_env("writer", motos[1].url)}
+            baseline = spawn_from(chain, "baseline", args.baseline_checkout.resolve(), env)
+            servers.append(baseline)
+            wait_ready(baseline)
+            wait_shipped(motos[1])
         wait_ready(plain)
         replicas = []
         for number in range(2):
-            env = {
-                **BUNDLED,
-                "CLOZE_INDEX": str(run / f"replica{number}"),
-                **replication_env("replica", moto.url),
-            }
-            started = time.monotonic()
-            replicas.append(chain.spawn(f"replica{number}", env))
-            servers.append(replicas[-1])
-            wait_ready(replicas[-1])
-            wait_converged(writer, replicas[-1:])
-            result[f"fresh_replica{number}_ready_s"] = round(time.monotonic() - started, 2)
-            result[f"fresh_replica{number}_base_copy_s"] = base_copy_seconds(replicas[-1].log)
+            replica, figures = fresh_replica(
+                chain, writer, moto, f"replica{number}", run / f"replica{number}"
+            )
+            replicas.append(replica)
+            servers.append(replica)
+            result[f"fresh_replica{number}_ready_s"] = figures["converged_s"]
+            result[f"fresh_replica{number}_base_copy_s"] = base_copy_seconds(replica.log)
+            result[f"fresh_replica{number}_stages_s"] = figures["stages_s"]
         result["visible_on_every_replica"] = visibility(chain, writer, replicas, args.writes)
-        result["writer_upsert_5_docs"] = upsert_latency(chain, plain, writer, args.rounds)
-        victim = replicas[0]
-        victim.process.send_signal(signal.SIGKILL)
-        victim.process.wait()
-        for _ in range(50):
-            upsert(writer, chain.new_docs(5))
-        started = time.monotonic()
+        result["writer_upsert_5_docs"] = upsert_latency(chain, plain, writer, args.rounds, baseline)
+        if baseline:
+            result["baseline_checkout"] = str(args.baseline_checkout)
         env = {**BUNDLED, "CLOZE_INDEX": str(run / "replica0"), **replication_env("replica", moto.url)}
-        replicas[0] = chain.spawn("replica0-restarted", env)
-        servers.append(replicas[0])
-        wait_ready(replicas[0])
-        ready = time.monotonic() - started
-        wait_converged(writer, replicas)
-        result["killed_replica"] = {
-            "writes_while_down": 50,
-            "restart_to_ready_s": round(ready, 2),
-            "restart_to_converged_s": round(time.monotonic() - started, 2),
-        }
+        result["killed_replica"] = killed_replica(chain, writer, replicas, env, servers)
         result["documents_at_end"] = httpx.get(writer.url + "/index/fields", headers=AUTH).json()["counts"]
     finally:
         for server in servers:
             server.kill()
-        moto.stop()
+        for bucket in motos:
+            bucket.stop()
+    if args.large_passages:
+        large_work = args.large_work or work / f"large-{args.large_passages}"
+        result["fresh_large_replica"] = large_fresh_replica(args.large_passages, large_work)
     result |= {
         "command": command(),
         "load_average": load_average(),

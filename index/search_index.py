@@ -178,11 +178,14 @@ class SearchIndex:
                 report_repair(self._on_repair, "unopenable-version", f"published version {number}: {exc}")
                 return False
             with self._mutate:
-                old = self._swap(fresh)
-                self._catch_up()
-                self._live.verify()
+                if self._live.number == number:  # this process published it meanwhile (a restore, a rebuild)
+                    old, swapped = fresh, False  # readers hold the live copy: never close that one under them
+                else:
+                    old, swapped = self._swap(fresh), True
+                    self._catch_up()
+                    self._live.verify()
             old.close(save=False)
-            return True
+            return swapped
         with self._mutate:
             return self._catch_up() > 0
 
@@ -315,14 +318,16 @@ class SearchIndex:
         before the call, none after it; searches and writes go on while it is written."""
         return take_snapshot(lambda: self._live, self._mutate, folder, compression, keep)
 
-    def restore(self, archive: Path) -> dict[str, Any]:
+    def restore(self, archive: Path, private: bool = False) -> dict[str, Any]:
         """Replace the collection with the snapshot in ``archive``: verified whole before anything is written
         (``BadArchive`` names the problem; the live version is untouched), extracted into a new version, then
         published and swapped in under the writer lock, as a rebuild is. Writes acknowledged between the
-        snapshot and this restore are not in it: that is what a restore (a rollback) means."""
+        snapshot and this restore are not in it: that is what a restore (a rollback) means. ``private``: the
+        archive is the caller's own file, which nothing else changes (a replica's download): its data is
+        checksummed once, as it is extracted into the unpublished draft, not also before."""
         self.require_writable()
         expected = ExpectedModel(self.encoder.info.fingerprint, int(self.encoder.dimension))
-        info = verify_archive(archive, expected, self.root)
+        info = verify_archive(archive, expected, self.root, data_checksums=not private)
         with layout.build_lock(self.root):
             number = layout.next_version(self.root)
             fresh: OpenVersion | None = None
@@ -375,13 +380,17 @@ class SearchIndex:
             self._apply_landed("a replicated batch")
 
     def position(self) -> tuple[int, int]:
-        """The live version's number and its last changelog sequence (no lock: /readyz asks on the event loop)."""
-        live = self._live
-        return live.number, live.store.max_seq()
+        """The live version's number and its last changelog sequence. Under the readers' lock (/readyz asks
+        every poll, on the event loop; it waits at most for one FAISS update): a restore or rebuild closes the
+        version it replaced only once no reader holds it, and a store closed under a query can crash."""
+        with self._rw.read():
+            live = self._live
+            return live.number, live.store.max_seq()
 
     def state(self, key: str) -> str | None:
         """A value the live version's store keeps beside the documents (``apply_batch``'s ``state``)."""
-        return self._live.store.get_state(key)
+        with self._rw.read():
+            return self._live.store.get_state(key)
 
     # ---- search -------------------------------------------------------------------------------------
 

@@ -174,6 +174,7 @@ class Replication:
             settings.replication_base_every,
             self.publisher.writer_id,
             settings.replication_poll_s,
+            settings.replication_gc_after_s or None,
         )
 
     # ---- a replica -------------------------------------------------------------------------------

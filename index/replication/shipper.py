@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from index.changelog import ChangelogPruned
-from index.replication import segments
-from index.replication.bucket import Bucket, ConditionFailed, Keys
+from index.replication import garbage, segments
+from index.replication.bucket import Bucket, BucketUnavailable, ConditionFailed, Keys
 from index.replication.worker import Worker
 from index.vectors import atomic_write
 
@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 CURRENT_FORMAT = 1
 HEARTBEAT_S = 1.0
 MOST_DOCUMENTS_PER_SEGMENT = 5000  # more changed documents than this: a new base is cheaper to copy
+GC_EVERY_S = 60.0  # how often the writer looks for objects no replica can need (``garbage``)
 
 
 def writer_identity(root: Path) -> str:
@@ -53,6 +54,7 @@ class Shipper(Worker):
         base_every: int,
         writer_id: str,
         interval: float = 0.5,
+        gc_after_s: float | None = None,
     ):
         super().__init__(interval)
         self.index, self.bucket, self.keys, self.epoch = index, bucket, keys, epoch
@@ -65,6 +67,9 @@ class Shipper(Worker):
         self.fenced: str | None = None
         self.heartbeat_at = 0.0
         self.shipped_cond = threading.Condition()
+        self.gc_after_s = gc_after_s  # None: nothing is ever deleted
+        self.gc_due = 0.0
+        self.gc_thread: threading.Thread | None = None
 
     # ---- one step --------------------------------------------------------------------------------
 
@@ -83,8 +88,10 @@ class Shipper(Worker):
                 with self.shipped_cond:
                     self.shipped_cond.notify_all()
                 return
-        if time.monotonic() - self.heartbeat_at >= HEARTBEAT_S:
-            self._heartbeat(index)
+        since = time.monotonic() - self.heartbeat_at
+        if since >= 2 * HEARTBEAT_S or (since >= HEARTBEAT_S and not self.kicked):
+            self._heartbeat(index)  # a write waiting to ship goes first (a remote-mode ack waits on it)
+        self._collect_garbage_when_due()
 
     def _ship(self, index: Any) -> None:
         if not self.read_current:
@@ -201,6 +208,36 @@ class Shipper(Worker):
             "base of version %s at sequence %s shipped in %.1f s", version, seq, time.monotonic() - started
         )
         self._mark_shipped(version, seq)
+
+    # ---- garbage: what no replica can need any more ------------------------------------------------
+
+    def _collect_garbage_when_due(self) -> None:
+        """In a thread of its own: a listing of the whole prefix must not hold up a remote-mode write."""
+        if self.gc_after_s is None or self.current is None or time.monotonic() < self.gc_due:
+            return
+        if self.gc_thread is not None and self.gc_thread.is_alive():
+            return
+        self.gc_due = time.monotonic() + min(GC_EVERY_S, self.gc_after_s)
+        self.gc_thread = threading.Thread(target=self.collect_garbage, name="replication-gc", daemon=True)
+        self.gc_thread.start()
+
+    def collect_garbage(self) -> list[str]:
+        """Delete what lies behind the newest settled base (``garbage``), judged against ``CURRENT.json`` as
+        the bucket holds it now: a writer whose epoch no longer holds it deletes nothing."""
+        assert self.gc_after_s is not None
+        try:
+            current, _ = self.bucket.get_json(self.keys.current)
+            if current is None or current["epoch"] != self.epoch or self.fenced:
+                return []
+            listing = self.bucket.list_with_times(self.keys.root + "/")
+            doomed = garbage.obsolete(listing, self.keys.root, current, self.gc_after_s, time.time())
+            self.bucket.delete(doomed)
+        except BucketUnavailable as exc:
+            log.warning("replication garbage collection: the bucket is unavailable: %s", exc)
+            return []
+        if doomed:
+            log.info("deleted %s objects no replica needs any more", len(doomed))
+        return doomed
 
     # ---- acknowledgements ------------------------------------------------------------------------
 

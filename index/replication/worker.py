@@ -49,6 +49,11 @@ class Worker:
         """Step now rather than at the next interval (a write to ship)."""
         self._kick.set()
 
+    @property
+    def kicked(self) -> bool:
+        """A kick is waiting for the next step."""
+        return self._kick.is_set()
+
     def live(self, generation: int) -> bool:
         return generation == self._generation and not self._stop.is_set()
 
@@ -65,6 +70,7 @@ class Worker:
             pause_for_tests(self.pause_stage)
             if not self.live(generation):
                 return
+            self._kick.clear()  # before the step: a kick that lands during it makes the next wait return at once
             try:
                 self.step(generation)
                 self.error = None
@@ -76,4 +82,3 @@ class Worker:
                 log.exception("%s step failed", type(self).__name__)
                 self.error = f"{type(exc).__name__}: {exc}"
             self._kick.wait(self.interval)
-            self._kick.clear()

@@ -4,7 +4,9 @@ same against `cloze serve` processes and a moto server, with kills, a cut networ
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -12,7 +14,7 @@ from moto import mock_aws
 
 from index.changelog import ChangeBatch, merge_batches, read_changes
 from index.records import Document
-from index.replication import segments
+from index.replication import garbage, segments
 from index.replication.bucket import Bucket
 from index.replication.follower import Follower
 from index.replication.shipper import Shipper
@@ -37,9 +39,31 @@ def bucket():
         yield Bucket(URL, client=client)
 
 
-def shipper(index: SearchIndex, bucket: Bucket, epoch: int, name: str, tmp_path: Path) -> Shipper:
+@pytest.fixture
+def pair(tmp_path: Path, tiny_encoder) -> Iterator[tuple[SearchIndex, SearchIndex]]:
+    """A writer's index and a replica's."""
+    writer = SearchIndex.open(tmp_path / "w", tiny_encoder)
+    replica = SearchIndex.open(tmp_path / "r", tiny_encoder)
+    try:
+        yield writer, replica
+    finally:
+        replica.close()
+        writer.close()
+
+
+def shipper(
+    index: SearchIndex, bucket: Bucket, epoch: int, name: str, tmp_path: Path, **options: Any
+) -> Shipper:
+    base_every = options.pop("base_every", 1000)
     return Shipper(
-        lambda: index, bucket, bucket.keys("default"), epoch, tmp_path / f"{name}.work", 1000, name
+        lambda: index,
+        bucket,
+        bucket.keys("default"),
+        epoch,
+        tmp_path / f"{name}.work",
+        base_every,
+        name,
+        **options,
     )
 
 
@@ -72,40 +96,35 @@ def test_a_segment_carries_a_batch_whole(tmp_path: Path, tiny_encoder) -> None:
         index.close()
 
 
-def test_a_replica_copies_the_base_then_follows_the_tail(tmp_path: Path, tiny_encoder, bucket) -> None:
-    writer = SearchIndex.open(tmp_path / "w", tiny_encoder)
-    replica = SearchIndex.open(tmp_path / "r", tiny_encoder)
+def test_a_replica_copies_the_base_then_follows_the_tail(tmp_path: Path, tiny_encoder, bucket, pair) -> None:
+    writer, replica = pair
     ship = shipper(writer, bucket, 1, "writer", tmp_path)
     follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
-    try:
-        writer.upsert(docs(8, 1, "a"))
-        step(ship)  # the first base
-        step(follower)
-        assert everything(replica) == everything(writer)
+    writer.upsert(docs(8, 1, "a"))
+    step(ship)  # the first base
+    step(follower)
+    assert everything(replica) == everything(writer)
 
-        writer.upsert(docs(4, 2, "b"))
-        writer.delete("a1")
-        step(ship)  # one segment
-        step(follower)
-        step(follower)
-        assert everything(replica) == everything(writer) and "a1" not in everything(replica)
-        status = follower.status(replica, stale_after=10)
-        assert status["applied_seq"] == writer.position()[1] and status["lag"] == 0 and not status["stale"]
-        hits = replica.search(tiny_encoder.embed(["x"], normalize=True)[0], "", top_k=3)
-        assert len(hits) == 3
-        assert replica.stats() == writer.stats()
+    writer.upsert(docs(4, 2, "b"))
+    writer.delete("a1")
+    step(ship)  # one segment
+    step(follower)
+    step(follower)
+    assert everything(replica) == everything(writer) and "a1" not in everything(replica)
+    status = follower.status(replica, stale_after=10)
+    assert status["applied_seq"] == writer.position()[1] and status["lag"] == 0 and not status["stale"]
+    hits = replica.search(tiny_encoder.embed(["x"], normalize=True)[0], "", top_k=3)
+    assert len(hits) == 3
+    assert replica.stats() == writer.stats()
 
-        writer.rebuild()  # a new version: a new base, which the replica restores
-        writer.upsert(docs(2, 3, "c"))
-        step(ship)
-        step(ship)
-        step(follower)
-        step(follower)
-        assert everything(replica) == everything(writer)
-        assert follower.position(replica).version == writer.position()[0]
-    finally:
-        replica.close()
-        writer.close()
+    writer.rebuild()  # a new version: a new base, which the replica restores
+    writer.upsert(docs(2, 3, "c"))
+    step(ship)
+    step(ship)
+    step(follower)
+    step(follower)
+    assert everything(replica) == everything(writer)
+    assert follower.position(replica).version == writer.position()[0]
 
 
 def test_a_writer_of_an_older_epoch_is_fenced(tmp_path: Path, tiny_encoder, bucket) -> None:
@@ -157,3 +176,76 @@ def test_merged_batches_give_the_last_state_of_each_document(tiny_encoder) -> No
     assert (merged.after, merged.through) == (0, 12)
     assert {d.id: d.text for d, _, _ in merged.upserts} == {"a": "three", "b": "five"}
     assert merged.deletes == ["c"]
+
+
+def test_garbage_is_what_lies_behind_the_newest_settled_base() -> None:
+    root = "p/default"
+    written = {  # key -> seconds ago it was written
+        "CURRENT.json": 0,
+        "e1/heartbeat.json": 0,
+        "e1/v1/base-000000000000.tar": 900,
+        "e1/v1/tail/000000000000-000000000004.json.gz": 900,
+        "e1/v1/base-000000000004.tar": 800,
+        "e1/v2/tail/000000000000-000000000003.json.gz": 500,
+        "e1/v2/tail/000000000003-000000000007.json.gz": 500,  # straddles the base at 5: still needed
+        "e1/v2/base-000000000005.tar": 500,  # a rebuild's version
+        "e2/heartbeat.json": 0,
+        "e2/v1/base-000000000005.tar": 100,  # the promoted writer's base, the one CURRENT.json names
+        "e2/v1/tail/000000000005-000000000006.json.gz": 50,
+        "e3/v1/base-000000000009.tar": 500,  # a writer of a newer epoch that never took CURRENT.json
+    }
+    listing = [(f"{root}/{key}", 1000.0 - ago) for key, ago in written.items()]
+    current = {"epoch": 2, "version": 1, "base_seq": 5}
+
+    def obsolete(grace_s: float) -> list[str]:
+        return sorted(
+            key.removeprefix(root + "/") for key in garbage.obsolete(listing, root, current, grace_s, 1000)
+        )
+
+    assert obsolete(2000) == []
+    assert obsolete(850) == []  # only e1/v1's first base has settled: nothing lies behind it
+    assert obsolete(600) == ["e1/v1/base-000000000000.tar", "e1/v1/tail/000000000000-000000000004.json.gz"]
+    assert obsolete(300) == [  # behind e1/v2's base: the segment that straddles it stays
+        "e1/v1/base-000000000000.tar",
+        "e1/v1/base-000000000004.tar",
+        "e1/v1/tail/000000000000-000000000004.json.gz",
+        "e1/v2/tail/000000000000-000000000003.json.gz",
+    ]
+    # the base CURRENT.json names has settled: every older epoch goes; its tail and the newer epoch stay
+    assert obsolete(60) == sorted(key for key in written if key.startswith("e1/"))
+
+
+def test_the_writer_deletes_old_bases_and_a_replica_behind_them_copies_the_current_one(
+    tmp_path: Path, tiny_encoder, bucket, pair
+) -> None:
+    writer, replica = pair
+    keys = bucket.keys("default")
+    ship = shipper(writer, bucket, 1, "writer", tmp_path, base_every=4, gc_after_s=3600)
+    follower = Follower(lambda: replica, bucket, keys, tmp_path / "r.work")
+    writer.upsert(docs(3, 1, "a"))
+    step(ship)  # the first base
+    step(follower)
+    first = bucket.get_json(keys.current)[0]
+    for round_ in range(3):  # segments, then a new base past every 4 changes
+        writer.upsert(docs(3, 10 + round_, f"b{round_}"))
+        step(ship)
+    current = bucket.get_json(keys.current)[0]
+    assert current["base_seq"] > first["base_seq"]
+    before = bucket.list_after(keys.root + "/", "")
+    assert ship.collect_garbage() == []  # nothing has been current for an hour yet
+
+    ship.gc_after_s = 0
+    doomed = ship.collect_garbage()
+    after = bucket.list_after(keys.root + "/", "")
+    assert first["base"] in doomed and current["base"] in after and keys.current in after
+    assert set(after) == set(before) - set(doomed)
+    assert all(keys.segment_range(key)[1] > current["base_seq"] for key in after if "/tail/" in key)
+
+    copied = replica.position()[0]
+    follower._bootstrap(replica, first)  # a copy of a base deleted meanwhile: given up, no error
+    assert replica.position()[0] == copied
+    step(follower)  # behind the current base, its tail gone: copies the current base
+    assert replica.position()[0] > copied
+    step(follower)
+    assert everything(replica) == everything(writer)
+    assert follower.position(replica).seq == writer.position()[1]

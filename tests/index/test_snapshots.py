@@ -182,8 +182,9 @@ def damaged_archives(good: Path, tmp_path: Path) -> dict[str, tuple[Path, str]]:
     }
 
 
+@pytest.mark.parametrize("private", [False, True], ids=["uploaded", "private"])
 def test_damaged_and_foreign_archives_are_refused_and_the_live_index_is_untouched(
-    live: SearchIndex, tmp_path: Path
+    live: SearchIndex, tmp_path: Path, private: bool
 ) -> None:
     live.upsert(docs(25, 8, "k-"))
     good = tmp_path / "snaps" / live.snapshot(tmp_path / "snaps")["name"]
@@ -191,7 +192,7 @@ def test_damaged_and_foreign_archives_are_refused_and_the_live_index_is_untouche
     current, versions, ids = layout.current_version(live.root), layout.all_versions(live.root), all_ids(live)
     for case, (archive, words) in damaged_archives(good, tmp_path).items():
         with pytest.raises(snapshots.BadArchive) as refused:
-            live.restore(archive)
+            live.restore(archive, private=private)  # private: the bit flip is found while extracting
         assert words in str(refused.value), (case, str(refused.value))
         assert layout.current_version(live.root) == current and layout.all_versions(live.root) == versions, (
             case
@@ -274,3 +275,29 @@ def test_an_archive_is_believed_only_where_the_restore_checked_it(
         live.restore(tmp_path / "good.tar")
     monkeypatch.undo()
     assert live.restore(tmp_path / "good.tar")["documents"] == 12
+
+
+def test_a_poll_between_a_restores_publish_and_swap_does_not_open_it_again(
+    live: SearchIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service polls for versions published elsewhere; one that lands between this process's publish and
+    swap must not swap in a second copy and close the one the restore just made live (readers hold it)."""
+    live.upsert(docs(6, 3, "p-"))
+    archive = tmp_path / "snaps" / live.snapshot(tmp_path / "snaps")["name"]
+    polls: list[bool] = []
+    pause = layout.pause_for_tests
+
+    def poll_at_swap(stage: str) -> None:
+        if stage == "swap":  # CURRENT names the restored version; the live one is still the old
+            poller = threading.Thread(target=lambda: polls.append(live.reload_if_changed()))
+            poller.start()
+            poller.join(timeout=1.0)  # it opened its copy and now waits for the restore's lock
+        pause(stage)
+
+    monkeypatch.setattr(layout, "pause_for_tests", poll_at_swap)
+    live.restore(archive)
+    deadline = time.monotonic() + 10
+    while not polls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert polls == [False]  # it saw its own version live and closed its second copy
+    assert all_ids(live) == {f"p-{i}" for i in range(6)} and live.stats()["vectors"] == 6

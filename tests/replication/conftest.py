@@ -23,6 +23,7 @@ STALE_AFTER_S = 3.0
 WATCHDOG_S = 5.0
 ACK_TIMEOUT_S = 3.0
 WRITER_ONLY_MODEL = "writer-only"
+GC_AFTER_S = 2.0  # old versions' objects go within seconds (test 7)
 
 
 def volume(work: Path, name: str) -> dict[str, str]:
@@ -66,7 +67,13 @@ class Cluster:
         return server
 
     def start_writer(self) -> Server:
-        env = replication_env("writer", self.moto.url, poll_s="0.3", ack_timeout_s=str(ACK_TIMEOUT_S))
+        env = replication_env(
+            "writer",
+            self.moto.url,
+            poll_s="0.3",
+            ack_timeout_s=str(ACK_TIMEOUT_S),
+            gc_after_s=str(GC_AFTER_S),
+        )
         # a second model the replicas lack: its collection is listed, and not followable there (test 10)
         env["CLOZE_MODELS"] = f"{WRITER_ONLY_MODEL}={self.chain.model}"
         return self.chain.start("writer", env | volume(self.chain.work, "writer"))

@@ -24,6 +24,7 @@ from harness.replication import BUCKET, replication_env
 from tests.replication import scenarios
 from tests.replication.conftest import (
     ACK_TIMEOUT_S,
+    GC_AFTER_S,
     STALE_AFTER_S,
     WATCHDOG_S,
     WRITER_ONLY_MODEL,
@@ -47,6 +48,11 @@ def top_hit(server: Server, text: str) -> str | None:
     assert answer.status_code == 200, answer.text
     results = answer.json()["results"]
     return results[0]["id"] if results else None
+
+
+def bucket_keys(cluster: Cluster) -> list[str]:
+    pages = cluster.moto.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+    return [item["Key"] for page in pages for item in page.get("Contents", [])]
 
 
 def test_1_replicas_answer_as_the_writer_after_bootstrap(cluster: Cluster) -> None:
@@ -137,6 +143,16 @@ def test_4_a_replica_cut_from_the_bucket_serves_flags_stale_and_converges(cluste
 
 def test_7_a_rebuild_and_a_restore_reach_the_replicas(cluster: Cluster) -> None:
     scenarios.a_rebuild_and_a_restore(cluster)
+    # the writer's garbage collection: the versions before the restore's leave the bucket, its own stays
+    live = f"e1/v{replication(cluster.writer)['version']}/"
+    deadline = time.monotonic() + GC_AFTER_S + 20
+    while time.monotonic() < deadline:
+        held = {key.split("/default/", 1)[1] for key in bucket_keys(cluster) if "/default/" in key}
+        if all(key.startswith((live, "e1/heartbeat")) or key == "CURRENT.json" for key in held):
+            break
+        time.sleep(0.5)
+    assert any(key.startswith(live + "base-") for key in held), held
+    assert all(key.startswith((live, "e1/heartbeat")) or key == "CURRENT.json" for key in held), held
 
 
 def test_8_a_frozen_follower_is_restarted_by_the_watchdog(cluster: Cluster) -> None:
