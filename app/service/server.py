@@ -16,7 +16,7 @@ from app.settings import get_settings
 
 DRAIN_SECONDS = 30
 LINGER_SECONDS = 2.0  # after a refusal sent mid-request, what the client still sends is read and dropped,
-LINGER_BYTES = 8 << 20  # for this long or up to this much, whichever comes first
+LINGER_BYTES = 12 << 20  # for this long or up to this much, whichever comes first (a 10 MB URL fits)
 HEADERS_TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
     b"connection: close\r\ncontent-length: 69\r\n\r\n"
