@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from index.faultpoints import pause_for_tests
 from index.replication.bucket import BucketUnavailable
@@ -82,3 +84,20 @@ class Worker:
                 log.exception("%s step failed", type(self).__name__)
                 self.error = f"{type(exc).__name__}: {exc}"
             self._kick.wait(self.interval)
+
+
+class Periodic:
+    """A call made in a thread of its own, at most once every ``every_s`` and never two at once: slow bucket
+    listings off the thread (or event loop) that asks for it."""
+
+    def __init__(self, call: Callable[[], Any], every_s: float, name: str):
+        self.call, self.every_s, self.name = call, every_s, name
+        self.due = 0.0
+        self.thread: threading.Thread | None = None
+
+    def when_due(self) -> None:
+        if time.monotonic() < self.due or (self.thread is not None and self.thread.is_alive()):
+            return
+        self.due = time.monotonic() + self.every_s
+        self.thread = threading.Thread(target=self.call, name=self.name, daemon=True)
+        self.thread.start()
