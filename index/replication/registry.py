@@ -14,18 +14,15 @@ The writer also deletes the folders of collections it has stopped listing (``Swe
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 import time
 from typing import Any
 
 from index.collections import CollectionInfo
 from index.replication import garbage
-from index.replication.bucket import Bucket, BucketUnavailable, ConditionFailed
+from index.replication.bucket import Bucket, ConditionFailed
 from index.replication.shipper import GC_EVERY_S, Fenced
-from index.replication.worker import Periodic
-
-log = logging.getLogger(__name__)
+from index.replication.worker import Periodic, delete_decided
 
 REGISTRY_FORMAT = 1
 REGISTRY_FILE = "collections.json"
@@ -161,24 +158,21 @@ class Sweeper:
 
     def sweep(self) -> list[str]:
         """Delete what is due; nothing unless this writer's registry is the bucket's."""
+        return delete_decided(self.bucket, self._abandoned, "the folders of collections no longer listed")
+
+    def _abandoned(self) -> list[str]:
         try:
             listed = self.publisher.folders()
-            if listed is None:
-                return []
-            now = time.monotonic()
-            self.unlisted = garbage.unlisted_since(self.bucket.folders(), listed, self.unlisted, now)
-            doomed: list[str] = []
-            for folder, since in self.unlisted.items():
-                if now - since >= self.grace_s:
-                    root = self.bucket.keys(folder).root
-                    listing = self.bucket.list_with_times(root + "/")
-                    doomed += garbage.abandoned(listing, root, self.grace_s, time.time())
-            self.bucket.delete(doomed)
         except Fenced:
             return []  # the loop that publishes finds it too, and stops the writer
-        except BucketUnavailable as exc:
-            log.warning("replication: deleting unlisted collections' folders: %s", exc)
+        if listed is None:
             return []
-        if doomed:
-            log.info("deleted %s objects of collections no longer replicated", len(doomed))
+        now = time.monotonic()
+        self.unlisted = garbage.unlisted_since(self.bucket.folders(), listed, self.unlisted, now)
+        doomed: list[str] = []
+        for folder, since in self.unlisted.items():
+            if now - since >= self.grace_s:
+                root = self.bucket.keys(folder).root
+                listing = self.bucket.list_with_times(root + "/")
+                doomed += garbage.abandoned(listing, root, self.grace_s, time.time())
         return doomed

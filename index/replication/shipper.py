@@ -17,8 +17,8 @@ from typing import Any
 
 from index.changelog import ChangelogPruned
 from index.replication import garbage, segments
-from index.replication.bucket import Bucket, BucketUnavailable, ConditionFailed, Keys
-from index.replication.worker import Periodic, Worker
+from index.replication.bucket import Bucket, ConditionFailed, Keys
+from index.replication.worker import Periodic, Worker, delete_decided
 from index.vectors import atomic_write
 
 log = logging.getLogger(__name__)
@@ -218,20 +218,15 @@ class Shipper(Worker):
     def collect_garbage(self) -> list[str]:
         """Delete what lies behind the newest settled base (``garbage``), judged against ``CURRENT.json`` as
         the bucket holds it now: a writer whose epoch no longer holds it deletes nothing."""
+        return delete_decided(self.bucket, self._obsolete, "what no replica needs any more")
+
+    def _obsolete(self) -> list[str]:
         assert self.gc_after_s is not None
-        try:
-            current, _ = self.bucket.get_json(self.keys.current)
-            if current is None or current["epoch"] != self.epoch or self.fenced:
-                return []
-            listing = self.bucket.list_with_times(self.keys.root + "/")
-            doomed = garbage.obsolete(listing, self.keys.root, current, self.gc_after_s, time.time())
-            self.bucket.delete(doomed)
-        except BucketUnavailable as exc:
-            log.warning("replication garbage collection: the bucket is unavailable: %s", exc)
+        current, _ = self.bucket.get_json(self.keys.current)
+        if current is None or current["epoch"] != self.epoch or self.fenced:
             return []
-        if doomed:
-            log.info("deleted %s objects no replica needs any more", len(doomed))
-        return doomed
+        listing = self.bucket.list_with_times(self.keys.root + "/")
+        return garbage.obsolete(listing, self.keys.root, current, self.gc_after_s, time.time())
 
     # ---- acknowledgements ------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """The thread a writer's shipper and a replica's follower run in, replaceable by a watchdog: it beats at every
-step; a thread the watchdog gave up on finds its generation stale when it wakes and ends, touching nothing."""
+step; a thread the watchdog gave up on finds its generation stale when it wakes and ends, touching nothing.
+Beside it, the writer's periodic deletions (``Periodic``, ``delete_decided``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from index.faultpoints import pause_for_tests
-from index.replication.bucket import BucketUnavailable
+from index.replication.bucket import Bucket, BucketUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -101,3 +102,17 @@ class Periodic:
         self.due = time.monotonic() + self.every_s
         self.thread = threading.Thread(target=self.call, name=self.name, daemon=True)
         self.thread.start()
+
+
+def delete_decided(bucket: Bucket, decide: Callable[[], list[str]], what: str) -> list[str]:
+    """Delete the keys ``decide`` names (it reads the bucket to choose them) and return them; a bucket that
+    does not answer deletes nothing (logged), and the next round tries again."""
+    try:
+        doomed = decide()
+        bucket.delete(doomed)
+    except BucketUnavailable as exc:
+        log.warning("replication: deleting %s: the bucket is unavailable: %s", what, exc)
+        return []
+    if doomed:
+        log.info("replication: deleted %s objects, %s", len(doomed), what)
+    return doomed
