@@ -338,7 +338,8 @@ class Settings(BaseSettings):
         ge=0,
         description="The writer deletes a base, and the tail segments before it, once a newer base has been "
         "current this long (longer than any replica takes to copy a base); older versions' and epochs' "
-        "objects likewise. 0: never delete (leave it to a bucket lifecycle rule)",
+        "objects likewise, and the folder of a collection it stopped listing (deleted, or made again) once "
+        "unlisted this long. 0: never delete (leave it to a bucket lifecycle rule)",
     )
 
     # Logging

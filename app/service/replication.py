@@ -24,7 +24,7 @@ from app.settings import Settings
 from index.collections import DEFAULT_COLLECTION, CollectionInfo
 from index.replication.bucket import Bucket, BucketUnavailable, collection_key
 from index.replication.follower import Follower
-from index.replication.registry import Publisher, entry_of, read_listing
+from index.replication.registry import Publisher, Sweeper, entry_of, read_listing
 from index.replication.shipper import Fenced, Shipper, writer_identity
 
 log = logging.getLogger("cloze.replication")
@@ -66,6 +66,7 @@ class Replication:
         self.role = settings.replication_role
         self.bucket: Bucket | None = None
         self.publisher: Publisher | None = None  # the writer's registry
+        self.sweeper: Sweeper | None = None  # the writer's deletion of unlisted collections' folders
         self.workers: dict[str, Replicated] = {}  # by collection name
         self.fenced: str | None = None  # the writer's prefix is held by another writer: nothing ships
         self.registry_error: str | None = None
@@ -102,6 +103,8 @@ class Replication:
         if self.role == "writer":
             writer_id = await run_in_threadpool(writer_identity, Path(settings.index))
             self.publisher = Publisher(self.bucket, settings.replication_epoch, writer_id)
+            if settings.replication_gc_after_s:
+                self.sweeper = Sweeper(self.publisher, settings.replication_gc_after_s)
         try:
             await asyncio.gather(self._keep_in_step(), self._watch())
         finally:
@@ -140,7 +143,7 @@ class Replication:
 
     async def _sync_writer(self) -> None:
         """A shipper for every collection served; then the registry lists them (bases may follow: a replica
-        waits for the first)."""
+        waits for the first), and the folders of those it stopped listing go once due."""
         if self.fenced:
             return
         for replicated in self.workers.values():
@@ -154,6 +157,8 @@ class Replication:
             self._worker_for(collection)
         listing = {c.name: entry_of(c.info) for c in served if c.name != DEFAULT_COLLECTION and c.info}
         await run_in_threadpool(self.publisher.publish, listing)
+        if self.sweeper is not None:
+            self.sweeper.when_due()
 
     def _fence(self, why: str) -> None:
         if self.fenced is None:

@@ -174,11 +174,25 @@ class Bucket:
         """Every key under ``prefix`` with when it was written (seconds since the epoch, the store's clock)."""
         return [(item["Key"], item["LastModified"].timestamp()) for item in self._listing(prefix, "")]
 
+    def folders(self) -> list[str]:
+        """The names of the folders right under the prefix (a collection's, ``collection_key``, each)."""
+        top = f"{self.prefix}/" if self.prefix else ""
+        pages = self._pages(Prefix=top, Delimiter="/")
+        return [
+            found["Prefix"][len(top) :].rstrip("/")
+            for page in pages
+            for found in page.get("CommonPrefixes", [])
+        ]
+
     def _listing(self, prefix: str, start_after: str) -> Iterator[dict[str, Any]]:
+        for page in self._pages(Prefix=prefix, StartAfter=start_after):
+            yield from page.get("Contents", [])
+
+    def _pages(self, **query: str) -> Iterator[dict[str, Any]]:
         token: dict[str, str] = {}
         while True:
-            page = self._call("list_objects_v2", Prefix=prefix, StartAfter=start_after, **token)
-            yield from page.get("Contents", [])
+            page = self._call("list_objects_v2", **query, **token)
+            yield page
             if not page.get("IsTruncated"):
                 return
             token = {"ContinuationToken": page["NextContinuationToken"]}

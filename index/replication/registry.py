@@ -8,6 +8,7 @@
 entry (the same incarnation, so the same bucket key, ``collection_key``), drops what the writer no longer lists,
 and follows the rest. The writer replaces the object with a conditional put, as ``CURRENT.json``; its epoch
 fences the whole prefix: a writer that finds a higher epoch here (or another writer at its own) ships nothing.
+The writer also deletes the folders of collections it has stopped listing (``Sweeper``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import time
 from typing import Any
 
 from index.collections import CollectionInfo
+from index.replication import garbage
 from index.replication.bucket import Bucket, ConditionFailed
-from index.replication.shipper import Fenced
+from index.replication.shipper import GC_EVERY_S, Fenced
+from index.replication.worker import Periodic, delete_decided
 
 REGISTRY_FORMAT = 1
 REGISTRY_FILE = "collections.json"
@@ -128,3 +131,48 @@ class Publisher:
             return False
         entry = body["collections"].get(name)
         return entry is not None and entry.get("incarnation") == incarnation
+
+    def folders(self) -> set[str] | None:
+        """The folders this writer's registry lists (``default``'s too), read again if it moved; None until
+        this writer has published it. ``Fenced`` if another writer holds it."""
+        with self.lock:
+            self._check()
+            body = self.body
+            if body is None or (body["epoch"], body.get("writer")) != (self.epoch, self.writer_id):
+                return None
+            return garbage.listed_folders(body["collections"])
+
+
+class Sweeper:
+    """The writer deletes the folders of the collections its registry stopped listing, once unlisted for
+    ``grace_s`` (``garbage.unlisted_since``, ``garbage.abandoned``); at most every ``GC_EVERY_S``, in a
+    thread of its own."""
+
+    def __init__(self, publisher: Publisher, grace_s: float):
+        self.publisher, self.bucket, self.grace_s = publisher, publisher.bucket, grace_s
+        self.unlisted: dict[str, float] = {}  # folder -> since when (monotonic) this writer saw it unlisted
+        self.periodic = Periodic(self.sweep, min(GC_EVERY_S, grace_s), "replication-sweep")
+
+    def when_due(self) -> None:
+        self.periodic.when_due()
+
+    def sweep(self) -> list[str]:
+        """Delete what is due; nothing unless this writer's registry is the bucket's."""
+        return delete_decided(self.bucket, self._abandoned, "the folders of collections no longer listed")
+
+    def _abandoned(self) -> list[str]:
+        try:
+            listed = self.publisher.folders()
+        except Fenced:
+            return []  # the loop that publishes finds it too, and stops the writer
+        if listed is None:
+            return []
+        now = time.monotonic()
+        self.unlisted = garbage.unlisted_since(self.bucket.folders(), listed, self.unlisted, now)
+        doomed: list[str] = []
+        for folder, since in self.unlisted.items():
+            if now - since >= self.grace_s:
+                root = self.bucket.keys(folder).root
+                listing = self.bucket.list_with_times(root + "/")
+                doomed += garbage.abandoned(listing, root, self.grace_s, time.time())
+        return doomed

@@ -17,8 +17,8 @@ from typing import Any
 
 from index.changelog import ChangelogPruned
 from index.replication import garbage, segments
-from index.replication.bucket import Bucket, BucketUnavailable, ConditionFailed, Keys
-from index.replication.worker import Worker
+from index.replication.bucket import Bucket, ConditionFailed, Keys
+from index.replication.worker import Periodic, Worker, delete_decided
 from index.vectors import atomic_write
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,7 @@ class Shipper(Worker):
         self.heartbeat_at = 0.0
         self.shipped_cond = threading.Condition()
         self.gc_after_s = gc_after_s  # None: nothing is ever deleted
-        self.gc_due = 0.0
-        self.gc_thread: threading.Thread | None = None
+        self.gc = Periodic(self.collect_garbage, min(GC_EVERY_S, gc_after_s or GC_EVERY_S), "replication-gc")
 
     # ---- one step --------------------------------------------------------------------------------
 
@@ -212,32 +211,22 @@ class Shipper(Worker):
     # ---- garbage: what no replica can need any more ------------------------------------------------
 
     def _collect_garbage_when_due(self) -> None:
-        """In a thread of its own: a listing of the whole prefix must not hold up a remote-mode write."""
-        if self.gc_after_s is None or self.current is None or time.monotonic() < self.gc_due:
-            return
-        if self.gc_thread is not None and self.gc_thread.is_alive():
-            return
-        self.gc_due = time.monotonic() + min(GC_EVERY_S, self.gc_after_s)
-        self.gc_thread = threading.Thread(target=self.collect_garbage, name="replication-gc", daemon=True)
-        self.gc_thread.start()
+        """In a thread of its own: a listing of the whole folder must not hold up a remote-mode write."""
+        if self.gc_after_s is not None and self.current is not None:
+            self.gc.when_due()
 
     def collect_garbage(self) -> list[str]:
         """Delete what lies behind the newest settled base (``garbage``), judged against ``CURRENT.json`` as
         the bucket holds it now: a writer whose epoch no longer holds it deletes nothing."""
+        return delete_decided(self.bucket, self._obsolete, "what no replica needs any more")
+
+    def _obsolete(self) -> list[str]:
         assert self.gc_after_s is not None
-        try:
-            current, _ = self.bucket.get_json(self.keys.current)
-            if current is None or current["epoch"] != self.epoch or self.fenced:
-                return []
-            listing = self.bucket.list_with_times(self.keys.root + "/")
-            doomed = garbage.obsolete(listing, self.keys.root, current, self.gc_after_s, time.time())
-            self.bucket.delete(doomed)
-        except BucketUnavailable as exc:
-            log.warning("replication garbage collection: the bucket is unavailable: %s", exc)
+        current, _ = self.bucket.get_json(self.keys.current)
+        if current is None or current["epoch"] != self.epoch or self.fenced:
             return []
-        if doomed:
-            log.info("deleted %s objects no replica needs any more", len(doomed))
-        return doomed
+        listing = self.bucket.list_with_times(self.keys.root + "/")
+        return garbage.obsolete(listing, self.keys.root, current, self.gc_after_s, time.time())
 
     # ---- acknowledgements ------------------------------------------------------------------------
 

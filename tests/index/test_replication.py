@@ -215,6 +215,32 @@ def test_garbage_is_what_lies_behind_the_newest_settled_base() -> None:
     assert obsolete(60) == sorted(key for key in written if key.startswith("e1/"))
 
 
+def test_an_unlisted_folder_goes_once_unlisted_and_untouched_for_the_grace_period() -> None:
+    listed = garbage.listed_folders({"legal": {"incarnation": "a1"}, "old": {"incarnation": None}})
+    assert listed == {"legal@a1", "old", "default"}  # default is never listed, and always kept
+    folders = ["default", "legal@a1", "legal@z9", "old", "images@b2"]
+    seen = garbage.unlisted_since(folders, listed, {}, now=100)
+    assert seen == {"legal@z9": 100, "images@b2": 100}
+    seen = garbage.unlisted_since(folders + ["new@c3"], listed | {"images@b2"}, seen, now=150)
+    assert seen == {"legal@z9": 100, "new@c3": 150}  # listed again: forgotten; first seen keeps its time
+
+    root = "p/legal@z9"
+    written = {"CURRENT.json": 50, "e1/heartbeat.json": 900, "e1/v1/base-000000000003.tar": 40}
+    written |= {"e1/v1/tail/000000000003-000000000004.json.gz": 60, "notes.txt": 10, "e1/README": 10}
+    listing = [(f"{root}/{key}", 1000.0 - ago) for key, ago in written.items()]
+    assert garbage.abandoned(listing, root, grace_s=60, now=1000) == []  # notes.txt was written 10 s ago
+    doomed = garbage.abandoned(listing, root, grace_s=10, now=1000)
+    assert sorted(key.removeprefix(root + "/") for key in doomed) == [  # another tool's objects stay
+        "CURRENT.json",
+        "e1/heartbeat.json",
+        "e1/v1/base-000000000003.tar",
+        "e1/v1/tail/000000000003-000000000004.json.gz",
+    ]
+    nested = [(f"{root}/default/CURRENT.json", 0.0)]  # a deployment under a longer prefix is not ours
+    assert garbage.abandoned(nested, root, grace_s=10, now=1000) == []
+    assert garbage.abandoned([], root, grace_s=10, now=1000) == []
+
+
 def test_the_writer_deletes_old_bases_and_a_replica_behind_them_copies_the_current_one(
     tmp_path: Path, tiny_encoder, bucket, pair
 ) -> None:

@@ -1,6 +1,6 @@
 """The registry of replicated collections (``index.replication.registry``) against moto's in-memory S3: what a
-writer publishes is what a replica reads, it is replaced only when it changes, and its epoch fences the whole
-prefix. The loopback tier (tests/replication/) runs it between `cloze serve` processes."""
+writer publishes is what a replica reads, it is replaced only when it changes, its epoch fences the whole
+prefix, and the folders of collections it stopped listing are deleted. The loopback tier (tests/replication/) runs it between `cloze serve` processes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from moto import mock_aws
 
 from index.collections import CollectionInfo
 from index.replication.bucket import Bucket
-from index.replication.registry import Publisher, entry_of, info_of, read_listing, registry_key
+from index.replication.registry import Publisher, Sweeper, entry_of, info_of, read_listing, registry_key
 from index.replication.shipper import Fenced
 
 
@@ -94,3 +94,33 @@ def test_an_entry_from_a_later_release_is_read_without_its_new_fields(bucket: Bu
         read_listing(bucket)
     raw = bucket.get_bytes(registry_key(bucket))[0]
     assert json.loads(raw or b"{}")["format"] == 99
+
+
+def test_the_writer_deletes_only_the_folders_its_registry_stopped_listing(bucket: Bucket) -> None:
+    doomed = [
+        "team/legal@old/CURRENT.json",  # legal deleted and made again: legal@a1 is listed now
+        "team/legal@old/e1/heartbeat.json",
+        "team/legal@old/e1/v1/base-000000000000.tar",
+        "team/gone/e1/v1/tail/000000000000-000000000002.json.gz",  # made before incarnations
+    ]
+    kept = [
+        "team/default/CURRENT.json",  # never listed, always kept
+        "team/legal@a1/CURRENT.json",
+        "team/legal@old/notes.txt",  # not replication's
+        "team/nested/default/CURRENT.json",  # a deployment under a longer prefix
+        "elsewhere/legal@old/CURRENT.json",  # outside the prefix
+    ]
+    for key in doomed + kept:
+        bucket.put_bytes(key, b"{}")
+    publisher = Publisher(bucket, 1, "writer-a")
+    sweeper = Sweeper(publisher, grace_s=0)
+    assert sweeper.sweep() == []  # nothing before this writer has published its registry
+    publisher.publish({"legal": entry_of(MODEL)})
+    assert Sweeper(publisher, grace_s=3600).sweep() == []  # unlisted and written just now
+    promoted = Publisher(bucket, 2, "writer-b")
+    promoted.publish({"legal": entry_of(MODEL)})
+    assert sweeper.sweep() == []  # fenced: another epoch holds the registry
+    assert set(bucket.list_after("", "")) == set(doomed + kept) | {registry_key(bucket)}
+
+    assert sorted(Sweeper(promoted, grace_s=0).sweep()) == sorted(doomed)
+    assert set(bucket.list_after("", "")) == set(kept) | {registry_key(bucket)}

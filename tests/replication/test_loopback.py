@@ -244,6 +244,8 @@ def test_10_every_collection_is_replicated_and_one_made_again_never_mixes(cluste
         assert [r.status_code for r in refused] == [409, 409, 409], [r.text for r in refused]
 
     # Deleted and made again under its name: the replicas drop their copy and copy the new one, never a mix.
+    old_folders = folders(cluster, "vectors@")
+    assert len(old_folders) == 1, old_folders
     delete_collection(writer, "vectors")
     create_collection(writer, {"name": "vectors", "dimension": 4, "metric": "dot"})
     new = vector_docs("new", 5, 2)
@@ -279,11 +281,22 @@ def test_10_every_collection_is_replicated_and_one_made_again_never_mixes(cluste
             assert documents(fresh, collection=name) == documents(writer, collection=name)
     finally:
         fresh.kill()
+    # The old incarnation's folder leaves the bucket once unlisted for the grace period; the new one's stays.
+    deadline = time.monotonic() + GC_AFTER_S + 20
+    while folders(cluster, "vectors@") & old_folders and time.monotonic() < deadline:
+        time.sleep(0.5)
+    held = folders(cluster, "vectors@")
+    assert len(held) == 1 and not held & old_folders, (held, old_folders)
     delete_collection(writer, "writer-model")
     deadline = time.monotonic() + 10
     while any("writer-model" in ready_collections(r) for r in replicas) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any("writer-model" in ready_collections(r) for r in replicas)
+
+
+def folders(cluster: Cluster, start: str) -> set[str]:
+    """The collection folders in the bucket whose names begin with ``start``."""
+    return {found for key in bucket_keys(cluster) if (found := key.split("/")[1]).startswith(start)}
 
 
 def ready_collections(server: Server) -> dict:
