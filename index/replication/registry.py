@@ -63,6 +63,9 @@ class Publisher:
         self.body: dict[str, Any] | None = None  # the object as last read or written
         self.etag: str | None = None
         self.lock = threading.Lock()  # one read or put at a time
+        # every folder this process has listed: only those may it delete once unlisted, so a promoted writer
+        # never deletes a collection it did not hold (the old writer's registry is not its own)
+        self.published: set[str] = set()
 
     def check(self) -> None:
         """Read the object when its ETag moved (or never read): ``Fenced`` if another writer holds it."""
@@ -95,6 +98,7 @@ class Publisher:
             with self.lock:
                 self._check()
                 if self.lists(collections):
+                    self.published |= garbage.listed_folders(collections)
                     return
                 body = {
                     "format": REGISTRY_FORMAT,
@@ -112,6 +116,7 @@ class Publisher:
                     self.etag = None  # read again
                     continue
                 self.body, self.etag = body, etag
+                self.published |= garbage.listed_folders(collections)
                 return
         raise ConditionFailed(f"{self.key} changed twice while this writer replaced it")
 
@@ -168,7 +173,8 @@ class Sweeper:
         if listed is None:
             return []
         now = time.monotonic()
-        self.unlisted = garbage.unlisted_since(self.bucket.folders(), listed, self.unlisted, now)
+        ours = [folder for folder in self.bucket.folders() if folder in self.publisher.published]
+        self.unlisted = garbage.unlisted_since(ours, listed, self.unlisted, now)
         doomed: list[str] = []
         for folder, since in self.unlisted.items():
             if now - since >= self.grace_s:

@@ -122,5 +122,13 @@ def test_the_writer_deletes_only_the_folders_its_registry_stopped_listing(bucket
     assert sweeper.sweep() == []  # fenced: another epoch holds the registry
     assert set(bucket.list_after("", "")) == set(doomed + kept) | {registry_key(bucket)}
 
+    # a promoted writer deletes only what it listed itself, never a collection it did not hold
+    assert Sweeper(promoted, grace_s=0).sweep() == []
+    held_once = {
+        "legal": {**entry_of(MODEL), "incarnation": "old"},
+        "gone": {**entry_of(MODEL), "incarnation": None},
+    }
+    promoted.publish(held_once)
+    promoted.publish({"legal": entry_of(MODEL)})
     assert sorted(Sweeper(promoted, grace_s=0).sweep()) == sorted(doomed)
     assert set(bucket.list_after("", "")) == set(kept) | {registry_key(bucket)}
