@@ -380,8 +380,8 @@ class SearchIndex:
             self._apply_landed("a replicated batch")
 
     def position(self) -> tuple[int, int]:
-        """The live version's number and its last changelog sequence. Under the readers' lock (/readyz asks
-        every poll, on the event loop; it waits at most for one FAISS update): a restore or rebuild closes the
+        """The live version's number and its last changelog sequence. Under the readers' lock (callers ask from
+        worker threads: /readyz's replication state, acks, the shipper): a restore or rebuild closes the
         version it replaced only once no reader holds it, and a store closed under a query can crash."""
         with self._rw.read():
             live = self._live
