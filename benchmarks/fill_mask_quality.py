@@ -113,7 +113,7 @@ def loss_curve(metrics_path: Path, png: Path) -> dict:
 
 
 def lama(model_dir: Path) -> dict:
-    from encoder_training.evaluation.lama import evaluate_lama
+    from evaluation.lama import evaluate_lama
 
     result = evaluate_lama(model_dir, DATA / "lama")
     return {k: result[k] for k in ("p@1", "p@10", "facts", "coverage", "google_re", "squad")}
@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "fill_mask_all_layers.json")
     args = parser.parse_args()
 
-    from encoder_training.evaluation.plausibility import evaluate_plausibility
+    from evaluation.plausibility import evaluate_plausibility
 
     models = {"before": args.before, "after": args.after}
     result: dict = {"command": "python benchmarks/fill_mask_quality.py " + " ".join(sys.argv[1:])}

@@ -90,8 +90,8 @@ def with_metadata(plain: Path, out: Path, seed: int = 1) -> None:
 
 def build_real(args, encoder) -> dict:
     """The real-text index under ``--index-dir`` (built once; reused when it is there)."""
-    from index import layout
-    from index.builder import BuildOptions, build_from_input
+    from index.build.builder import BuildOptions, build_from_input
+    from index.storage import layout
 
     root = args.index_dir / "index"
     if layout.current_version(root) is not None:
@@ -134,12 +134,12 @@ def build_synthetic(args, encoder) -> dict:
     seeded by its first number), then the exact FAISS index of the stored vectors saved as the version's own."""
     import faiss
 
-    from index import layout
-    from index.builder import build_vectors
-    from index.chunking import Chunk
     from index.records import Document
     from index.search_index import SearchIndex
-    from index.store import DocumentStore
+    from index.storage import layout
+    from index.storage.store import DocumentStore
+    from index.storage.vectors import build_vectors
+    from index.text.chunking import Chunk
 
     root = args.index_dir / "index"
     marker = args.index_dir / "build.json"
@@ -189,8 +189,7 @@ def vectors_for(args, live, factory: str):
     """The FAISS index of ``factory`` over the stored vectors, cached beside the index."""
     import faiss
 
-    from index.builder import build_vectors
-    from index.vectors import VectorIndex, default_params
+    from index.storage.vectors import VectorIndex, build_vectors, default_params
 
     path = args.index_dir / f"vectors-{factory.replace(',', '_')}.faiss"
     if path.exists():
@@ -300,7 +299,7 @@ def unfiltered_recall(args, index, vectors, texts) -> dict[str, float]:
 def crossover(args, index, vectors, filters: dict) -> list[dict]:
     """Where scoring a filter's matches exactly (read back from FAISS) stops beating one bitmap search: both plans
     timed, per factory that can read vectors back (flat, HNSW), for filters of growing match counts."""
-    import index.ranking as ranking
+    import index.query.ranking as ranking
 
     live, saved = index._live, ranking.SELECTIVE_CHUNKS
     out = []
@@ -328,7 +327,7 @@ def columns_memory(index) -> dict:
     """The columns of the live version loaded once more: bytes held (arrays) and RSS growth, per document."""
     import gc
 
-    from index.columns import Columns
+    from index.storage.columns import Columns
 
     live = index._live
     documents = live.store.counts()["documents"]
@@ -353,10 +352,10 @@ def write_cost(encoder, documents: int, batch: int, rounds: int = 2) -> dict:
     """Store-only writes (vectors given, nothing embedded) into a fresh index: ``SearchIndex.commit`` of batches of
     ``batch`` documents with this benchmark's synthetic metadata, with the columns kept and with their upkeep
     replaced by a no-op (A/B, alternated)."""
-    from index.changelog import Columns
-    from index.chunking import Chunk
     from index.records import Document
     from index.search_index import SearchIndex
+    from index.storage.changelog import Columns
+    from index.text.chunking import Chunk
 
     read, apply = Columns.read_changes, Columns.apply
     rng, meta_rng = np.random.default_rng(0), random.Random(0)

@@ -117,8 +117,8 @@ def measure_recall(args, encoder, queries: list[str], store) -> tuple[dict, floa
 def recall_only(args) -> None:
     """Add recall rows for other nprobe values to an earlier result, from its index (no rebuild)."""
     from encoder_runtime import load_encoder
-    from index import layout
-    from index.store import DocumentStore
+    from index.storage import layout
+    from index.storage.store import DocumentStore
 
     result = json.loads(args.out.read_text())
     encoder = load_encoder(backend=result["backend"])
@@ -157,10 +157,10 @@ def main() -> None:
         return
 
     from encoder_runtime import load_encoder
-    from index import layout
-    from index.builder import BuildOptions, build_from_input
-    from index.store import DocumentStore
-    from index.vectors import nlist_for, pq_segments
+    from index.build.builder import BuildOptions, build_from_input
+    from index.storage import layout
+    from index.storage.store import DocumentStore
+    from index.storage.vectors import nlist_for, pq_segments
 
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)

@@ -65,7 +65,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 def build_index(root: Path, passages: int) -> float:
     from encoder_runtime import load_encoder
-    from index.builder import BuildOptions, build_from_input
+    from index.build.builder import BuildOptions, build_from_input
 
     corpus = root.parent / "corpus.jsonl.gz"
     write_corpus(corpus, passages, (1, 2))

@@ -62,8 +62,8 @@ def first_stage_runs(data: Path, mode: str, depth: int) -> tuple[dict, dict, dic
     """The test queries' first-stage top 100 (ids and texts), over the index ``cloze eval beir`` caches for the
     bundled encoder on the service's default backend."""
     from encoder_runtime import load_encoder
-    from encoder_training.evaluation.beir import load_qrels, load_queries
     from encoder_training.reranking.mining import first_stage
+    from evaluation.beir import load_qrels, load_queries
     from index.search_index import SearchIndex
 
     encoder = load_encoder(None, backend="auto")
@@ -161,7 +161,7 @@ def blended_order(scores: np.ndarray, weight: float, k: int = 60) -> np.ndarray:
 
 
 def rerank_row(cache: ScoreCache, dataset: str, queries, qrels, candidates, depth: int) -> dict[str, Any]:
-    from encoder_training.evaluation.beir import ndcg_per_query, paired_difference, score_run
+    from evaluation.beir import ndcg_per_query, paired_difference, score_run
 
     started, pairs_before = time.perf_counter(), len(cache.scores)
     before = {q: [d for d, _ in candidates[q]][:100] for q in queries}
@@ -261,7 +261,7 @@ def main() -> None:
 def latency(model: Path, candidates: int, seconds: int, work: Path) -> dict[str, Any]:
     """p50 / p99 of ``/search`` with and without rerank, one server, the arms interleaved per concurrency."""
     from benchmarks.http_throughput import LUA, write_bodies, wrk
-    from encoder_training.evaluation.beir import load_qrels, load_queries
+    from evaluation.beir import load_qrels, load_queries
     from harness.servers import serve_process
 
     index = first_stage_index(SETS["scifact"])
@@ -303,8 +303,8 @@ def latency(model: Path, candidates: int, seconds: int, work: Path) -> dict[str,
 def first_stage_index(data: Path, encoder: Any = None) -> Path:
     """The index ``cloze eval beir`` caches for the bundled encoder on the service's default backend."""
     from encoder_runtime import load_encoder
-    from encoder_training.evaluation.beir import corpus_file, default_index_dir
-    from index.builder import BuildOptions, build_if_needed
+    from evaluation.beir import corpus_file, default_index_dir
+    from index.build.builder import BuildOptions, build_if_needed
 
     encoder = encoder or load_encoder(None, backend="auto")
     index_dir = default_index_dir(data, encoder, encoder.backend.name)

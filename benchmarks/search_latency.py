@@ -40,8 +40,8 @@ from harness.servers import serve_process  # noqa: E402
 def scifact_index(backend: str) -> Path:
     """The same index `cloze eval beir` builds for SciFact (reused when input and model are unchanged)."""
     from encoder_runtime import load_encoder
-    from encoder_training.evaluation.beir import corpus_file, default_index_dir
-    from index.builder import BuildOptions, build_if_needed
+    from evaluation.beir import corpus_file, default_index_dir
+    from index.build.builder import BuildOptions, build_if_needed
 
     encoder = load_encoder(backend=backend)
     folder = default_index_dir(SCIFACT, encoder, backend)

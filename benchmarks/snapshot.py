@@ -41,7 +41,7 @@ SNAPSHOTS = "/collections/default/snapshots"
 
 def built_index(args: argparse.Namespace) -> dict:
     """filtered_search's index (its build is reused when present; the encoder loads only to build one)."""
-    from index import layout
+    from index.storage import layout
 
     if layout.current_version(args.index_dir / "index") is not None:
         return json.loads((args.index_dir / "build.json").read_text())

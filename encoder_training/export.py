@@ -25,11 +25,11 @@ import numpy as np
 from encoder_runtime import is_reranker, load_encoder, load_reranker, sigmoid
 from encoder_runtime.backends.onnx_export import export_all
 from encoder_runtime.model_dir import ModelInfo, resolve_model_path
-from encoder_training.data_folder import default_data_dir
-from encoder_training.evaluation.beir import default_index_dir, evaluate_beir
-from encoder_training.evaluation.mlm import evaluate_mlm
-from encoder_training.evaluation.sts import evaluate_sts
 from encoder_training.finetuning.train import TRAINING_RECORD, build_model, stamp_legacy_pooling
+from encoder_training.pretraining.heldout import evaluate_mlm
+from evaluation.beir import default_index_dir, evaluate_beir
+from evaluation.data_folder import default_data_dir
+from evaluation.sts import evaluate_sts
 
 log = logging.getLogger(__name__)
 NOT_MEASURED = "not measured"

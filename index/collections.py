@@ -1,7 +1,7 @@
 """Collections: named index folders under one data root, each built with one named model.
 
     <root>/<name>/collection.json       name, model, options, created, incarnation: written last, so it marks a whole one
-    <root>/<name>/CURRENT, versions/    an ordinary index folder (``index.layout``)
+    <root>/<name>/CURRENT, versions/    an ordinary index folder (``index.storage.layout``)
     <root>/.creating-<name>-<token>/    a create in progress: renamed to <name> once whole
     <root>/.deleting-<name>-<token>/    a delete in progress: renamed away first, then removed
     <root>/.collections.lock            flock'd while a create, a delete or the clean-up runs
@@ -29,14 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from index import layout
-from index.builder import BuildOptions, create_empty_version
-from index.chunking import Chunker, overlap_problem
-from index.factories import check_factory_string, probe_shape, probe_training_size
+from index.build.builder import BuildOptions, create_empty_version
+from index.build.own_vectors import OwnVectors
 from index.faultpoints import pause_for_tests
-from index.own_vectors import OwnVectors
 from index.records import collection_name_problem
-from index.vectors import VectorIndex, atomic_write, fsync_dir
+from index.storage import layout
+from index.storage.factories import check_factory_string, probe_shape, probe_training_size
+from index.storage.vectors import VectorIndex, atomic_write, fsync_dir
+from index.text.chunking import Chunker, overlap_problem
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class CollectionInfo:
     chunk_overlap: int | None = None  # tokens shared by neighbouring chunks (None: a quarter of the window)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     dimension: int | None = None  # set (and model None): vectors its callers supply, one per document
-    metric: str | None = None  # with ``dimension``: cosine or dot (``index.own_vectors``)
+    metric: str | None = None  # with ``dimension``: cosine or dot (``index.build.own_vectors``)
     # Set when the collection is made: one deleted and made again under its name is another (None: made
     # before incarnations were recorded).
     incarnation: str | None = None
@@ -161,7 +161,7 @@ def create_collection(root: Path, info: CollectionInfo, encoder: Any) -> Path:
 
 
 def check_factory(factory: str | None, dimension: int) -> None:
-    """A factory within the grammar (``index.factories``) that takes a probe add and search at toy size:
+    """A factory within the grammar (``index.storage.factories``) that takes a probe add and search at toy size:
     422 naming ``factory`` otherwise, before anything is written."""
     if factory is None:
         return

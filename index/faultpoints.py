@@ -12,7 +12,7 @@ Stages: ``ingest`` (after a build batch), ``rebuild`` (a service rebuild made it
 still on the old version), ``upsert`` (a write committed to SQLite, not yet in FAISS), ``snapshot-start``
 (a FAISS snapshot about to be written), ``snapshot`` (its FAISS file renamed into place, its JSON not yet),
 ``backup`` (a backup's read transaction open, the writer's lock released, the store not yet copied:
-``index.snapshots``), ``backup-written`` (its archive complete under a temp name, not yet renamed),
+``index.archive.snapshots``), ``backup-written`` (its archive complete under a temp name, not yet renamed),
 ``restore`` (a restored version complete on disk, not yet published).
 """
 

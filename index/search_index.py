@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from index import layout
-from index.builder import (
-    REBUILD_MARKER,
+from index.archive.restore import ExpectedModel, check_restored, open_restored, verify_archive
+from index.archive.snapshots import take_snapshot
+from index.build.builder import (
     BuildOptions,
     VersionDraft,
     attach_vectors,
@@ -30,10 +30,8 @@ from index.builder import (
     chunk_texts,
     create_empty_version,
 )
-from index.changelog import ChangeBatch, apply_changes, copy_changes, read_changes, write_changes
-from index.chunking import Chunker
-from index.locks import ReadWriteLock
-from index.ranking import Fusion, Ranked, Scored, dense_ranking, explain, fuse, fusion_depth
+from index.query.ranking import Fusion, Ranked, Scored, dense_ranking, explain, fuse, fusion_depth
+from index.query.results import assemble_hits
 from index.records import (
     DamagedFile,
     Document,
@@ -42,10 +40,12 @@ from index.records import (
     ReadOnlyIndex,
     SearchHit,
 )
-from index.restore import ExpectedModel, check_restored, open_restored, verify_archive
-from index.results import assemble_hits
-from index.snapshots import take_snapshot
-from index.version import OpenVersion, Repair, check_model, report_repair
+from index.storage import layout
+from index.storage.changelog import ChangeBatch, apply_changes, copy_changes, read_changes, write_changes
+from index.storage.layout import REBUILD_MARKER
+from index.storage.locks import ReadWriteLock
+from index.storage.version import OpenVersion, Repair, check_model, report_repair
+from index.text.chunking import Chunker
 
 log = logging.getLogger(__name__)
 Mode = Literal["dense", "bm25", "hybrid"]
@@ -314,7 +314,7 @@ class SearchIndex:
         return manifest
 
     def snapshot(self, folder: Path, compression: str = "none", keep: int | None = None) -> dict[str, Any]:
-        """A backup archive of the live version in ``folder`` (``index.snapshots``): every write acknowledged
+        """A backup archive of the live version in ``folder`` (``index.archive.snapshots``): every write acknowledged
         before the call, none after it; searches and writes go on while it is written."""
         return take_snapshot(lambda: self._live, self._mutate, folder, compression, keep)
 
@@ -365,7 +365,7 @@ class SearchIndex:
 
     def changes_after(self, seq: int, most: int | None = None) -> tuple[int, ChangeBatch]:
         """The live version's number and its documents changed after ``seq`` as they are now
-        (``index.changelog.read_changes``), read while no write lands: one state of the store."""
+        (``index.storage.changelog.read_changes``), read while no write lands: one state of the store."""
         with self._mutate:
             live = self._live
             return live.number, read_changes(live.store, live.vectors.dimension, seq, most)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from app.service.errors import ApiError
-from index import snapshots
+from index.archive import snapshots
 from index.collections import DEFAULT_COLLECTION, CollectionInfo
 from index.records import ReadOnlyIndex, collection_name_problem
 

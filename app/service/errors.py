@@ -11,9 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from index.layout import BuildInProgress
-from index.records import InvalidDocument, ReadOnlyIndex, StorageError
-from index.snapshots import (
+from index.archive.snapshots import (
     ArchiveTooLarge,
     BadArchive,
     InvalidSnapshotName,
@@ -22,6 +20,8 @@ from index.snapshots import (
     SnapshotNoSpace,
     SnapshotNotFound,
 )
+from index.records import InvalidDocument, ReadOnlyIndex, StorageError
+from index.storage.layout import BuildInProgress
 
 # Snapshot refusals: (status, field). Each message says what is wrong; nothing was written.
 SNAPSHOT_ERRORS: dict[type[SnapshotError], tuple[int, str | None]] = {

@@ -20,8 +20,8 @@ from fastapi.routing import APIRoute
 
 from app.service.errors import ApiError, BodyRejected
 from app.settings import Settings
-from index.filters import InvalidFilterValue, compile_filters
 from index.records import UnknownFilterField, metadata_key_problem
+from index.storage.filters import InvalidFilterValue, compile_filters
 
 MAX_BODY_DEPTH = 32  # metadata has its own, lower limit (CLOZE_MAX_METADATA_DEPTH)
 MAX_BODY_VALUES = Settings.model_fields["max_body_values"].default
@@ -183,7 +183,7 @@ def check_metadata(metadata: dict[str, Any], where: str, settings: Settings) -> 
 
 
 def check_filter(filters: dict[str, Any] | None, settings: Settings) -> None:
-    """The filter's grammar, values and bounds (``index.filters``, the one compiler), before any model or index
+    """The filter's grammar, values and bounds (``index.storage.filters``, the one compiler), before any model or index
     work: bounded as a whole by CLOZE_MAX_FILTER_VALUES (a field counts one, each value one: what the query
     binds), and every field name one that can be filtered on exactly. Unknown fields are the index's to say."""
     if not filters:

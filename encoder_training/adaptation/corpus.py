@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from index import layout
-from index.ingest import iter_documents
+from index.build.ingest import iter_documents
 from index.records import Document
-from index.store import DocumentStore
+from index.storage import layout
+from index.storage.store import DocumentStore
 
 PAIR_KINDS = ("ict", "title", "crop")
 # A sentence ends at . ! or ? followed by space and an upper-case letter, digit or bracket.
@@ -39,7 +39,7 @@ class Passage:
 
     @property
     def text(self) -> str:
-        """What the index embeds for this document (``index.ingest`` puts the title in front the same way)."""
+        """What the index embeds for this document (``index.build.ingest`` puts the title in front the same way)."""
         return f"{self.title}\n\n{self.body}" if self.title and self.body else (self.title or self.body)
 
 
@@ -48,7 +48,7 @@ def is_index_folder(path: Path) -> bool:
 
 
 def read_passages(source: str | Path, limit: int | None = None) -> list[Passage]:
-    """Documents of a corpus file / folder (``index.ingest`` formats) or of an existing index folder."""
+    """Documents of a corpus file / folder (``index.build.ingest`` formats) or of an existing index folder."""
     path = Path(source)
     documents = _index_documents(path) if is_index_folder(path) else iter_documents(path)
     passages = []

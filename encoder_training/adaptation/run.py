@@ -35,9 +35,9 @@ from encoder_training.adaptation.lexical_teacher import LexicalTeacher
 from encoder_training.adaptation.mlm import run_mlm
 from encoder_training.adaptation.recipe import AdaptConfig
 from encoder_training.adaptation.timing import RunState
-from encoder_training.data_folder import default_data_dir
 from encoder_training.finetuning.data import load_training_rows
 from encoder_training.finetuning.train import stamp_legacy_pooling
+from evaluation.data_folder import default_data_dir
 
 log = logging.getLogger(__name__)
 STAGES = ("mlm", "contrastive")

@@ -1,6 +1,6 @@
 """``cloze train finetune``: SBERT siamese fine-tuning.
 
-Named training sets are read from a data folder (``encoder_training.data_folder``); a user's own JSONL /
+Named training sets are read from a data folder (``evaluation.data_folder``); a user's own JSONL /
 TSV pairs need no data folder at all.
 """
 
@@ -11,8 +11,8 @@ import dataclasses
 import json
 
 from encoder_training.config_options import add_config_options, config_from_args
-from encoder_training.data_folder import default_data_dir
 from encoder_training.finetuning.config import FinetuneConfig
+from evaluation.data_folder import default_data_dir
 
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:

@@ -15,9 +15,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from encoder_runtime.model_dir import fingerprint, resolve_model_path
-from encoder_training.evaluation.sts import read_stsb
 from encoder_training.finetuning.config import LOSSES, FinetuneConfig
 from encoder_training.finetuning.data import Row, load_training_rows
+from evaluation.sts import read_stsb
 
 log = logging.getLogger(__name__)
 TRAINING_RECORD = "training.json"

@@ -1,4 +1,4 @@
-"""``cloze train tokenizer|pretrain``."""
+"""``cloze train tokenizer|pretrain`` and ``cloze eval mlm``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from encoder_training.pretraining.recipes import add_override_arguments, load_re
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     _add_tokenizer(groups["train"])
     _add_pretrain(groups["train"])
+    _add_mlm(groups["eval"])
 
 
 def _add_tokenizer(train: argparse._SubParsersAction) -> None:
@@ -56,3 +57,17 @@ def _pretrain(args: argparse.Namespace) -> None:
             for k in ("objective", "steps", "tokens_per_s", "final_loss", "peak_rss_mb", "heldout")
         }
         print(json.dumps({"out": str(args.out), **summary}))
+
+
+def _add_mlm(evaluate: argparse._SubParsersAction) -> None:
+    p = evaluate.add_parser("mlm", help="held-out masked-token accuracy and pseudo-perplexity")
+    p.add_argument("--model", required=True, type=Path, help="a BertForMaskedLM-loadable folder")
+    p.add_argument("--data", nargs="+", required=True, help="held-out text files or folders")
+    p.add_argument("--ppl-lines", type=int, default=200, help="sentences scored for pseudo-perplexity")
+    p.set_defaults(handler=_mlm)
+
+
+def _mlm(args: argparse.Namespace) -> None:
+    from encoder_training.pretraining.heldout import evaluate_mlm
+
+    print(json.dumps(evaluate_mlm(args.model, args.data, ppl_lines=args.ppl_lines)))

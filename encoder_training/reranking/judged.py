@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from encoder_training.evaluation.beir import corpus_file, load_qrels, load_queries
-from index.ingest import iter_documents
+from evaluation.beir import corpus_file, load_qrels, load_queries
+from index.build.ingest import iter_documents
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from encoder_training.evaluation.beir import ndcg_at
+from evaluation.beir import ndcg_at
 
 Scorer = Callable[[list[tuple[str, str]]], np.ndarray]
 Candidates = list[tuple[str, str]]  # (doc id, text), first-stage order

@@ -26,7 +26,7 @@ from encoder_training.reranking.config import LOSSES, RerankConfig
 from encoder_training.reranking.judged import JudgedQuery, read_beir, read_pairs
 from encoder_training.reranking.mining import MiningSettings, first_stage, mine_negatives, training_rows
 from encoder_training.reranking.scoring import cross_encoder_scorer, mean_ndcg, rerank
-from index.builder import BuildOptions, build_if_needed
+from index.build.builder import BuildOptions, build_if_needed
 from index.search_index import SearchIndex
 
 log = logging.getLogger(__name__)

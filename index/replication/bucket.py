@@ -3,7 +3,7 @@ collection's objects live in it:
 
     <prefix>/<collection>/CURRENT.json                       the base to copy: written last, conditionally
     <prefix>/<collection>/e<epoch>/heartbeat.json            the writer of that epoch: its position, its time
-    <prefix>/<collection>/e<epoch>/v<version>/base-<seq>.tar a snapshot archive (``index.snapshots``)
+    <prefix>/<collection>/e<epoch>/v<version>/base-<seq>.tar a snapshot archive (``index.archive.snapshots``)
     <prefix>/<collection>/e<epoch>/v<version>/tail/<after>-<through>.json.gz   changes past it, immutable
 
 The epoch is the fence of a manual failover: replicas follow only the epoch ``CURRENT.json`` names, so a

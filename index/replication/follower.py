@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from index.changelog import ChangeBatch, merge_batches
 from index.replication import segments
 from index.replication.bucket import Bucket, Keys
 from index.replication.worker import Worker
+from index.storage.changelog import ChangeBatch, merge_batches
 
 log = logging.getLogger(__name__)
 POSITION = "replica_position"  # the local store's state key

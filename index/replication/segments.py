@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from index.changelog import ChangeBatch
-from index.chunking import Chunk
 from index.records import Document
+from index.storage.changelog import ChangeBatch
+from index.text.chunking import Chunk
 
 FORMAT = 1
 

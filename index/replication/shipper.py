@@ -1,4 +1,4 @@
-"""The writer's side: ship the collection to the bucket. A base (a snapshot archive, ``index.snapshots``)
+"""The writer's side: ship the collection to the bucket. A base (a snapshot archive, ``index.archive.snapshots``)
 whenever the live version changes (a rebuild, a restore) or the tail since the last base grew long, then
 ``CURRENT.json`` naming it, written last and conditionally; between bases, the changelog as immutable
 segments (``segments``), each holding the changed documents with their vectors. A heartbeat tells replicas
@@ -15,11 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from index.changelog import ChangelogPruned
 from index.replication import garbage, segments
 from index.replication.bucket import Bucket, ConditionFailed, Keys
 from index.replication.worker import Periodic, Worker, delete_decided
-from index.vectors import atomic_write
+from index.storage.changelog import ChangelogPruned
+from index.storage.vectors import atomic_write
 
 log = logging.getLogger(__name__)
 

@@ -173,7 +173,7 @@ def test_writer_waiting_holds_back_new_readers() -> None:
     import threading
     import time
 
-    from index.locks import ReadWriteLock
+    from index.storage.locks import ReadWriteLock
 
     lock, order = ReadWriteLock(), []
     first_reader = threading.Event()

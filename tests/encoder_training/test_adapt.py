@@ -214,7 +214,7 @@ def test_adapt_cli_rejects_bad_input(tiny_bert: Path, tmp_path: Path, capsys: py
 
 def test_an_index_folder_gives_the_same_passages_as_its_corpus(tiny_bert: Path, tmp_path: Path) -> None:
     from encoder_runtime import load_encoder
-    from index.builder import BuildOptions, build_from_input
+    from index.build.builder import BuildOptions, build_from_input
 
     corpus_path = _corpus(tmp_path / "c.jsonl", documents=6)
     encoder = load_encoder(str(tiny_bert), backend="torch")
@@ -329,8 +329,8 @@ def test_adapt_with_distillation_embeds_the_training_texts_once_and_keeps_closer
 
 def test_the_teachers_bm25_is_the_products(tmp_path: Path, shared_data: Path) -> None:
     from encoder_training.adaptation.lexical_teacher import Bm25Matrix
-    from index.lexical import LexicalIndex
-    from index.store import DocumentStore
+    from index.storage.lexical import LexicalIndex
+    from index.storage.store import DocumentStore
     from tests.index.test_lexical import as_item, scifact_documents
 
     documents = scifact_documents(shared_data, 300)

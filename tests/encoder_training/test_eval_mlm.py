@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import build_parser
-from encoder_training.evaluation.lama import load_facts
+from evaluation.lama import load_facts
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture) -> dict:

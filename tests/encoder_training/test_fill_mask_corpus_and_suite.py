@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from encoder_training.evaluation.plausibility import load_suite, score_guesses
 from encoder_training.pretraining.corpus import fortunes, wordnet_entry
+from evaluation.plausibility import load_suite, score_guesses
 
 SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "fill_mask_plausibility.json"
 

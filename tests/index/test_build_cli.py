@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from index import layout
 from index.search_index import SearchIndex
+from index.storage import layout
 from tests.index.conftest import tiny_documents, write_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,7 +172,7 @@ def test_sigkill_mid_ingest_then_resume(tmp_path: Path, tiny_bert: Path, tiny_en
 def test_a_rebuild_reproduces_the_build_options(tmp_path: Path, tiny_encoder) -> None:
     """A forced factory and a chosen overlap are recorded in the manifest and kept by a service rebuild;
     upserts chunk with the build's overlap too."""
-    from index.builder import BuildOptions, build_from_input
+    from index.build.builder import BuildOptions, build_from_input
     from index.records import Document
 
     corpus = write_jsonl(tmp_path / "corpus.jsonl", tiny_documents(60, words=90))

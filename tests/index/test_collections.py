@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from index import layout
 from index.collections import (
     CollectionError,
     CollectionInfo,
@@ -18,6 +17,7 @@ from index.collections import (
     read_info,
 )
 from index.search_index import SearchIndex
+from index.storage import layout
 from tests.index.conftest import tiny_documents, write_jsonl
 from tests.index.test_build_cli import run_cli
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from harness.crashes import mount_tmpfs, unmount
-from index import layout, vectors
 from index.records import Document, StorageError
 from index.search_index import SearchIndex
+from index.storage import layout, vectors
 from tests.index.conftest import tiny_documents
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ def docs(count: int, seed: int = 0, prefix: str = "d") -> list[Document]:
 
 
 def lease_in_another_process(root: Path) -> subprocess.CompletedProcess:
-    code = f"from index.layout import WriterLease; WriterLease({str(root)!r}); print('got it')"
+    code = f"from index.storage.layout import WriterLease; WriterLease({str(root)!r}); print('got it')"
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
@@ -160,7 +160,7 @@ def ballast_fill(handle) -> None:
 def test_a_failed_rebuild_removes_its_version_and_the_index_goes_on(
     tmp_path: Path, tiny_encoder, monkeypatch
 ) -> None:
-    from index.builder import VersionDraft
+    from index.build.builder import VersionDraft
 
     index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
     index.upsert(docs(6))
@@ -230,7 +230,7 @@ def test_a_killed_snapshot_leaves_no_temp_file_behind_the_next_writer(tmp_path: 
 def test_a_build_refuses_to_publish_over_writes_the_live_index_took_meanwhile(
     tmp_path: Path, tiny_encoder, monkeypatch
 ) -> None:
-    from index.builder import BuildOptions, VersionDraft, build_from_input
+    from index.build.builder import BuildOptions, VersionDraft, build_from_input
     from index.records import LiveWritesDuringBuild
     from tests.index.conftest import write_jsonl
 
@@ -264,7 +264,7 @@ def test_a_build_does_not_publish_while_another_process_writes_the_index(
     import subprocess
     import sys
 
-    from index.builder import BuildOptions, build_from_input
+    from index.build.builder import BuildOptions, build_from_input
     from index.records import LiveWritesDuringBuild
     from tests.index.conftest import write_jsonl
 
@@ -279,7 +279,7 @@ def test_a_build_does_not_publish_while_another_process_writes_the_index(
         [
             sys.executable,
             "-c",
-            "import sys; from index.layout import WriterLease; WriterLease(sys.argv[1]); "
+            "import sys; from index.storage.layout import WriterLease; WriterLease(sys.argv[1]); "
             "print('held', flush=True); sys.stdin.read()",
             str(root),
         ],

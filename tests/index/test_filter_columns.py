@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index.columns import Columns, julianday
 from index.records import Document
 from index.search_index import SearchIndex
+from index.storage.columns import Columns, julianday
 from tests.index.test_filter_oracle import DATES, FIELDS, elements, filters, holds, metadata
 
 EXAMPLES = 40

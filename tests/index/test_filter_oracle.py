@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index import ranking
-from index.filters import InvalidFilterValue, compile_filters
+from index.query import ranking
 from index.records import Document, UnknownFilterField
 from index.search_index import SearchIndex
-from index.store import FILL_VALUES
-from index.text_analysis import words
+from index.storage.filters import InvalidFilterValue, compile_filters
+from index.storage.store import FILL_VALUES
+from index.text.analysis import words
 from tests.conftest import TINY_WORDS
 
 FIELDS = ["a", "b", "c", "d"]

@@ -10,8 +10,8 @@ import random
 import numpy as np
 import pytest
 
-import index.ranking as ranking
-import index.version as version
+import index.query.ranking as ranking
+import index.storage.version as version
 from index.records import Document
 from index.search_index import SearchIndex
 from tests.conftest import TINY_WORDS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from index.highlight import highlight_spans
+from index.query.highlight import highlight_spans
 
 
 def marked(text: str, query: str) -> list[str]:

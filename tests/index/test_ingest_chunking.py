@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from index.chunking import Chunker
-from index.ingest import corpus_checksum, iter_documents
+from index.build.ingest import corpus_checksum, iter_documents
+from index.text.chunking import Chunker
 from tests.conftest import TINY_WORDS
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from index.chunking import Chunk
-from index.lexical import LexicalIndex
 from index.records import Document
 from index.search_index import SearchIndex
-from index.store import DocumentStore
+from index.storage.lexical import LexicalIndex
+from index.storage.store import DocumentStore
+from index.text.chunking import Chunk
 
 
 def scifact_documents(shared: Path, count: int) -> list[Document]:
@@ -95,7 +95,7 @@ def test_a_search_leaves_no_hold_on_the_arrays_writes_grow(scifact_store: Docume
     views of the index's arrays, every later write failed with BufferError, half-applied (issue 42's soak)."""
     import numpy as np
 
-    from index import lexical as module
+    from index.storage import lexical as module
 
     lexical = LexicalIndex()
     lexical.build(scifact_store)

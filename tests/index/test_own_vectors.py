@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.builder import attach_vectors
-from index.chunking import Chunker, WholeDocuments
+from index.archive.snapshots import BadArchive
+from index.build.builder import attach_vectors
+from index.build.own_vectors import InvalidVector, OwnVectors, OwnVectorsOnly
 from index.collections import CollectionError, CollectionInfo, create_collection, read_info
-from index.own_vectors import InvalidVector, OwnVectors, OwnVectorsOnly
 from index.records import Document
 from index.search_index import SearchIndex
-from index.snapshots import BadArchive
+from index.text.chunking import Chunker, WholeDocuments
 
 
 def test_a_supplied_vector_is_checked_and_shaped():

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index.ranking import Fusion
+from index.query.ranking import Fusion
 from index.records import Document, InvalidCursor, UnknownFilterField
 from index.search_index import MAX_SEARCH_WINDOW, SearchIndex, decode_cursor, encode_cursor
 from tests.index.conftest import tiny_documents

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from index import layout
-from index.builder import BuildOptions, VersionDraft, build_from_input
+from index.build.builder import BuildOptions, VersionDraft, build_from_input
 from index.records import Document, LiveWritesDuringBuild
 from index.search_index import SearchIndex
+from index.storage import layout
 from tests.index.conftest import tiny_documents, write_jsonl
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from encoder_training.evaluation.beir import evaluate_beir, load_qrels, load_queries
+from evaluation.beir import evaluate_beir, load_qrels, load_queries
 
 QUERIES = 20
 DISTRACTORS = 60

@@ -8,10 +8,18 @@ import sqlite3
 
 import pytest
 
-from index.filters import InvalidFilterValue, compile_filters
-from index.ranking import RRF_K, Explanation, Fusion, convex_fusion, explain, fuse, reciprocal_rank_fusion
+from index.query.ranking import (
+    RRF_K,
+    Explanation,
+    Fusion,
+    convex_fusion,
+    explain,
+    fuse,
+    reciprocal_rank_fusion,
+)
 from index.records import UnknownFilterField
-from index.text_analysis import MAX_QUERY_TERMS, fts_query, query_terms
+from index.storage.filters import InvalidFilterValue, compile_filters
+from index.text.analysis import MAX_QUERY_TERMS, fts_query, query_terms
 
 
 def test_fusion_sums_reciprocal_ranks_and_orders_by_them() -> None:

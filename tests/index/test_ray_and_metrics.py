@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from encoder_training.evaluation.beir import mrr_at, ndcg_at, paired_difference, recall_at, score_run
-from index.builder import BuildOptions, build_from_input
+from evaluation.beir import mrr_at, ndcg_at, paired_difference, recall_at, score_run
+from index.build.builder import BuildOptions, build_from_input
 from index.search_index import SearchIndex
-from index.store import DocumentStore
+from index.storage.store import DocumentStore
 from tests.index.conftest import tiny_documents, write_jsonl
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from index import layout
-from index.builder import EMBED_SLICE
+from index.build.builder import EMBED_SLICE
 from index.records import Document
 from index.search_index import SearchIndex
+from index.storage import layout
 from tests.index.conftest import tiny_documents
 
 

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from index.builder import EMBED_SLICE
+from index.build.builder import EMBED_SLICE
 from index.records import Document
 from index.search_index import SearchIndex
 from tests.index.conftest import tiny_documents

@@ -12,13 +12,13 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from index.changelog import ChangeBatch, merge_batches, read_changes
 from index.records import Document
 from index.replication import garbage, segments
 from index.replication.bucket import Bucket
 from index.replication.follower import Follower
 from index.replication.shipper import Shipper
 from index.search_index import SearchIndex
+from index.storage.changelog import ChangeBatch, merge_batches, read_changes
 from tests.index.conftest import tiny_documents
 
 URL = "s3://replicas/team"
@@ -156,7 +156,7 @@ def test_reading_changes_behind_a_pruned_changelog_is_refused(tmp_path: Path, ti
     try:
         index.upsert(docs(3, 1, "a"))
         index._live.snapshot()  # prunes the changelog behind FAISS
-        from index.changelog import ChangelogPruned
+        from index.storage.changelog import ChangelogPruned
 
         with pytest.raises(ChangelogPruned):
             read_changes(index._live.store, tiny_encoder.dimension, 0)

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import changelog, layout
-from index.columns import Columns
 from index.records import Document, IndexModelMismatch, ReadOnlyIndex, UnknownFilterField
 from index.search_index import SearchIndex
-from index.vectors import VectorIndex
+from index.storage import changelog, layout
+from index.storage.columns import Columns
+from index.storage.vectors import VectorIndex
 from tests.index.conftest import tiny_documents
 
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from harness.archives import hostile_archives
-from index import layout, restore, snapshots
+from index.archive import restore, snapshots
 from index.records import Document
 from index.search_index import SearchIndex
+from index.storage import layout
 from tests.index.conftest import tiny_documents
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from index.vectors import VectorIndex, choose_factory
+from index.storage.vectors import VectorIndex, choose_factory
 
 
 def unit_vectors(count: int, dimension: int = 32, seed: int = 0) -> np.ndarray:

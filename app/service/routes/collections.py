@@ -16,8 +16,8 @@ from app.service.collections import Collection
 from app.service.errors import ApiError, without_server_paths
 from app.service.route_table import declare
 from app.service.validation import StrictJSONRoute
+from index.build.own_vectors import OwnVectors
 from index.collections import DEFAULT_COLLECTION, CollectionInfo, disk_usage, last_write
-from index.own_vectors import OwnVectors
 from index.records import ReadOnlyIndex, collection_name_problem
 
 router = APIRouter(route_class=StrictJSONRoute)

@@ -18,11 +18,11 @@ from app.service.validation import (
     check_metadata,
     strict_loads,
 )
-from index.builder import attach_vectors, chunk_texts
-from index.filters import InvalidFilterValue
-from index.own_vectors import InvalidVector, OwnVectors
+from index.build.builder import attach_vectors, chunk_texts
+from index.build.own_vectors import InvalidVector, OwnVectors
 from index.records import Document, InvalidCursor, id_problem
 from index.search_index import MAX_LIST_LIMIT
+from index.storage.filters import InvalidFilterValue
 
 router = APIRouter(route_class=StrictJSONRoute)
 InCollection = Annotated[Collection, Depends(current_collection)]

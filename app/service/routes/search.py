@@ -28,11 +28,11 @@ from app.service.schemas import (
 )
 from app.service.validation import StrictJSONRoute, check_filter, check_filter_fields
 from encoder_runtime import sigmoid
-from index.filters import InvalidFilterValue
-from index.own_vectors import InvalidVector, OwnVectors
-from index.ranking import RRF_K, Fusion
+from index.build.own_vectors import InvalidVector, OwnVectors
+from index.query.ranking import RRF_K, Fusion
 from index.records import metadata_key_problem
 from index.search_index import MAX_SEARCH_WINDOW
+from index.storage.filters import InvalidFilterValue
 
 router = APIRouter(route_class=StrictJSONRoute)
 InCollection = Annotated[Collection, Depends(current_collection)]

@@ -1,6 +1,6 @@
 """Snapshots of a collection: make one, list, download, delete, and restore one (stored, or uploaded).
 
-The mechanics are ``index.snapshots``, functions over an index folder and a snapshot folder. Snapshots and
+The mechanics are ``index.archive.snapshots``, functions over an index folder and a snapshot folder. Snapshots and
 restores of a collection run one at a time (409 for another), each in a thread of its own: minutes of copying
 must not hold a write slot.
 """
@@ -22,7 +22,7 @@ from app.service.errors import ApiError
 from app.service.route_table import declare
 from app.service.routes.collections import current_collection
 from app.service.validation import StrictJSONRoute
-from index import snapshots
+from index.archive import snapshots
 
 router = APIRouter(route_class=StrictJSONRoute)
 InCollection = Annotated[Collection, Depends(current_collection)]

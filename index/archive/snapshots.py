@@ -12,7 +12,7 @@ so it holds exactly the changelog up to ``sequence`` while writes go on. FAISS m
 (``synced_seq`` <= ``sequence``) only if the live copy did; the restored version then replays the copy's
 changelog at open, as after a crash (nothing was pruned past ``synced_seq``).
 
-Restoring one is ``index.restore``: it trusts only what it checks itself (``index.archive_checks``).
+Restoring one is ``index.archive.restore``: it trusts only what it checks itself (``index.archive.checks``).
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ from typing import Any
 
 import faiss
 
-from index import layout
-from index.archive_checks import (
+from index.archive.checks import (
     ARCHIVE_FORMAT,
     INFO,
     SIDECAR,
@@ -49,14 +48,15 @@ from index.archive_checks import (
     BadArchive,
     SnapshotError,
 )
+from index.archive.restore import read_info
 from index.faultpoints import pause_for_tests
-from index.restore import read_info
-from index.vectors import fsync_dir
-from index.version import OpenVersion
+from index.storage import layout
+from index.storage.vectors import fsync_dir
+from index.storage.version import OpenVersion
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ArchiveTooLarge", "BadArchive", "SnapshotError"]  # defined in archive_checks, raised here
+__all__ = ["ArchiveTooLarge", "BadArchive", "SnapshotError"]  # defined in checks, raised here
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\.tar(\.gz)?")
 LOCK = ".snapshot.lock"
 PARTIAL = ".partial"

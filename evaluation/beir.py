@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from index.builder import BuildOptions, build_if_needed
-from index.ranking import Fusion
+from index.build.builder import BuildOptions, build_if_needed
+from index.query.ranking import Fusion
 from index.search_index import SearchIndex
 
 

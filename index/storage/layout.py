@@ -37,7 +37,10 @@ from typing import Any
 
 from index.faultpoints import pause_for_tests
 from index.records import IndexLocked
-from index.vectors import atomic_write, fsync_dir
+from index.storage.vectors import atomic_write, fsync_dir
+
+FORMAT_VERSION = 1  # of the manifest and the version folder
+REBUILD_MARKER = ".rebuild"  # in a version folder a service rebuild made (discarded if never published)
 
 log = logging.getLogger(__name__)
 

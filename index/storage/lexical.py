@@ -6,7 +6,7 @@ benchmarks/results/search_latency.json for what is served now). Here each term's
 and a query is a few vectorised gathers. SQLite stays the source of truth: the index is built from the
 store in a background thread (FTS5 answers until it is ready) and follows the store through the same
 changelog that keeps FAISS current. A filter reaches it as a mask over the store's document rows
-(``index.columns``).
+(``index.storage.columns``).
 
 Scoring is Okapi BM25 with FTS5's constants (k1 1.2, b 0.75) over Snowball-stemmed words; deleted or
 replaced documents leave dead slots, skipped at query time and compacted by a rebuild past half the slots.
@@ -22,8 +22,8 @@ from collections import Counter
 import numpy as np
 import Stemmer
 
-from index.store import DocumentStore
-from index.text_analysis import MAX_QUERY_TERMS, STOPWORDS, query_terms, words
+from index.storage.store import DocumentStore
+from index.text.analysis import MAX_QUERY_TERMS, STOPWORDS, query_terms, words
 
 log = logging.getLogger(__name__)
 K1, B = 1.2, 0.75

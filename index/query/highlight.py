@@ -1,6 +1,6 @@
 """Highlights: the character spans of a chunk that match the query's terms, as BM25 matches them.
 
-The same analysis as the in-memory BM25 (``text_analysis``'s words, its stop words, Snowball English stems):
+The same analysis as the in-memory BM25 (``index.text.analysis``'s words, its stop words, Snowball English stems):
 "running dogs" marks "run", "runs" and "dog"; a stop word is never marked. Offsets are Python string indices
 (Unicode code points), ``[start, end)``, sorted, never overlapping.
 """
@@ -12,7 +12,7 @@ import threading
 
 import Stemmer
 
-from index.text_analysis import MAX_QUERY_TERMS, STOPWORDS, WORD, query_terms
+from index.text.analysis import MAX_QUERY_TERMS, STOPWORDS, WORD, query_terms
 
 _local = threading.local()  # a PyStemmer object is not thread-safe: one per thread
 

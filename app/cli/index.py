@@ -1,5 +1,6 @@
-"""Sub-commands of this stage, registered into the groups of ``app.cli``: ``cloze index build|add|delete``,
-``cloze index snapshot|restore``. Heavy imports stay inside the handlers."""
+"""The index stage's sub-commands, registered into the groups of ``app.cli``: ``cloze index build|add|delete``,
+``cloze index snapshot|restore`` and ``cloze collection ...`` (which talk to a server through the client).
+Heavy imports stay inside the handlers."""
 
 from __future__ import annotations
 
@@ -177,9 +178,9 @@ def _collection_list(args: argparse.Namespace) -> None:
 def _collection_show(args: argparse.Namespace) -> None:
     from dataclasses import asdict
 
-    from index import layout
     from index.collections import disk_usage, folder_of, last_write, read_info
-    from index.store import DocumentStore
+    from index.storage import layout
+    from index.storage.store import DocumentStore
 
     if args.url:
         with _service(args) as client:
@@ -200,8 +201,8 @@ def _collection_show(args: argparse.Namespace) -> None:
 
 def _collection_delete(args: argparse.Namespace) -> None:
     from index.collections import CollectionError, delete_collection
-    from index.layout import WriterLease
     from index.records import IndexLocked
+    from index.storage.layout import WriterLease
 
     if args.url:
         with _service(args) as client:
@@ -308,7 +309,7 @@ def _encoder(args: argparse.Namespace) -> Any:
 def is_current(out: Path, input_path: Path, model: str) -> bool:
     """Published index at ``out`` built from these input bytes and this model (cheap: no model is loaded)."""
     from encoder_runtime.model_dir import ModelInfo, resolve_model_path
-    from index.builder import current_manifest, is_built_from
+    from index.build.builder import current_manifest, is_built_from
 
     manifest = current_manifest(out)
     fingerprint = ModelInfo.read(resolve_model_path(model or None)).fingerprint
@@ -320,9 +321,9 @@ def _build(args: argparse.Namespace) -> None:
     if args.skip_if_current and is_current(args.out, args.input, args.model):
         print(f"index at {args.out} is current for {args.input}; nothing to do")
         return
-    from index.builder import BuildOptions, build_from_input
-    from index.layout import BuildInProgress
+    from index.build.builder import BuildOptions, build_from_input
     from index.records import LiveWritesDuringBuild, StorageError
+    from index.storage.layout import BuildInProgress
 
     options = BuildOptions(
         factory=args.factory or _collection_build(args.out).get("factory"),
@@ -361,9 +362,9 @@ def _collection_build(folder: Path) -> dict[str, Any]:
 def _open_writer(args: argparse.Namespace, create: bool) -> Any:
     """The index for writing; a clear exit (not a traceback) when a live service already writes it."""
     args.index = _collection_folder(args)
-    from index.layout import WriterLease
     from index.records import IndexLocked
     from index.search_index import SearchIndex
+    from index.storage.layout import WriterLease
 
     try:
         probe = WriterLease(args.index)  # before the model loads: a refusal should not take seconds
@@ -378,7 +379,7 @@ def _open_writer(args: argparse.Namespace, create: bool) -> Any:
 def _add(args: argparse.Namespace) -> None:
     from itertools import islice
 
-    from index.ingest import iter_documents
+    from index.build.ingest import iter_documents
     from index.records import StorageError
 
     index = _open_writer(args, create=True)
@@ -411,8 +412,8 @@ def _snapshot(args: argparse.Namespace) -> None:
                 client.download_snapshot(entry.name, args.download, collection=args.collection)
         _print(entry)
         return
+    from index.archive.snapshots import SnapshotError, default_folder, snapshot_offline
     from index.records import IndexLocked
-    from index.snapshots import SnapshotError, default_folder, snapshot_offline
 
     _offline_collection(args)
     folder = args.snapshots_dir or default_folder(args.index)
@@ -430,10 +431,10 @@ def _restore(args: argparse.Namespace) -> None:
         with _service(args) as client:
             _print(client.upload_snapshot(args.archive, collection=args.collection))
         return
-    from index.layout import BuildInProgress
+    from index.archive.restore import restore_offline
+    from index.archive.snapshots import SnapshotError
     from index.records import IndexLocked
-    from index.restore import restore_offline
-    from index.snapshots import SnapshotError
+    from index.storage.layout import BuildInProgress
 
     _offline_collection(args)
     try:

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from index.chunking import Chunk
-from index.columns import Columns
-from index.locks import ReadWriteLock
 from index.records import Document
-from index.store import DocumentStore
-from index.vectors import VectorIndex
-from index.version import OpenVersion
+from index.storage.columns import Columns
+from index.storage.locks import ReadWriteLock
+from index.storage.store import DocumentStore
+from index.storage.vectors import VectorIndex
+from index.storage.version import OpenVersion
+from index.text.chunking import Chunk
 
 # Changelog entries between FAISS snapshots; the changelog is pruned behind each. The variable is for the
 # crash tests, which need snapshots to happen while they watch.

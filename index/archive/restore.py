@@ -1,4 +1,4 @@
-"""Restoring a snapshot: everything checked (``index.archive_checks``) before anything is written, then
+"""Restoring a snapshot: everything checked (``index.archive.checks``) before anything is written, then
 extracted into a new version folder (each checksum checked again as it is written, the FAISS file and the
 store checked as files before they are opened), opened (FAISS must agree with the store), and published
 atomically under the writer lock. The draft carries the rebuild marker, so a restore killed before its
@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from index import archive_checks as checks
-from index import layout
-from index.archive_checks import ARCHIVE_FORMAT, FILES, INFO, MAX_INFO_BYTES, SIDECAR, BadArchive
-from index.builder import FORMAT_VERSION, REBUILD_MARKER
-from index.factories import family
-from index.faiss_file import FaissFileProblem, check_faiss_file
+from index.archive import checks
+from index.archive.checks import ARCHIVE_FORMAT, FILES, INFO, MAX_INFO_BYTES, SIDECAR, BadArchive
+from index.archive.faiss_file import FaissFileProblem, check_faiss_file
 from index.faultpoints import pause_for_tests
 from index.records import IndexError_
-from index.version import OpenVersion
+from index.storage import layout
+from index.storage.factories import family
+from index.storage.layout import FORMAT_VERSION, REBUILD_MARKER
+from index.storage.version import OpenVersion
 
 READ_CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
@@ -48,7 +48,7 @@ class ExpectedModel:
 def verify_archive(
     path: Path, expected: ExpectedModel | None, target: Path, *, data_checksums: bool = True
 ) -> dict[str, Any]:
-    """Every check a restore makes before it writes anything (``index.archive_checks``); returns
+    """Every check a restore makes before it writes anything (``index.archive.checks``); returns
     ``snapshot.json``. ``BadArchive`` / ``ArchiveTooLarge`` name the problem: not a tar, truncated, an
     unexpected member, a declared field of the wrong type or past its bound, contents larger than the
     archive may expand to or ``target``'s disk holds, a size or checksum that differs, another format,

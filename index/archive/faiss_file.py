@@ -14,7 +14,7 @@ import struct
 from pathlib import Path
 from typing import IO
 
-from index.factories import MAX_LISTS, PQ_BITS
+from index.storage.factories import MAX_LISTS, PQ_BITS
 
 METRIC_INNER_PRODUCT = 0
 MAX_DIMENSION = 1 << 16

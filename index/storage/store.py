@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from index.chunking import Chunk
-from index.filters import DATE_SHAPE, compile_filters, filter_fields
 from index.records import Document, DocumentStoreError, StorageError
-from index.text_analysis import fts_query
+from index.storage.filters import DATE_SHAPE, compile_filters, filter_fields
+from index.text.analysis import fts_query
+from index.text.chunking import Chunk
 
 log = logging.getLogger(__name__)
 MATCH_SAMPLE = 128  # documents a filter is tried on to estimate its selectivity (``match_rate``)
@@ -486,7 +486,7 @@ class DocumentStore:
     def filter_sql(
         self, filters: dict[str, Any], values_table: bool = True, strict: bool = False
     ) -> tuple[str, list[Any]]:
-        """The WHERE clause of ``filters`` (see ``index.filters``). ``strict``: a field no document ever had is
+        """The WHERE clause of ``filters`` (see ``index.storage.filters``). ``strict``: a field no document ever had is
         refused (``UnknownFilterField``), looked up again first since another process may have added it."""
         if strict and not filter_fields(filters) <= self._fields:
             self.refresh_fields()

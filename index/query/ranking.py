@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from index.columns import Selection
-from index.filters import TESTED_PER_MATCH
-from index.version import OpenVersion
+from index.storage.columns import Selection
+from index.storage.filters import TESTED_PER_MATCH
+from index.storage.version import OpenVersion
 
 RRF_K = 60  # the constant of Cormack et al. (2009); robust across collections
 # Candidates taken from each list before fusion: 3 x top_k, at least 30, for a third of the dense candidates

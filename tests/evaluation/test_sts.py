@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from encoder_training.evaluation import sts
+from evaluation import sts
 
 
 def test_readers_count_the_published_pairs(shared_data: Path) -> None:

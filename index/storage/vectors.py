@@ -9,7 +9,7 @@ Inner product on L2-normalised vectors (= cosine). The factory is chosen by corp
   large corpus fits in memory. Its lossy scores are repaired by re-scoring the best candidates exactly with
   the float vectors kept in SQLite (``SearchIndex`` does that, see ``rerank``).
 
-A factory can be forced within the grammar of ``index.factories``; for one without ``remove_ids`` (HNSW) deleted ids become tombstones
+A factory can be forced within the grammar of ``index.storage.factories``; for one without ``remove_ids`` (HNSW) deleted ids become tombstones
 excluded with an ``IDSelector`` until the next rebuild. Search parameters (nprobe, efSearch, selectors)
 travel in a ``SearchParameters`` object per call instead of being set on the shared index, which is what
 makes concurrent searches with different settings safe.
@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from index.factories import check_factory_string
 from index.faultpoints import pause_for_tests
 from index.records import DamagedFile
+from index.storage.factories import check_factory_string
+from index.storage.store import DocumentStore
 
 logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # it logs every CPU-feature probe at INFO
 import faiss  # noqa: E402
@@ -108,7 +109,7 @@ class VectorIndex:
 
     @classmethod
     def create(cls, factory: str, dimension: int, params: dict[str, Any] | None = None) -> VectorIndex:
-        """``InvalidFactory`` (a ValueError) for a factory outside the grammar of ``index.factories``."""
+        """``InvalidFactory`` (a ValueError) for a factory outside the grammar of ``index.storage.factories``."""
         check_factory_string(factory, dimension)
         index = faiss.index_factory(dimension, factory, faiss.METRIC_INNER_PRODUCT)
         if hasattr(index, "do_polysemous_training"):
@@ -312,3 +313,16 @@ def fsync_dir(path: Path) -> None:
 def _fsync_file(path: Path) -> None:
     with path.open("rb+") as handle:
         os.fsync(handle.fileno())
+
+
+def build_vectors(store: DocumentStore, dimension: int, factory: str | None) -> VectorIndex:
+    """A build's stage 3 (and a version's repair): train on a sample (IVF / PQ), then add every vector the
+    store holds, page by page."""
+    chunks = store.counts()["chunks"]
+    factory = factory or choose_factory(chunks, dimension)
+    index = VectorIndex.create(factory, dimension)
+    if index.needs_training:
+        index.train(store.sample_vectors(max(training_size(factory), 1), dimension))
+    for ids, vectors in store.iter_vectors(dimension=dimension):
+        index.add(ids, vectors)
+    return index

@@ -1,8 +1,8 @@
 """The one entry point, ``cloze``: sub-commands per stage. Heavy imports happen inside the handlers,
 so ``cloze --help`` is instant.
 
-Each stage registers its own sub-commands (``index.cli``, ``encoder_training.cli``) into the groups
-made here; a handler is ``args.handler(args)``.
+Each stage registers its own sub-commands (``app.cli.index`` for indexes and collections, ``evaluation.cli``,
+``encoder_training.cli``) into the groups made here; a handler is ``args.handler(args)``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import logging
 import os
 import sys
 
+from app.cli import index as index_cli
 from encoder_training import cli as training_cli
-from index import cli as index_cli
+from evaluation import cli as evaluation_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(top)
     _add_export(top)
     index_cli.register(groups)
+    evaluation_cli.register(groups)
     training_cli.register(groups)
     return parser
 
@@ -95,7 +97,3 @@ def main(argv: list[str] | None = None) -> None:
     except (FileNotFoundError, ValueError) as exc:
         print(f"cloze: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
-
-
-if __name__ == "__main__":
-    main()

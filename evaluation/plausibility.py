@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from encoder_training.evaluation.lama import rank_objects
+from evaluation.lama import rank_objects
 
 
 def load_suite(path: Path) -> list[dict]:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from encoder_runtime import load_encoder
-from index.store import DocumentStore
+from index.storage.store import DocumentStore
 
 log = logging.getLogger(__name__)
 SHARD_ROWS = 8192

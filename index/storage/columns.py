@@ -6,7 +6,7 @@ replica's reload get fresh ones) and follow the store's changelog, as FAISS and 
 document row (the store's ``rid``), the first element of its value: a kind (number, text, true, false, other), a
 number (the value, or a date-shaped text's instant as SQLite's ``julianday()``, so both sides of a date comparison
 are computed alike) and a text's dictionary code; further list elements go to an overflow list of (row, element).
-The semantics are ``index.filters``' (the SQL compiler): the property tests hold the two paths to each other.
+The semantics are ``index.storage.filters``' (the SQL compiler): the property tests hold the two paths to each other.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from index.filters import COMPARISONS, DATE_SHAPE, iso_instant
-from index.store import DocumentStore
+from index.storage.filters import COMPARISONS, DATE_SHAPE, iso_instant
+from index.storage.store import DocumentStore
 
 NONE, NUMBER, TEXT, TRUE, FALSE, OTHER = range(6)
 KINDS = {"integer": NUMBER, "real": NUMBER, "text": TEXT, "true": TRUE, "false": FALSE}
@@ -249,7 +249,7 @@ class Columns:
     # ---- evaluating a filter ---------------------------------------------------------------------------
 
     def select(self, filters: dict[str, Any]) -> Selection:
-        """The documents matching ``filters`` (already checked by ``index.filters``); ``Unsupported`` when the
+        """The documents matching ``filters`` (already checked by ``index.storage.filters``); ``Unsupported`` when the
         columns cannot answer exactly."""
         return Selection(self, self._filter(filters) & self.alive[: self.size])
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from index.highlight import highlight_spans
-from index.ranking import Explanation, Ranked
+from index.query.highlight import highlight_spans
+from index.query.ranking import Explanation, Ranked
 from index.records import SearchHit
-from index.store import ChunkRow
-from index.text_analysis import query_terms
-from index.version import OpenVersion
+from index.storage.store import ChunkRow
+from index.storage.version import OpenVersion
+from index.text.analysis import query_terms
 
 
 def assemble_hits(

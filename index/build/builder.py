@@ -6,7 +6,7 @@ A build runs in stages, each checkpointed in the version's own SQLite store, so 
 1. ingest: documents are read as a stream, chunked, and committed in batches with a counter of records
    consumed, in the same transaction (resume skips exactly that many records);
 2. embed: chunks whose vector is still NULL are embedded page by page, locally (a reader thread and a
-   writer thread keep SQLite off the encoder's critical path) or on Ray (``index.ray_engine``);
+   writer thread keep SQLite off the encoder's critical path) or on Ray (``index.build.ray_engine``);
 3. vectors: a FAISS index of the factory chosen for the corpus size is trained on a sample and filled page
    by page from the stored vectors;
 4. publish: manifest written last, everything fsync'd, then the ``CURRENT`` pointer is switched.
@@ -31,13 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from index import layout
-from index.chunking import Chunker
-from index.ingest import corpus_checksum, iter_documents
-from index.ray_engine import embed_pending_with_ray
+from index.build.ingest import corpus_checksum, iter_documents
+from index.build.ray_engine import embed_pending_with_ray
 from index.records import Document, IndexLocked, LiveWritesDuringBuild, check_document
-from index.store import DocumentStore
-from index.vectors import VectorIndex, choose_factory, training_size
+from index.storage import layout
+from index.storage.layout import FORMAT_VERSION, REBUILD_MARKER
+from index.storage.store import DocumentStore
+from index.storage.vectors import VectorIndex, build_vectors
+from index.text.chunking import Chunker
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]
@@ -48,8 +49,6 @@ EMBED_PAGE = 2048
 # wait for all of it during a rebuild (seconds on two cores). A slice is a few passes per core;
 # it is also how often a rebuild can be cancelled.
 EMBED_SLICE = 64
-FORMAT_VERSION = 1
-REBUILD_MARKER = ".rebuild"  # in a version folder a service rebuild made (discarded if never published)
 
 
 @dataclass
@@ -369,18 +368,6 @@ def embed_pending_locally(
     if failure:
         raise failure[0]
     return done
-
-
-def build_vectors(store: DocumentStore, dimension: int, factory: str | None) -> VectorIndex:
-    """Stage 3: train on a sample (IVF / PQ), then add every stored vector page by page."""
-    chunks = store.counts()["chunks"]
-    factory = factory or choose_factory(chunks, dimension)
-    index = VectorIndex.create(factory, dimension)
-    if index.needs_training:
-        index.train(store.sample_vectors(max(training_size(factory), 1), dimension))
-    for ids, vectors in store.iter_vectors(dimension=dimension):
-        index.add(ids, vectors)
-    return index
 
 
 def make_manifest(

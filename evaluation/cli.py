@@ -1,7 +1,8 @@
-"""``cloze eval sts|mlm|lama|beir``: every evaluator, in one package. Heavy imports stay in the handlers.
+"""``cloze eval sts|lama|beir``: the evaluators of this package. Heavy imports stay in the handlers.
+(``cloze eval mlm`` is pre-training's own: ``encoder_training.pretraining.cli``.)
 
 Each command prints one JSON object as its last stdout line, for scripts to parse; programs call the
-evaluators themselves (``evaluate_sts``, ``evaluate_mlm``, ``evaluate_lama``, ``evaluate_beir``).
+evaluators themselves (``evaluate_sts``, ``evaluate_lama``, ``evaluate_beir``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from encoder_training.data_folder import default_data_dir
+from evaluation.data_folder import default_data_dir
 
 BACKENDS = ["auto", "torch", "onnx", "onnx-int8"]
 
@@ -19,7 +20,6 @@ BACKENDS = ["auto", "torch", "onnx", "onnx-int8"]
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     evaluate = groups["eval"]
     _add_sts(evaluate)
-    _add_mlm(evaluate)
     _add_lama(evaluate)
     _add_beir(evaluate)
 
@@ -37,7 +37,7 @@ def _add_sts(evaluate: argparse._SubParsersAction) -> None:
 
 
 def _sts(args: argparse.Namespace) -> None:
-    from encoder_training.evaluation.sts import evaluate_sts
+    from evaluation.sts import evaluate_sts
 
     result = evaluate_sts(
         args.model or None, args.data_dir or default_data_dir(), args.sets, args.backend, args.limit
@@ -45,20 +45,6 @@ def _sts(args: argparse.Namespace) -> None:
     for name, scores in result["sets"].items():
         print(f"{name:10s} spearman {scores['spearman']:.4f}  pairs {scores['pairs']}")
     print(json.dumps(result))
-
-
-def _add_mlm(evaluate: argparse._SubParsersAction) -> None:
-    p = evaluate.add_parser("mlm", help="held-out masked-token accuracy and pseudo-perplexity")
-    p.add_argument("--model", required=True, type=Path, help="a BertForMaskedLM-loadable folder")
-    p.add_argument("--data", nargs="+", required=True, help="held-out text files or folders")
-    p.add_argument("--ppl-lines", type=int, default=200, help="sentences scored for pseudo-perplexity")
-    p.set_defaults(handler=_mlm)
-
-
-def _mlm(args: argparse.Namespace) -> None:
-    from encoder_training.evaluation.mlm import evaluate_mlm
-
-    print(json.dumps(evaluate_mlm(args.model, args.data, ppl_lines=args.ppl_lines)))
 
 
 def _add_lama(evaluate: argparse._SubParsersAction) -> None:
@@ -71,7 +57,7 @@ def _add_lama(evaluate: argparse._SubParsersAction) -> None:
 
 def _lama(args: argparse.Namespace) -> None:
     from encoder_runtime.default_fill_mask import default_fill_mask_path
-    from encoder_training.evaluation.lama import evaluate_lama
+    from evaluation.lama import evaluate_lama
 
     model = Path(args.model) if args.model else default_fill_mask_path()
     data = args.data or default_data_dir() / "lama"
@@ -107,8 +93,8 @@ def _add_beir(evaluate: argparse._SubParsersAction) -> None:
 
 def _beir(args: argparse.Namespace) -> None:
     from encoder_runtime import load_encoder
-    from encoder_training.evaluation.beir import default_index_dir, evaluate_beir_fusions
-    from index.ranking import Fusion
+    from evaluation.beir import default_index_dir, evaluate_beir_fusions
+    from index.query.ranking import Fusion
 
     try:
         fusions = [Fusion.parse(text) for text in args.fusion or []]

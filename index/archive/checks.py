@@ -21,12 +21,12 @@ import sqlite3
 from pathlib import Path
 from typing import IO, Any
 
-from index import layout
-from index.builder import FORMAT_VERSION
-from index.chunking import overlap_problem
-from index.factories import InvalidFactory, check_factory_string, check_search_params
 from index.records import IndexError_
-from index.store import SCHEMA
+from index.storage import layout
+from index.storage.factories import InvalidFactory, check_factory_string, check_search_params
+from index.storage.layout import FORMAT_VERSION
+from index.storage.store import SCHEMA
+from index.text.chunking import overlap_problem
 
 ARCHIVE_FORMAT = 1
 INFO = "snapshot.json"

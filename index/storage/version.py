@@ -11,14 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from index import layout
-from index.builder import build_vectors
-from index.columns import Columns, Selection, Unsupported
-from index.filters import TESTED_PER_MATCH
-from index.lexical import LexicalIndex
 from index.records import DamagedFile, IndexModelMismatch, StorageError
-from index.store import DocumentStore
-from index.vectors import VectorIndex
+from index.storage import layout
+from index.storage.columns import Columns, Selection, Unsupported
+from index.storage.filters import TESTED_PER_MATCH
+from index.storage.lexical import LexicalIndex
+from index.storage.store import DocumentStore
+from index.storage.vectors import VectorIndex, build_vectors
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,0 @@
-"""Evaluation of encoders: masked-token accuracy, LAMA, STS."""

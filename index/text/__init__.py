@@ -1,0 +1,1 @@
+"""Text in: documents split into token windows (``chunking``), words into search terms (``analysis``)."""
