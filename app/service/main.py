@@ -104,7 +104,10 @@ def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
     # Outermost first: every request, the lane's included, logged and counted; browser guard and keys before
     # a body is read.
     app.add_middleware(
-        BodySizeLimit, max_bytes=settings.max_body_bytes, upload_bytes=settings.max_snapshot_upload_bytes
+        BodySizeLimit,
+        max_bytes=settings.max_body_bytes,
+        routes=routes,
+        upload_bytes=settings.max_snapshot_upload_bytes,
     )
     app.add_middleware(
         AccessGate, keys=app.state.keys, open_operations=settings.open_operations, routes=routes
