@@ -9,7 +9,8 @@
 A create builds the collection in a staging folder and renames it into place; a delete renames it out of
 place before removing a file. Both renames are atomic, so a SIGKILL at any instant leaves a folder that is
 either a whole collection or a staging folder nobody reads, which ``clean_leftovers`` removes. The service's
-own index (``CLOZE_INDEX``) is the collection ``default``; it lives where it always did and is not managed here.
+own index (``CLOZE_INDEX``) is the collection ``default``; it lives where it always did and is not managed here
+(the service describes it with a ``CollectionInfo`` of its own, ``app.service.collections.default_info``).
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ class CollectionInfo:
     factory: str | None = None  # FAISS factory for its builds (None: chosen by corpus size)
     chunk_window: int | None = None  # tokens per chunk (None: the model's window)
     chunk_overlap: int | None = None  # tokens shared by neighbouring chunks (None: a quarter of the window)
-    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    # None only for the service's own index (``default``), which has no collection.json
+    created: str | None = field(
+        default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")
+    )
     dimension: int | None = None  # set (and model None): vectors its callers supply, one per document
     metric: str | None = None  # with ``dimension``: cosine or dot (``index.build.own_vectors``)
     # Set when the collection is made: one deleted and made again under its name is another (None: made

@@ -2,7 +2,9 @@
 and the requests in flight on it, so that a delete lets them finish while new ones get 404.
 
 ``default`` is the service's own index (``CLOZE_INDEX``); the others live under the data root
-(``index.collections``). ``app.service.lifecycle`` opens, follows, probes and closes every one of them."""
+(``index.collections``). Every one has a ``CollectionInfo``: the others' is their ``collection.json``,
+``default``'s is made from the settings (``default_info``). ``app.service.lifecycle`` makes the ``Collection``
+of each, and opens, follows, probes and closes every one of them."""
 
 from __future__ import annotations
 
@@ -22,10 +24,8 @@ from index.records import ReadOnlyIndex, collection_name_problem
 
 @dataclass
 class Collection:
-    name: str
-    model: str | None  # the named embedding model its vectors come from (None: the caller's own vectors)
+    info: CollectionInfo  # its name, its model (None: the caller's own vectors), how it is built
     path: Path
-    info: CollectionInfo | None = None  # None for ``default``: no collection.json, settings say it all
     index: Any = None  # index.SearchIndex, once open
     error: str | None = None  # why it is not open (or, with ``failing``, not readable)
     failing: bool = False  # opened, but the last probe could not read it
@@ -39,6 +39,20 @@ class Collection:
     closing: bool = False
 
     @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def model(self) -> str | None:
+        """The named embedding model its vectors come from (None: the caller's own vectors)."""
+        return self.info.model
+
+    @property
+    def is_default(self) -> bool:
+        """The service's own index: made at its first open, never deleted through the API."""
+        return self.name == DEFAULT_COLLECTION
+
+    @property
     def status(self) -> str:
         return (
             "ready" if self.index is not None and not self.failing else "failed" if self.error else "opening"
@@ -46,9 +60,8 @@ class Collection:
 
     def require_index(self) -> Any:
         if self.index is None:
-            opening = "index is loading" if self.name == DEFAULT_COLLECTION else f"{self.name!r} is opening"
-            reason = self.error or opening
-            raise ApiError(503, reason, headers={"Retry-After": "2"})
+            opening = "index is loading" if self.is_default else f"{self.name!r} is opening"
+            raise ApiError(503, self.error or opening, headers={"Retry-After": "2"})
         return self.index
 
     def writable_index(self) -> Any:
@@ -64,23 +77,25 @@ class Collection:
 
 @dataclass
 class CollectionRegistry:
-    """The collections served, by name (``default`` first); the lock orders opens, creates and deletes."""
+    """The collections served, by name (``default`` first, once the lifecycle has added it); the lock orders
+    opens, creates and deletes."""
 
-    root: Path
-    default: Collection
+    root: Path  # the data root the others live under (``CLOZE_COLLECTIONS_DIR``)
     limit: int = 100  # collections besides ``default``
     drain_timeout: float = 30.0  # a delete waits this long for in-flight requests, then refuses (409)
     collections: dict[str, Collection] = field(default_factory=dict)
     lifecycle: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    def __post_init__(self) -> None:
-        self.collections.setdefault(DEFAULT_COLLECTION, self.default)
+    @property
+    def default(self) -> Collection:
+        return self.collections[DEFAULT_COLLECTION]
 
     def names(self) -> list[str]:
         return list(self.collections)
 
     def others(self) -> list[Collection]:
-        return [c for name, c in self.collections.items() if name != DEFAULT_COLLECTION]
+        """The collections under the data root: every one but ``default``."""
+        return [c for c in self.collections.values() if not c.is_default]
 
     def get(self, name: str, field_name: str = "collection") -> Collection:
         """The collection ``name`` names: 422 for what cannot be a name, 404 for one not served."""
@@ -131,6 +146,13 @@ class CollectionRegistry:
         while collection.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         return collection.in_flight == 0
+
+
+def default_info(model: str) -> CollectionInfo:
+    """``default``'s info: it has no ``collection.json`` (its folder, ``CLOZE_INDEX``, is an index folder made
+    by ``cloze index build`` or at its first open); its model is the one ``CLOZE_MODEL`` configures, its build
+    options are its manifest's, and it has no creation time or incarnation to report."""
+    return CollectionInfo(DEFAULT_COLLECTION, model, created=None)
 
 
 def snapshot_folder_of(configured: Path | None, name: str, path: Path) -> Path:

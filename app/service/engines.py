@@ -7,18 +7,17 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from app.service.admission import BoundedPool
-from app.service.collections import Collection, CollectionRegistry
+from app.service.collections import CollectionRegistry
 from app.service.errors import ApiError
 from app.service.lifecycle import Lifecycle
 from app.service.metrics import Metrics
-from app.service.model_registry import INDEX_MODEL, ModelRegistry, ModelSlot
+from app.service.model_registry import ModelRegistry, ModelSlot
 from app.settings import DEFAULT_MODEL, Settings
 from encoder_runtime import (
     EncoderRuntime,
@@ -32,7 +31,6 @@ from encoder_runtime import (
     load_reranker,
 )
 from encoder_runtime.tokenization import Encoded
-from index.collections import DEFAULT_COLLECTION
 
 log = logging.getLogger("cloze.service")
 DEFAULT_PENDING = 256
@@ -40,16 +38,12 @@ DEFAULT_PENDING = 256
 
 @dataclass
 class Engines:
+    # The collections, ``default`` (the service's own index, CLOZE_INDEX) first: the lifecycle adds each.
+    collections: CollectionRegistry
     # Every named model's slot (runtime + batcher each), ``default`` first.
     models: ModelRegistry = field(default_factory=lambda: ModelRegistry("embedding"))
     fill_masks: ModelRegistry = field(default_factory=lambda: ModelRegistry("fill-mask"))
     rerankers: ModelRegistry = field(default_factory=lambda: ModelRegistry("rerank", bundled_default=False))
-    # The collections, ``default`` (the service's own index, CLOZE_INDEX) first.
-    collections: CollectionRegistry = field(
-        default_factory=lambda: CollectionRegistry(
-            Path("data/collections"), Collection(DEFAULT_COLLECTION, INDEX_MODEL, Path("data/index"))
-        )
-    )
     load_attempts: int = 0
     load_failed: bool = False  # every attempt failed: this process will never become ready
     # Searches run here, first come first served, one per core: on anyio's 40-thread pool sixteen

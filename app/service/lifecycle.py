@@ -1,8 +1,10 @@
 """The life of every collection, ``default`` included: create, open, follow, probe, refresh stats, close, delete.
 
 One owner for what happens to a collection's index over time, taking what it needs (the collections, the
-embedding models that open them, the settings, the metrics). ``default`` differs in two things only: it is
-created at its first open (``CLOZE_INDEX``) and never deleted through the API.
+embedding models that open them, the settings, the metrics). It makes every ``Collection`` (``served``),
+``default``'s included, from a ``CollectionInfo``: a ``collection.json`` for the others, the settings for
+``default`` (``default_info``). ``default`` differs in three things only: its folder is ``CLOZE_INDEX``, it is
+created at its first open, and it is never deleted through the API.
 
 Identity: a collection made by ``create`` carries an incarnation (``collection.json``); a collection deleted
 and made again under the same name is another one. A replica compares incarnations, not only versions, and
@@ -27,12 +29,13 @@ from typing import Any
 import faiss
 from starlette.concurrency import run_in_threadpool
 
-from app.service.collections import Collection, CollectionRegistry, snapshot_folder_of
+from app.service.collections import Collection, CollectionRegistry, default_info, snapshot_folder_of
 from app.service.errors import ApiError
 from app.service.metrics import Metrics
-from app.service.model_registry import ModelRegistry
+from app.service.model_registry import INDEX_MODEL, ModelRegistry
 from app.settings import Settings
 from index.collections import (
+    DEFAULT_COLLECTION,
     CollectionError,
     CollectionInfo,
     clean_leftovers,
@@ -51,6 +54,7 @@ class Lifecycle:
         self, collections: CollectionRegistry, models: ModelRegistry, settings: Settings, metrics: Metrics
     ):
         self.collections, self.models, self.settings, self.metrics = collections, models, settings, metrics
+        collections.collections[DEFAULT_COLLECTION] = self.served(default_info(INDEX_MODEL))
         self.started = False  # ``start`` has run: every model has been tried, the collections opened
         # Called before a collection closes for good (replication stops its worker there)
         self.before_close: Callable[[Collection], Awaitable[None]] | None = None
@@ -116,22 +120,23 @@ class Lifecycle:
                     registry.collections[name] = self.served(info)
 
     def served(self, info: CollectionInfo) -> Collection:
-        path = self.collections.root / info.name
+        """The collection ``info`` describes, as this service serves it: ``default`` at ``CLOZE_INDEX``, the
+        others under the data root."""
+        settings = self.settings
+        path = Path(settings.index) if info.name == DEFAULT_COLLECTION else self.collections.root / info.name
         return Collection(
-            info.name,
-            info.model,
-            path,
             info,
-            read_only=self.settings.index_read_only,
-            replica=self.settings.replication_role == "replica",
-            snapshots=snapshot_folder_of(self.settings.snapshots_dir, info.name, path),
+            path,
+            read_only=settings.index_read_only,
+            replica=settings.replication_role == "replica",
+            snapshots=snapshot_folder_of(settings.snapshots_dir, info.name, path),
         )
 
     async def open(self, collection: Collection) -> None:
         """Open a collection's index with its model's runtime, or for the caller's own vectors what stands for
         one (``default``'s is made when missing); on failure its routes answer 503 saying why, and the next
         round tries again."""
-        encoder = collection.info.own_vectors() if collection.info is not None else None
+        encoder = collection.info.own_vectors()
         slot = self.models.slots.get(collection.model) if encoder is None and collection.model else None
         if encoder is None and (slot is None or slot.runtime is None):
             why = "is not served here" if slot is None else slot.error or "is loading"
@@ -142,7 +147,7 @@ class Lifecycle:
                 SearchIndex.open,
                 collection.path,
                 encoder or slot.runtime,  # type: ignore[union-attr]
-                create=collection.info is None,
+                create=collection.is_default,
                 read_only=collection.read_only,
                 on_repair=self.metrics.count_repair,
             )
@@ -251,11 +256,8 @@ def close(collection: Collection) -> None:
         index.close()
 
 
-def _same_incarnation(on_disk: CollectionInfo, served: CollectionInfo | None) -> bool:
-    return served is not None and (on_disk.incarnation, on_disk.created) == (
-        served.incarnation,
-        served.created,
-    )
+def _same_incarnation(on_disk: CollectionInfo, served: CollectionInfo) -> bool:
+    return (on_disk.incarnation, on_disk.created) == (served.incarnation, served.created)
 
 
 def _remove(root: Path, collection: Collection) -> None:
@@ -263,6 +265,6 @@ def _remove(root: Path, collection: Collection) -> None:
     a new collection of that name with the old one's."""
     folder = collection.snapshots
     if folder is not None and folder.is_dir():
-        stamp = (collection.info.incarnation if collection.info else None) or secrets.token_hex(4)
+        stamp = collection.info.incarnation or secrets.token_hex(4)
         os.rename(folder, folder.with_name(f"{folder.name}.deleted-{stamp}"))
     delete_collection(root, collection.name)

@@ -13,7 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.routing import Mount
 
 from app.service.auth import KeyRing, bearer
-from app.service.collections import Collection, CollectionRegistry, snapshot_folder_of
+from app.service.collections import CollectionRegistry
 from app.service.engines import Engines, close_engines, load_engines, model_registries
 from app.service.errors import install_error_handlers
 from app.service.jobs import JobRegistry
@@ -21,7 +21,6 @@ from app.service.lane import lane_routes
 from app.service.lifecycle import Lifecycle
 from app.service.metrics import Metrics
 from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
-from app.service.model_registry import INDEX_MODEL
 from app.service.replication import Replication
 from app.service.route_table import RouteTable, declare, declare_route
 from app.service.routes import (
@@ -36,7 +35,6 @@ from app.service.routes import (
     snapshots,
 )
 from app.settings import Settings, get_settings
-from index.collections import DEFAULT_COLLECTION
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
 OAUTH_REDIRECT = "/docs/oauth2-redirect"  # FastAPI's default swagger_ui_oauth2_redirect_url
@@ -77,7 +75,9 @@ def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
         models=embedding_models,
         fill_masks=fill_mask_models,
         rerankers=rerankers,
-        collections=collection_registry(settings),
+        collections=CollectionRegistry(
+            settings.collections_root, settings.max_collections, settings.delete_wait_s
+        ),
     )
     app.state.lifecycle = Lifecycle(app.state.engines.collections, embedding_models, settings, metrics)
     app.state.jobs = JobRegistry(keep=settings.max_jobs_kept)
@@ -104,7 +104,10 @@ def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
     # Outermost first: every request, the lane's included, logged and counted; browser guard and keys before
     # a body is read.
     app.add_middleware(
-        BodySizeLimit, max_bytes=settings.max_body_bytes, upload_bytes=settings.max_snapshot_upload_bytes
+        BodySizeLimit,
+        max_bytes=settings.max_body_bytes,
+        routes=routes,
+        upload_bytes=settings.max_snapshot_upload_bytes,
     )
     app.add_middleware(
         AccessGate, keys=app.state.keys, open_operations=settings.open_operations, routes=routes
@@ -112,22 +115,6 @@ def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
     app.add_middleware(BrowserGuard, settings=settings)
     app.add_middleware(RequestLog, recorder=app.state.recorder, routes=routes)
     return app
-
-
-def collection_registry(settings: Settings) -> CollectionRegistry:
-    """The collections the settings place: ``default`` at ``CLOZE_INDEX``, the others under the data root."""
-    path = Path(settings.index)
-    default = Collection(
-        DEFAULT_COLLECTION,
-        INDEX_MODEL,
-        path,
-        read_only=settings.index_read_only,
-        replica=settings.replication_role == "replica",
-        snapshots=snapshot_folder_of(settings.snapshots_dir, DEFAULT_COLLECTION, path),
-    )
-    return CollectionRegistry(
-        settings.collections_root, default, settings.max_collections, settings.delete_wait_s
-    )
 
 
 def create_service(settings: Settings | None = None) -> FastAPI:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import logging
-import re
 import secrets
 import time
 from typing import Any
@@ -71,23 +70,21 @@ async def read_body(scope: Scope, receive: Receive, max_bytes: int) -> bytes | N
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-UPLOAD_PATH = re.compile(r"/collections/[^/]+/restore")  # a snapshot archive: streamed by its route
-
-
 class BodySizeLimit:
     """413 for a body over ``max_bytes``: at once when its Content-Length says so, else as soon as a chunked
     body grows past it. The body is read here (at most ``max_bytes``) and handed on whole: a limit raised
     from inside ``receive`` reached FastAPI's body parsing as a 400, and Starlette's own limiter answers
-    in plain text from outside this app's middleware. A snapshot upload has its own bound (``upload_bytes``)
-    and is passed on unread: its route streams it to disk and counts it there."""
+    in plain text from outside this app's middleware. A route that declares a streamed body (a snapshot
+    upload) has its own bound (``upload_bytes``) and is passed on unread: it streams the body to disk and
+    counts it there."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, upload_bytes: int = 0):
-        self.app, self.max_bytes, self.upload_bytes = app, max_bytes, upload_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, routes: RouteTable, upload_bytes: int = 0):
+        self.app, self.max_bytes, self.routes, self.upload_bytes = app, max_bytes, routes, upload_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if self.upload_bytes and scope["method"] == "POST" and UPLOAD_PATH.fullmatch(scope["path"]):
+        if self.upload_bytes and self.routes.resolve(scope).streamed_body:
             declared = _header(scope, b"content-length")
             if declared and (not declared.isdigit() or int(declared) > self.upload_bytes):
                 limit = f"{self.upload_bytes}-byte limit (CLOZE_MAX_SNAPSHOT_UPLOAD_BYTES)"

@@ -24,11 +24,16 @@ UNMATCHED = "unmatched"  # the one metric label of every path no route answers
 READING_METHODS = frozenset({"GET", "HEAD"})
 
 
-def declare(access: Access, collection: str | None = None) -> dict[str, Any]:
+def declare(access: Access, collection: str | None = None, *, streamed_body: bool = False) -> dict[str, Any]:
     """A route's declaration, for its ``openapi_extra``: who may call it (``public``, ``operations``:
-    /metrics and /readyz, ``read``, ``write``) and, for a collection's route, the path parameter that names the
-    collection (the route mounted without it is ``default``'s)."""
-    return {"x-access": access, **({"x-collection": collection} if collection else {})}
+    /metrics and /readyz, ``read``, ``write``), for a collection's route the path parameter that names the
+    collection (the route mounted without it is ``default``'s), and whether the route streams its body itself
+    under a bound of its own (``BodySizeLimit`` then hands it on unread)."""
+    return (
+        {"x-access": access}
+        | ({"x-collection": collection} if collection else {})
+        | ({"x-streamed-body": True} if streamed_body else {})
+    )
 
 
 def declare_route(route: BaseRoute, access: Access) -> BaseRoute:
@@ -40,11 +45,12 @@ def declare_route(route: BaseRoute, access: Access) -> BaseRoute:
 @dataclass(frozen=True)
 class Resolved:
     """What a request reaches: the access it needs, the collection it addresses (None: no collection's
-    route) and the route's template (``unmatched`` when none answers it)."""
+    route), the route's template (``unmatched`` when none answers it) and whether it streams its body."""
 
     access: Access
     collection: str | None
     template: str
+    streamed_body: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,4 +120,4 @@ def _resolved(entry: _Entry, match: Any, method: str) -> Resolved:
     access = declaration.get("x-access", "write")
     parameter = declaration.get("x-collection")
     collection = match.groupdict().get(parameter, DEFAULT_COLLECTION) if parameter else None
-    return Resolved(access, collection, entry.template)
+    return Resolved(access, collection, entry.template, declaration.get("x-streamed-body", False))

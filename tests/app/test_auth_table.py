@@ -77,3 +77,21 @@ def test_named_model_and_rerank_routes_read_and_unknown_routes_need_a_write_key(
     assert table.resolve_path("GET", "/no/such/route").template == "unmatched"
     lane = table.resolve_path("POST", "/models/legal/embed")
     assert lane.template == "/models/{model}/embed"  # a template, whatever the name: bounded metric labels
+
+
+def test_only_the_snapshot_upload_declares_a_streamed_body(app) -> None:
+    """``BodySizeLimit`` passes a body on unread only where its route said it streams it under a bound of
+    its own: the upload, and no route that reads its body whole (the same path with another method, or a
+    stored snapshot's restore, included)."""
+    table = app.state.routes
+    streamed = {
+        (method, entry.template)
+        for entry in table.entries
+        for method in entry.methods or ()
+        if (entry.declaration or {}).get("x-streamed-body")
+    }
+    assert streamed == {("POST", "/collections/{collection}/restore")}
+    assert table.resolve_path("POST", "/collections/legal/restore").streamed_body
+    assert not table.resolve_path("POST", "/collections/legal/snapshots/x/restore").streamed_body
+    assert not table.resolve_path("POST", "/restore").streamed_body  # no such route: read whole, bounded
+    assert not table.resolve_path("PUT", "/documents").streamed_body

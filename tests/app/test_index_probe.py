@@ -7,13 +7,13 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from app.service.collections import Collection, CollectionRegistry
+from app.service.collections import CollectionRegistry
 from app.service.engines import Engines
 from app.service.lifecycle import Lifecycle
 from app.service.metrics import Metrics
 from app.service.model_registry import ModelRegistry
 from app.settings import Settings
-from index.collections import DEFAULT_COLLECTION
+from index.collections import CollectionInfo
 
 
 class FlakyIndex:
@@ -27,13 +27,14 @@ class FlakyIndex:
 
 def test_readiness_follows_the_probe_of_each_collection(tmp_path: Path) -> None:
     default, other = FlakyIndex(), FlakyIndex()
-    registry = CollectionRegistry(tmp_path, Collection(DEFAULT_COLLECTION, "default", tmp_path / "idx"))
-    registry.default.index = default
-    registry.collections["legal"] = Collection("legal", "default", tmp_path / "legal", index=other)
+    registry = CollectionRegistry(tmp_path)
     models = ModelRegistry("embedding")
     models.default.runtime = object()
-    engines = Engines(models=models, collections=registry)
     lifecycle = Lifecycle(registry, models, Settings(index=tmp_path / "idx"), Metrics())
+    registry.default.index = default
+    registry.collections["legal"] = lifecycle.served(CollectionInfo("legal", "default"))
+    registry.collections["legal"].index = other
+    engines = Engines(models=models, collections=registry)
     assert engines.ready
     for collection in registry.collections.values():
         asyncio.run(lifecycle.probe(collection))

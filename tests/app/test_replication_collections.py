@@ -13,7 +13,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from app.service.collections import Collection, CollectionRegistry
+from app.service.collections import CollectionRegistry
 from app.service.engines import Engines
 from app.service.errors import ApiError
 from app.service.lifecycle import Lifecycle
@@ -49,11 +49,11 @@ def service(tmp_path: Path, role: str, bucket: Bucket, epoch: int = 1) -> Replic
         replication_bucket=URL,
         replication_epoch=epoch,
     )
-    default = Collection(DEFAULT_COLLECTION, "default", settings.index, replica=role == "replica")
-    registry = CollectionRegistry(settings.collections_root, default)
+    registry = CollectionRegistry(settings.collections_root)
     models = ModelRegistry("embedding")
+    lifecycle = Lifecycle(registry, models, settings, Metrics())
     engines = Engines(models=models, collections=registry)
-    replication = Replication(settings, engines, Lifecycle(registry, models, settings, Metrics()))
+    replication = Replication(settings, engines, lifecycle)
     replication.bucket = bucket  # what ``run`` makes from the settings
     return replication
 

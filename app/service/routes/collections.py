@@ -16,7 +16,6 @@ from app.service.collections import Collection
 from app.service.errors import ApiError, without_server_paths
 from app.service.route_table import declare
 from app.service.validation import StrictJSONRoute
-from index.build.own_vectors import OwnVectors
 from index.collections import DEFAULT_COLLECTION, CollectionInfo, disk_usage, last_write
 from index.records import ReadOnlyIndex, collection_name_problem
 
@@ -35,11 +34,6 @@ async def current_collection(request: Request) -> AsyncIterator[Collection]:
     name = request.app.state.routes.resolve(request.scope).collection
     async with request.app.state.engines.collections.using(name) as collection:
         yield collection
-
-
-def own_vectors(collection: Collection) -> OwnVectors | None:
-    """The shape of a collection of the caller's own vectors; None for a collection a model embeds."""
-    return collection.info.own_vectors() if collection.info is not None else None
 
 
 @router.get(
@@ -169,11 +163,11 @@ def describe(collection: Collection, detailed: bool = False) -> CollectionOut:
     answer: dict[str, Any] = {
         "name": collection.name,
         "model": collection.model,
-        "dimension": collection.info.dimension if collection.info else None,
-        "metric": collection.info.metric if collection.info else None,
+        "dimension": collection.info.dimension,
+        "metric": collection.info.metric,
         "status": collection.status,
         "error": without_server_paths(collection.error) if collection.error else None,
-        "created": collection.info.created if collection.info else None,
+        "created": collection.info.created,
     }
     if collection.index is not None:
         manifest = collection.index.manifest

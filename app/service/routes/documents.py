@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from app.service.collections import Collection
 from app.service.errors import ApiError, BodyRejected
 from app.service.route_table import declare
-from app.service.routes.collections import current_collection, own_vectors
+from app.service.routes.collections import current_collection
 from app.service.schemas import DeleteResponse, DocumentIn, DocumentOut, DocumentPage, UpsertResponse
 from app.service.validation import (
     StrictJSONRoute,
@@ -58,7 +58,7 @@ async def upsert_documents(
     ids = [doc.id for doc in documents]
     if len(set(ids)) != len(ids):
         raise ApiError(422, "body: the same id appears twice in one batch", "id")
-    own = own_vectors(collection)
+    own = collection.info.own_vectors()
     for position, doc in enumerate(documents):
         where = str(position)  # as FastAPI names a field of a list body: "0.text"
         if problem := id_problem(doc.id):

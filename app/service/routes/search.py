@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from app.service.collections import Collection
 from app.service.errors import ApiError
 from app.service.route_table import declare
-from app.service.routes.collections import current_collection, own_vectors
+from app.service.routes.collections import current_collection
 from app.service.routes.rerank import best_first
 from app.service.schemas import (
     FacetsRequest,
@@ -213,7 +213,7 @@ async def _query_vector(body: SearchRequest, collection: Collection, engines: An
     collection's model's embedding of the query; a collection of the caller's own vectors has no model."""
     if body.mode == "bm25":
         return None
-    own = own_vectors(collection)
+    own = collection.info.own_vectors()
     if body.vector is None and own is not None:
         raise ApiError(
             422,

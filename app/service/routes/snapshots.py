@@ -116,7 +116,7 @@ async def restore_snapshot(
     response_model=RestoreResult,
     tags=["snapshots"],
     openapi_extra={
-        **declare("write", "collection"),
+        **declare("write", "collection", streamed_body=True),
         "requestBody": {
             "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
         },
