@@ -715,11 +715,11 @@ def pretrain_speed(data: dict, command: str) -> Body:
                 f"A {timed['minutes']:.0f}-minute MLM run on the shared prose and WikiText-2: {timed['steps']:,} "
                 f"steps at {num(timed['tokens_per_s'])} tokens/s, held-out masked-token accuracy "
                 f"{timed['heldout']['accuracy']:.3f} (loss {timed['heldout']['loss']:.2f}), peak memory "
-                f"{timed['peak_rss_mb'] / 1000:.1f} GB.\n\n"
-                "![loss curve](../benchmarks/results/pretrain_tiny_cpu_loss.png)"
+                f"{timed['peak_rss_mb'] / 1000:.1f} GB."
                 if timed
                 else ""
             ),
+            "![loss curve](../benchmarks/results/pretrain_tiny_cpu_loss.png)" if timed else "",
         ],
         summary=[
             f"pre-training step, {data['recipe']}, {data['threads']} threads",
