@@ -1167,111 +1167,136 @@ def reliability(data: dict, command: str) -> Body:
     )
 
 
-GPU = """`benchmarks/gpu.py` measures the GPU path in one run of about 10 minutes and writes one JSON file,
-`benchmarks/results/gpu.json`. It has five parts, each under its own time budget (a part that fails or
-overruns records its error and the rest still run): the device `CLOZE_DEVICE=auto` picks, torch's dtype and
-ONNX Runtime's providers; in-process sentences/s (torch fp16 on CUDA, ONNX int8 on the CPU cores, and a sweep
-of CUDA token budgets); `cloze serve` under wrk against the same backend in-process, with p50/p99; the MLM
-step against `BertForMaskedLM`; `cloze adapt` on SciFact for 4 minutes, scored against the bundled model.
-
-On a machine with an NVIDIA GPU and its driver, from a checkout:
-
-```
+GPU_RUN = [
+    "`benchmarks/gpu.py` measures the GPU path in one run of about 10 minutes and writes one JSON file, "
+    "`benchmarks/results/gpu.json`. It has five parts, each under its own time budget (a part that fails or "
+    "overruns records its error and the rest still run): the device `CLOZE_DEVICE=auto` picks, torch's dtype and "
+    "ONNX Runtime's providers; in-process sentences/s (torch fp16 on CUDA, ONNX int8 on the CPU cores, and a sweep "
+    "of CUDA token budgets); `cloze serve` under wrk against the same backend in-process, with p50/p99; the MLM "
+    "step against `BertForMaskedLM`; `cloze adapt` on SciFact for 4 minutes, scored against the bundled model.",
+    "On a machine with an NVIDIA GPU and its driver, from a checkout:",
+    """```
 python3 -m venv .venv    # then the CUDA build of torch for your driver (the GPU image's: cu128)
 .venv/bin/pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128
 make install EXTRAS=gpu,dev          # keeps that torch; onnxruntime-gpu instead of the CPU build
 apt-get install wrk                  # the load generator of the HTTP part
 .venv/bin/python benchmarks/gpu.py --scifact PATH/TO/beir-scifact
 .venv/bin/python benchmarks/report.py   # renders the result on this page
-```
-
-The sentences and the pre-training text default to the data in `../shared/data`, else the demo corpus that
-ships in the tree; without a SciFact folder (`corpus.jsonl.gz`, `queries.jsonl`, `qrels/`) the adapt part
-records that it was skipped. Without CUDA the script still runs: it records what was picked (the CPU) and
-skips the GPU parts (`python benchmarks/gpu.py --quick` is what `tests/test_gpu_benchmark.py` runs).
-`python benchmarks/gpu.py --help` lists the rest (the wrk binary, the budgets, the output file)."""
+```""",
+    "The sentences and the pre-training text default to the data in `../shared/data`, else the demo corpus that "
+    "ships in the tree; without a SciFact folder (`corpus.jsonl.gz`, `queries.jsonl`, `qrels/`) the adapt part "
+    "records that it was skipped. Without CUDA the script still runs: it records what was picked (the CPU) and "
+    "skips the GPU parts (`python benchmarks/gpu.py --quick` is what `tests/test_gpu_benchmark.py` runs). "
+    "`python benchmarks/gpu.py --help` lists the rest (the wrk binary, the budgets, the output file).",
+    "On a GPU machine that cannot download anything, `benchmarks/gpu_run/` runs the same parts from what a "
+    "checkout with network access prepared: `benchmarks/gpu_run/prepare.sh [BEFORE]` lays out in `.gpu-carry/` "
+    "the wheels for Python 3.12, the bundled encoder at fp16 in checked parts, the sentences, SciFact, wrk, the "
+    "code of the commit BEFORE (served beside this checkout) and the fill-mask corpus. Copy the checkout with "
+    "`.gpu-carry/` to the GPU machine and run there, `OUT` being a folder for what comes back:",
+    """```
+OUT=DIR bash benchmarks/gpu_run/serve.sh install   # the wheels and the model's first part
+OUT=DIR bash benchmarks/gpu_run/serve.sh measure   # token budgets, tokenising ahead, cloze serve -> DIR/serve.json
+OUT=DIR bash benchmarks/gpu_run/serve.sh adapt     # cloze adapt on SciFact, 2.5 minutes -> DIR/adapt.json
+OUT=DIR bash benchmarks/gpu_run/train.sh           # fill-mask 3 minutes, a reranker -> DIR/train.json, parts
+```""",
+    "`measure` sweeps the CUDA token budget (forward passes only), times tokenising ahead against the passes "
+    "alone (`tokenised_to_forward`, target >= 0.8), and serves BEFORE and this checkout in turn under wrk (64 "
+    "connections, one text and 256 texts a request: texts/s, p50/p99, errors, server CPU per request, ratio to "
+    "in-process), each profiled by py-spy for 15 s under the one-text load; copy `serve.json` and `adapt.json` to "
+    "`benchmarks/results/`. `train.sh` resumes the fill-mask recipe from the shipped weights for 3 minutes "
+    "(held-out loss every 300 steps) and trains `cloze train reranker` on SciFact train with the setting that won "
+    "short runs on the train split's dev queries (loss, learning rate, the bundled or the fill-mask encoder as the "
+    "start), for at most 4 epochs; the weights come back as `trained.partNN` (under 16 MiB each, with checksums). "
+    "Back in the checkout, `python benchmarks/gpu_run/bring_back.py DIR [--ship]` joins them and scores each "
+    "model beside what ships on data it neither trained nor chose settings on (`benchmarks/fill_mask_quality.py`; "
+    "`benchmarks/rerank.py` on SciFact test and the MS MARCO subset, 50 candidates, fp32 and int8 within 0.01) "
+    "into `benchmarks/results/gpu_training.json`; `--ship` replaces the fill-mask delta where it wins. Each "
+    "script takes `--dry-run`, which runs every step on the CPU (the GPU's pass layout, a thin or tiny model, "
+    "seconds-long budgets, a 120-document SciFact).",
+]
+H100_FILE = "../shared/measurements/gpu-h100-2026-12-05.json"
+H100_SWEEP = {2048: 10_599, 4096: 14_736, 8192: 18_435, 16384: 19_594, 32768: 16_747, 65536: 13_493}
+H100 = [
+    f"Measured once on an NVIDIA H100 80GB with 16 CPU cores (`{H100_FILE}`: `benchmarks/gpu.py` at 17f8871, "
+    "`--deadline-s 470 --adapt-minutes 2.5`). `CLOZE_DEVICE=auto`, and `CLOZE_DEVICE` unset, picked CUDA and "
+    "torch at fp16. In-process, torch fp16 embedded 7,403 sentences/s at the service's token budget (8,192 "
+    "tokens a pass), ONNX int8 3,246 on the 16 CPU cores; forward passes alone, by token budget:",
+    table(
+        ["tokens a pass", *(f"{tokens:,}" for tokens in H100_SWEEP)],
+        [["sentences/s", *(f"{rate:,}" for rate in H100_SWEEP.values())]],
+    ),
+    "Served, the same backend was not fast: `cloze serve` under wrk (64 connections) answered 246 texts/s one "
+    "text a request (p50 247 ms, p99 699 ms, 4.2 ms of server CPU a request), 0.02x the 10,808 sentences/s "
+    "in-process beside it, and all 10 requests of 256 texts timed out. The MLM step ran 1.87x Hugging Face's "
+    "`BertForMaskedLM` at BERT-base's shape (12 layers, 768 wide: 111,850 against 59,880 tokens/s) and 0.83x at "
+    "the tiny-cpu recipe's (214,420 against 259,079). The adapt part ran over its budget (226 s) and recorded no "
+    "score.",
+]
 
 
 @section(
-    "Running the benchmarks on a GPU", "gpu.json", "python benchmarks/gpu.py", closing=False, when_missing=GPU
+    "Running the benchmarks on a GPU",
+    "gpu.json",
+    "python benchmarks/gpu.py",
+    read=lambda: {"run": load("gpu.json")},
+    closing=False,
 )
 def gpu(data: dict, command: str) -> Body:
-    return Body(
+    run = data["run"] or {}
+    held = f"`benchmarks/results/gpu.json` holds a run (`{run.get('command', command)}`; CUDA: {run.get('cuda')})."
+    return Body([held if run else "", *GPU_RUN, *H100])
+
+
+def layout_rows(data: dict) -> list[list[str]]:
+    """The batcher with a long queue, then each served shape, before and after, from one --compare-layout run."""
+    sides, queue = ("before", "after"), data["queue_of_16384_texts"]
+    rows = [
         [
-            f"`benchmarks/results/gpu.json` holds a run (`{command}`; CUDA: {data.get('cuda')}). To run it again:",
-            GPU,
+            f"batcher, {queue['after']['texts']:,} texts queued: passes (texts a pass at most)",
+            *(f"{queue[side]['passes']:,} ({queue[side]['max_batch_size']:,})" for side in sides),
+        ],
+        ["batcher CPU a text", *(f"{num(queue[side]['cpu_us_per_text'])} us" for side in sides)],
+    ]
+    for shape in data["served"]["after"]["arms"]:
+        arms = [data["served"][side]["arms"][shape] for side in sides]
+        rows += [
+            [
+                f"{shape} ({arms[1]['connections']} connections): texts/s",
+                *(num(a["texts_per_s"]) for a in arms),
+            ],
+            [f"{shape}: p50 / p99 ms", *(f"{num(a['p50_ms'])} / {num(a['p99_ms'])}" for a in arms)],
+            [
+                f"{shape}: server CPU a text embedded",
+                *(f"{num(a['server_cpu_us_per_text_embedded'])} us" for a in arms),
+            ],
         ]
-    )
-
-
-LENT_LAYOUT = """**Run once on an H100 (issue 49, `../shared/measurements/gpu-h100-2026-12-05.json`); the runs below are
-prepared and dry-run here, not yet run on a GPU (issues 56 and 61: blocked, no GPU machine was lent).** That
-run found the engine fast in-process (torch fp16 7,403 sentences/s at the service's budget, 19,594 forward-only
-at 16,384 tokens) and the service not: 246 texts/s one text a request, every 256-text request timed out.
-Without a GPU, `CLOZE_TORCH_PASSES=cuda` runs the GPU's pass layout on the CPU, and
-`benchmarks/http_throughput.py --compare-layout BEFORE --thin` serves today's code and this checkout side by
-side with a 32-wide stand-in model, so the host's work is not hidden by the CPU's arithmetic
-(`benchmarks/results/http_cuda_layout.json`): passes were ~7 texts (a 10% padding bound and 64 texts a pass),
-and with 16,384 texts queued each pass was planned over the whole queue (the batcher's CPU 128 -> 10 us a text
-after the fix); server CPU a text, 256 texts a request, 295 -> 261 us, one text a request unchanged within the
-noise (602 -> 673 us, 789 -> 749 in a second run), against 211 us in-process."""
-
-LENT_CALLS = """A machine lent without a network (this project's device tool) gets what it lacks carried, each call under
-64 MiB with the working tree (about 25 MiB): wheels for Python 3.12 with py-spy, the bundled encoder at fp16 in checked parts (`benchmarks/gpu_run/parts.py`), sentences, SciFact,
-wrk, today's code for the side by side, and the fill-mask corpus. Here, once:
-
-```
-benchmarks/gpu_run/prepare.sh        # .gpu-carry/{call1,call2,train}; prints each call's MiB with the tree
-```
-
-The served path (issue 56), three calls back to back, then `give_back`; `OUT` is the machine's:
-
-| call | carry | timeout_s | command |
-|---|---|---|---|
-| 1 | `[".gpu-carry/call1"]` | 120 | `bash benchmarks/gpu_run/serve.sh install` |
-| 2 | `[".gpu-carry/call2"]` | 600 | `bash benchmarks/gpu_run/serve.sh measure` |
-| 3 | `[]` | 420 | `bash benchmarks/gpu_run/serve.sh adapt` |
-
-Call 2 writes `serve.json`: the CUDA token budget sweep (forward only) and tokenising ahead against the passes
-alone (`tokenised_to_forward`, target >= 0.8); `cloze serve` from today's code and from this checkout under
-wrk (64 connections, one text and 256 texts a request: texts/s, p50/p99, errors, server CPU per request, ratio
-to in-process), each profiled by py-spy for 15 s under the one-text load. Call 3 writes `adapt.json` (part 5:
-`cloze adapt` on SciFact for 2.5 minutes, dense nDCG@10 before and after). Copy both to `benchmarks/results/`.
-
-Training (issue 61), three calls back to back, then `give_back`:
-
-| call | carry | timeout_s | command |
-|---|---|---|---|
-| 1 | `[".gpu-carry/call1"]` | 120 | `bash benchmarks/gpu_run/serve.sh install` |
-| 2 | `[".gpu-carry/call2"]` | 120 | `bash benchmarks/gpu_run/serve.sh stage` |
-| 3 | `[".gpu-carry/train"]` | 600 | `bash benchmarks/gpu_run/train.sh` |
-
-Call 3 (`benchmarks/gpu_run/train.py`) resumes the fill-mask recipe from the shipped weights for 3 minutes
-(held-out loss every 300 steps) and trains `cloze train reranker` on SciFact train with the setting that won
-short runs on the train split's dev queries (loss, learning rate, the bundled or the fill-mask encoder as the
-start), for at most 4 epochs; both come back as `trained.partNN` (under 16 MiB each, with checksums) beside
-`train.json`. Then here, one command joins them, scores each beside what ships on data it neither trained nor
-chose settings on (`benchmarks/fill_mask_quality.py`; `benchmarks/rerank.py` on SciFact test and the MS MARCO
-subset, 50 candidates, fp32 and int8 within 0.01) and, with `--ship`, replaces the fill-mask delta where it wins:
-
-```
-python benchmarks/gpu_run/bring_back.py FILES_AT [--ship]    # -> benchmarks/results/gpu_training.json
-```
-
-Every step runs here first: `bash benchmarks/gpu_run/serve.sh install|measure|adapt --dry-run` and
-`bash benchmarks/gpu_run/train.sh --dry-run` (the CPU, the GPU's pass layout, a thin or tiny model, seconds-long
-budgets, a 120-document SciFact)."""
+    return rows
 
 
 @section(
-    "The GPU path on a lent machine",
+    "The GPU's pass layout on a CPU",
     "http_cuda_layout.json",
     "python benchmarks/http_throughput.py --compare-layout BEFORE --thin",
-    closing=False,
-    when_missing=LENT_CALLS,
 )
-def gpu_lent(data: dict, command: str) -> Body:
-    return Body([LENT_LAYOUT, f"Command: {ran(command, 'http_cuda_layout.json')}", LENT_CALLS])
+def gpu_layout(data: dict, command: str) -> Body:
+    inprocess, after = data["in_process"], data["served"]["after"]["checkout"].split()[0]
+    return Body(
+        [
+            "`CLOZE_TORCH_PASSES=cuda` runs the GPU's pass layout on the CPU (one pass at a time on torch's "
+            "threads, the GPU's budgets), so what the host does around each pass can be measured without a GPU. "
+            "`benchmarks/http_throughput.py --compare-layout BEFORE --thin` serves, in turn in one run, the checkout "
+            "BEFORE (an older commit: `git archive COMMIT | tar -x -C BEFORE`) and this one, each with a stand-in "
+            "for the bundled encoder 32 units wide (its tokenizer, pooling and the same torch calls a pass, each "
+            "next to free), so the CPU's arithmetic does not hide the host's work, which is what a GPU leaves to "
+            f"it. Here BEFORE was 88d6ce7 and after {after}; {data['load_generator']}; {data['machine']['cpus']} "
+            f"cores at load average {data['load_at_end'][0]} at the end, shared with other work, so compare CPU "
+            "a text rather than rates and latencies (a second run's figures: "
+            "[design-decisions.md](design-decisions.md)).",
+            table(["measure", "before", "after"], layout_rows(data)),
+            f"In-process, this checkout's runtime spent {num(inprocess['cpu_us_per_sentence'])} us of CPU a text "
+            f"({num(inprocess['sentences_per_s'])} sentences/s).",
+        ]
+    )
 
 
 def seconds(ms: float) -> str:
