@@ -51,8 +51,30 @@ def num(value: float | None, digits: int = 0) -> str:
     return "" if value is None else f"{value:,.{digits}f}"
 
 
+MACHINE_PATH = re.compile(r"(--[\w-]+)([ =])(/\S+)")  # an option given an absolute path
+OLDER_CHECKOUT = {"--baseline-checkout", "--compare-layout", "--server-root"}  # options naming a checkout
+
+
+def portable(command: str) -> str:
+    """A recorded command without the folders of the machine it ran on: an absolute path given to an option
+    becomes a name for one of the reader's own (BEFORE for a checkout of an older commit, else the option's
+    name in capitals), and a path inside a folder already named keeps its tail (``--model MODEL --onnx
+    MODEL/onnx/rerank.onnx``). Relative paths are left as they are."""
+    named: dict[str, str] = {}
+
+    def rename(match: re.Match) -> str:
+        option, separator, path = match.groups()
+        for folder, name in named.items():
+            if path.startswith(folder + "/"):
+                return f"{option}{separator}{name}{path[len(folder) :]}"
+        named[path] = "BEFORE" if option in OLDER_CHECKOUT else option[2:].upper().replace("-", "_")
+        return f"{option}{separator}{named[path]}"
+
+    return MACHINE_PATH.sub(rename, command)
+
+
 def ran(command: str, *files: str) -> str:
-    return f"`{command}` -> " + ", ".join(f"`{name}`" for name in files)
+    return f"`{portable(command)}` -> " + ", ".join(f"`{name}`" for name in files)
 
 
 def prose(part: str) -> str:
@@ -115,7 +137,7 @@ def phrase(block: str, **values: Any) -> str:
 
 
 def missing(name: str, command: str) -> str:
-    return phrase("not_run", command=command, result=name)
+    return phrase("not_run", command=portable(command), result=name)
 
 
 def closing(command: str, *files: str) -> list[str]:
@@ -365,7 +387,7 @@ DURING_UPSERT = Table(
 )
 def search_during_upsert(data: dict, command: str) -> Body:
     workload = data["workload"]
-    commands = "; ".join(f"`{arm['command']}`" for arm in data["arms"].values())
+    commands = "; ".join(f"`{portable(arm['command'])}`" for arm in data["arms"].values())
     return Body(
         fill(
             "search_during_upsert",
@@ -1033,7 +1055,7 @@ def rerank_latency(latency: dict | None) -> list[str]:
 @section(
     "What a trained reranker buys",
     "rerank.json",
-    "python benchmarks/rerank.py --train-minutes 60 --model /work/rerank-models/scifact-minilm",
+    "python benchmarks/rerank.py --train-minutes 60 --model MODEL",
     rerun=lambda data, default: " ; ".join(data["commands"]),
     closing=False,
 )
@@ -1179,7 +1201,7 @@ def load_reliability_runs() -> dict:
         if (data := load(name)) is not None:
             recorded = data.get("command", "")
             command = recorded if recorded.startswith("python ") else default  # else: a note, not a command
-            rows.append({"question": question, "command": f"`{command}`", "file": f"`{name}`"})
+            rows.append({"question": question, "command": f"`{portable(command)}`", "file": f"`{name}`"})
     return {"rows": rows}
 
 
@@ -1197,7 +1219,9 @@ def reliability(data: dict, command: str) -> Body:
 )
 def gpu(data: dict, command: str) -> Body:
     run = data["run"]
-    held = fill("gpu.held", command=run.get("command", command), cuda=run.get("cuda")) if run else []
+    held = (
+        fill("gpu.held", command=portable(run.get("command", command)), cuda=run.get("cuda")) if run else []
+    )
     return Body(fill("gpu", held=held))
 
 
