@@ -20,15 +20,16 @@ nothing is truncated) and the same count divides every row's seconds. The client
 servers and only reads each timed answer's bytes; a server's own defaults are kept (cloze: batches of at most
 64 sequences; Infinity: --batch-size 32; sentence-transformers: encode's batch_size 32).
 
-Infinity is installed apart from the project (``python3 -m venv /tmp/infinity-venv``, ``pip install
-torch==2.13.0`` first, then ``pip install "infinity-emb[server,torch,optimum]==0.0.78"``). The optimum engine
-loads ``model.onnx`` from the model folder: the script exports it once with that venv's ``optimum-cli``.
+Infinity is installed apart from the project, in a venv of its own (``python3 -m venv ../infinity-venv``,
+``pip install torch==2.13.0`` first, then ``pip install "infinity-emb[server,torch,optimum]==0.0.78"``), named
+by ``--infinity``. The optimum engine loads ``model.onnx`` from the model folder: the script exports it once
+with that venv's ``optimum-cli``.
 
 The default workload, 16 requests of 256 sentences per row at concurrency 1 and again at 4, takes about ten
 minutes on this machine's 2 shared cores (servers' start and warm-up included):
 
-    /work/main/.venv/bin/python benchmarks/compare_infinity.py [--requests 16] [--concurrency 1,4] \
-        [--infinity /tmp/infinity-venv/bin/infinity_emb] [--out benchmarks/results/infinity_comparison.json]
+    .venv/bin/python benchmarks/compare_infinity.py --infinity ../infinity-venv/bin/infinity_emb \
+        [--requests 16] [--concurrency 1,4] [--out benchmarks/results/infinity_comparison.json]
 """
 
 from __future__ import annotations

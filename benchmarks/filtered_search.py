@@ -19,8 +19,8 @@ the same opened index; FAISS built once from the stored vectors and cached) and 
 documents against an exact ``IDMap2,Flat`` search with the same filter. Also: the columns' memory (bytes per
 document and RSS growth when loading), their load time, and the write slowdown they cost.
 
-    nice -n 10 .venv/bin/python benchmarks/filtered_search.py real --passages 100000 --index-dir /tmp/fs-real
-    nice -n 10 .venv/bin/python benchmarks/filtered_search.py synthetic --documents 1000000 --index-dir /tmp/fs-1m
+    nice -n 10 .venv/bin/python benchmarks/filtered_search.py real --passages 100000 --index-dir runs/fs-real
+    nice -n 10 .venv/bin/python benchmarks/filtered_search.py synthetic --documents 1000000 --index-dir runs/fs-1m
 """
 
 from __future__ import annotations

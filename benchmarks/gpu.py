@@ -30,8 +30,8 @@ at fp16 (the fp32 wheel, 84 MB, is over a call's 64 MiB; on CUDA the runtime run
 A user with a GPU runs it as docs/benchmarks.md says ("Running the benchmarks on a GPU"). Run once on an H100
 (../shared/measurements/gpu-h100-2026-12-05.json). A lent machine that cannot fetch anything (this project's
 device tool: 64 MiB a call with the tree) gets what it lacks carried: benchmarks/gpu_run/prepare.sh lays it out
-call by call and benchmarks/gpu_run/serve.sh's device calls run this script (docs/benchmarks.md, "The GPU
-path on a lent machine"). ``--parts`` picks parts, ``--before DIR`` serves today's code beside this checkout in part 3,
+call by call and benchmarks/gpu_run/serve.sh's device calls run this script (docs/benchmarks.md, "Running
+the benchmarks on a GPU", has the commands). ``--parts`` picks parts, ``--before DIR`` serves today's code beside this checkout in part 3,
 ``--dry-run`` runs the GPU parts on the CPU with the GPU's pass layout, a thin stand-in model and tiny sizes.
 It writes ``--out`` (default $OUT/gpu.json when OUT is set, else benchmarks/results/gpu.json); the file is
 rewritten after every part.

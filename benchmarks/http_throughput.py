@@ -23,8 +23,8 @@ turn in one run: server CPU per request against the in-process CPU per text of t
 text a request and 256 texts a request, p50/p99, and a py-spy profile of each server under the one-text load
 (``--profile-seconds``). benchmarks/gpu.py runs the same comparison on a GPU (``compare_layouts``):
 
-    git archive <before> | (mkdir -p /tmp/before && tar -x -C /tmp/before)
-    .venv/bin/python benchmarks/http_throughput.py --compare-layout /tmp/before --thin --seconds 12 \
+    git archive <before> | (mkdir -p runs/before && tar -x -C runs/before)
+    .venv/bin/python benchmarks/http_throughput.py --compare-layout runs/before --thin --seconds 12 \
         --out benchmarks/results/http_cuda_layout.json
 
 ``--thin`` serves a stand-in for the bundled encoder 32 units wide (its tokenizer, pooling and the same torch

@@ -2,7 +2,7 @@
 *test* and, unchanged, on the MS MARCO subset (it saw no MS MARCO): first stage alone against its top N
 candidates reranked, for hybrid and dense first stages, on the torch (fp32) model and on ONNX files.
 
-    python benchmarks/rerank.py --train-minutes 60 --model /work/rerank-models/scifact-minilm
+    python benchmarks/rerank.py --train-minutes 60 --model runs/rerank-scifact
     python benchmarks/rerank.py --model DIR --onnx DIR/onnx/rerank_int8.onnx --backend-label onnx-int8
     python benchmarks/rerank.py --model DIR --latency   # /search with and without rerank, under wrk
 

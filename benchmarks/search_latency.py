@@ -10,7 +10,7 @@ The load generator shares the machine's 2 cores with the server, so the figures 
 client sends 8 ``PUT /documents`` of 64 SciFact documents back to back; search p50/p99 and upsert docs/s.
 ``--server-root`` runs the server from another checkout (to measure a commit before a change, same script):
 
-    .venv/bin/python benchmarks/search_latency.py --during-upsert [--server-root /tmp/base] [--label after]
+    .venv/bin/python benchmarks/search_latency.py --during-upsert [--server-root runs/before] [--label after]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ a snapshot (``POST /collections/default/snapshots``) and one client upserts 5 do
 p99 of searches alone and during the snapshot come from the same run, side by side. Then the archive is
 restored offline into an empty folder (``cloze index restore``) and by upload into the live service.
 
-    nice -n 10 .venv/bin/python benchmarks/snapshot.py --passages 100000 --index-dir /tmp/cloze-snapshot-bench
+    nice -n 10 .venv/bin/python benchmarks/snapshot.py --passages 100000 --index-dir runs/snapshot-bench
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""docs/benchmarks.md is what benchmarks/report.py renders from benchmarks/results/: nobody edits it by hand."""
+"""docs/benchmarks.md is what benchmarks/report.py renders from benchmarks/results/ into its template
+(benchmarks/report_template.md): nobody edits the page by hand."""
 
 import subprocess
 import sys

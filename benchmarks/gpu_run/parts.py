@@ -8,7 +8,7 @@ that is missing, cut short or corrupted is named instead of half a model being u
 it runs on the GPU machine before anything is installed.
 
     python benchmarks/gpu_run/parts.py split .gpu-model --name model --part-mib 11 --out DIR
-    python benchmarks/gpu_run/parts.py join DIR [DIR ...] --name model --into /tmp/gpu-model
+    python benchmarks/gpu_run/parts.py join DIR [DIR ...] --name model --into runs/gpu-model
 """
 
 from __future__ import annotations

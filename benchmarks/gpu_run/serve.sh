@@ -11,8 +11,8 @@
 #   adapt     (no carry)                part 5, `cloze adapt` on SciFact scored before and after -> $OUT/adapt.json
 #
 # --dry-run runs every step here on the CPU: the GPU's pass layout, a thin stand-in model, seconds-long arms,
-# a 120-document SciFact, into /tmp/cloze-gpu-dry (docs/benchmarks.md, "The GPU path on a lent machine", has
-# the device calls).
+# a 120-document SciFact, into /tmp/cloze-gpu-dry (docs/benchmarks.md, "Running the benchmarks on a GPU", has
+# the steps in order).
 #   benchmarks/gpu_run/serve.sh install|stage|measure|adapt [--dry-run]
 set -euo pipefail
 STEP=$1

@@ -2,7 +2,7 @@
 first queries of each split, then other documents up to ``--documents``, and only the queries whose judged
 documents all made it in. Standard library only.
 
-    python benchmarks/gpu_run/small_beir.py ../shared/data/beir-scifact /tmp/scifact-small --documents 120
+    python benchmarks/gpu_run/small_beir.py ../shared/data/beir-scifact runs/scifact-small --documents 120
 """
 
 from __future__ import annotations

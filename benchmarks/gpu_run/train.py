@@ -11,8 +11,8 @@
 Everything goes into one tar split into parts under 16 MiB with checksums (benchmarks/gpu_run/parts.py) in
 ``--out``, beside ``train.json`` (every command, budget, loss history and dev score). Here,
 ``benchmarks/gpu_run/bring_back.py`` joins and judges them. ``--dry-run`` runs every step on the CPU with a
-tiny model and seconds-long budgets (the device calls: docs/benchmarks.md, "The GPU path on a lent
-machine").
+tiny model and seconds-long budgets (the steps in order: docs/benchmarks.md, "Running the benchmarks on a
+GPU").
 """
 
 from __future__ import annotations
