@@ -22,10 +22,11 @@ from app.service.errors import ApiError
 from app.service.lifecycle import Lifecycle
 from app.settings import Settings
 from index.collections import DEFAULT_COLLECTION, CollectionInfo
-from index.replication.bucket import Bucket, BucketUnavailable, collection_key
+from index.replication.bucket import Bucket, BucketUnavailable, Fenced, collection_key
 from index.replication.follower import Follower
-from index.replication.registry import Publisher, Sweeper, entry_of, read_listing
-from index.replication.shipper import Fenced, Shipper, writer_identity
+from index.replication.garbage import Sweeper
+from index.replication.registry import Publisher, entry_of, read_listing
+from index.replication.shipper import Shipper, writer_identity
 
 log = logging.getLogger("cloze.replication")
 Ack = Literal["local", "remote"]

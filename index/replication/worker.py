@@ -1,17 +1,14 @@
 """The thread a writer's shipper and a replica's follower run in, replaceable by a watchdog: it beats at every
-step; a thread the watchdog gave up on finds its generation stale when it wakes and ends, touching nothing.
-Beside it, the writer's periodic deletions (``Periodic``, ``delete_decided``)."""
+step; a thread the watchdog gave up on finds its generation stale when it wakes and ends, touching nothing."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
 from index.faultpoints import pause_for_tests
-from index.replication.bucket import Bucket, BucketUnavailable
+from index.replication.bucket import BucketUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -85,34 +82,3 @@ class Worker:
                 log.exception("%s step failed", type(self).__name__)
                 self.error = f"{type(exc).__name__}: {exc}"
             self._kick.wait(self.interval)
-
-
-class Periodic:
-    """A call made in a thread of its own, at most once every ``every_s`` and never two at once: slow bucket
-    listings off the thread (or event loop) that asks for it."""
-
-    def __init__(self, call: Callable[[], Any], every_s: float, name: str):
-        self.call, self.every_s, self.name = call, every_s, name
-        self.due = 0.0
-        self.thread: threading.Thread | None = None
-
-    def when_due(self) -> None:
-        if time.monotonic() < self.due or (self.thread is not None and self.thread.is_alive()):
-            return
-        self.due = time.monotonic() + self.every_s
-        self.thread = threading.Thread(target=self.call, name=self.name, daemon=True)
-        self.thread.start()
-
-
-def delete_decided(bucket: Bucket, decide: Callable[[], list[str]], what: str) -> list[str]:
-    """Delete the keys ``decide`` names (it reads the bucket to choose them) and return them; a bucket that
-    does not answer deletes nothing (logged), and the next round tries again."""
-    try:
-        doomed = decide()
-        bucket.delete(doomed)
-    except BucketUnavailable as exc:
-        log.warning("replication: deleting %s: the bucket is unavailable: %s", what, exc)
-        return []
-    if doomed:
-        log.info("replication: deleted %s objects, %s", len(doomed), what)
-    return doomed

@@ -22,9 +22,8 @@ from app.service.model_registry import ModelRegistry
 from app.service.replication import Replication
 from app.settings import Settings
 from index.collections import DEFAULT_COLLECTION, CollectionInfo, read_info
-from index.replication.bucket import Bucket
+from index.replication.bucket import Bucket, Fenced
 from index.replication.registry import Publisher, entry_of, read_listing
-from index.replication.shipper import Fenced
 from index.replication.worker import Worker
 
 URL = "s3://replicas/team"
