@@ -181,6 +181,7 @@ class Replication:
             self.publisher.writer_id,
             settings.replication_poll_s,
             settings.replication_gc_after_s or None,
+            collection.name,
         )
 
     # ---- a replica -------------------------------------------------------------------------------
@@ -248,6 +249,7 @@ class Replication:
             self.bucket.keys(key),
             self.work_folder(),
             self.settings.replication_poll_s,
+            collection.name,
         )
 
     # ---- workers ---------------------------------------------------------------------------------
@@ -272,8 +274,6 @@ class Replication:
             incarnation = listed.incarnation
         make = self._make_shipper if self.role == "writer" else self._make_follower
         worker = make(collection, collection_key(collection.name, incarnation))
-        if collection.name != DEFAULT_COLLECTION:  # a crash test's pause freezes default's worker alone
-            worker.pause_stage = f"replication-{collection.name}"
         if replicated is not None:
             stop(replicated.worker)
         self.workers[collection.name] = replicated = Replicated(collection, incarnation, worker)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from index.collections import DEFAULT_COLLECTION
 from index.replication import segments
 from index.replication.bucket import Bucket, ConditionFailed, Fenced, Keys
 from index.replication.garbage import Pruner
@@ -51,8 +52,9 @@ class Shipper(Worker):
         writer_id: str,
         interval: float = 0.5,
         gc_after_s: float | None = None,
+        collection: str = DEFAULT_COLLECTION,
     ):
-        super().__init__(interval)
+        super().__init__(interval, collection)
         self.index, self.bucket, self.keys, self.epoch = index, bucket, keys, epoch
         self.work, self.base_every = Path(work), base_every
         self.writer_id = writer_id

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 
+from index.collections import DEFAULT_COLLECTION
 from index.faultpoints import pause_for_tests
 from index.replication.bucket import BucketUnavailable
 
@@ -14,10 +15,8 @@ log = logging.getLogger(__name__)
 
 
 class Worker:
-    pause_stage = "replication"  # a crash-test pause point (``index.faultpoints``): freezes the thread
-
-    def __init__(self, interval: float):
-        self.interval = interval
+    def __init__(self, interval: float, collection: str = DEFAULT_COLLECTION):
+        self.interval, self.collection = interval, collection
         self.beat = time.monotonic()
         self.error: str | None = None
         self.restarts = 0
@@ -28,6 +27,10 @@ class Worker:
 
     def step(self, generation: int) -> None:
         raise NotImplementedError
+
+    def stage(self) -> str:
+        """Its crash-test pause point (``index.faultpoints``): a test freezes one collection's thread alone."""
+        return f"replication-{self.collection}"
 
     def start(self) -> None:
         self._generation += 1
@@ -67,7 +70,7 @@ class Worker:
     def _run(self, generation: int) -> None:
         while self.live(generation):
             self.beat = time.monotonic()
-            pause_for_tests(self.pause_stage)
+            pause_for_tests(self.stage())
             if not self.live(generation):
                 return
             self._kick.clear()  # before the step: a kick that lands during it makes the next wait return at once

@@ -80,6 +80,7 @@ def test_a_replica_mirrors_the_registry_and_never_follows_another_incarnation(
         assert copy.replica and copy.index is not None  # writes answer 409 there
         assert read_info(copy.path).incarnation == "i1"  # the writer's, so the same bucket folder
         assert replica.workers["vecs"].worker.keys.root == "team/vecs@i1"
+        assert replica.workers["vecs"].worker.stage() == "replication-vecs"  # its own crash-test pause point
         state = replica.status()
         assert state["vecs"]["incarnation"] == "i1"
         assert "'lm' is not configured here" in state["legal"]["error"]
