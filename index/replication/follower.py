@@ -51,6 +51,11 @@ class Follower(Worker):
         self.waiting: str | None = "no copy of the writer's index yet"
         self.fetch = ThreadPoolExecutor(PREFETCH, thread_name_prefix="segment-fetch")
 
+    def stop(self) -> None:
+        """For good: its download threads too (they would idle forever)."""
+        super().stop()
+        self.fetch.shutdown(wait=False)
+
     def position(self, index: Any) -> Position | None:
         raw = index.state(POSITION)
         return Position(**json.loads(raw)) if raw else None
