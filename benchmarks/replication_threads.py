@@ -3,7 +3,7 @@ followers, for N empty collections of own vectors against a moto S3 server on lo
 
 Per N: live threads, this process's CPU (seconds of CPU per second of wall time, all cores) and the bucket
 requests per second, measured over ``--seconds`` once every collection is shipped (then copied). This is
-what decided one worker thread per collection (``app/service/replication.py``) over one thread stepping
+what decided one worker thread per collection (``app/service/replication/``) over one thread stepping
 them all: the idle cost is the bucket polls, which a single thread would make just the same.
 
     PYTHONPATH=$PWD nice -n 10 .venv/bin/python benchmarks/replication_threads.py \
@@ -101,7 +101,6 @@ def measure(moto: MotoServer, work: Path, count: int, seconds: float) -> dict[st
     following = idle(seconds, counted)
     for follower in followers:
         follower.stop()
-        follower.fetch.shutdown(wait=False)
     for index in writers + replicas:
         index.close()
     return {

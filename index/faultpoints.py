@@ -13,7 +13,8 @@ still on the old version), ``upsert`` (a write committed to SQLite, not yet in F
 (a FAISS snapshot about to be written), ``snapshot`` (its FAISS file renamed into place, its JSON not yet),
 ``backup`` (a backup's read transaction open, the writer's lock released, the store not yet copied:
 ``index.archive.snapshots``), ``backup-written`` (its archive complete under a temp name, not yet renamed),
-``restore`` (a restored version complete on disk, not yet published).
+``restore`` (a restored version complete on disk, not yet published), ``replication-<collection>`` (that
+collection's shipper or follower thread, before each step: ``index.replication.worker``).
 """
 
 from __future__ import annotations

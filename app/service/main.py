@@ -21,7 +21,7 @@ from app.service.lane import lane_routes
 from app.service.lifecycle import Lifecycle
 from app.service.metrics import Metrics
 from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
-from app.service.replication import Replication
+from app.service.replication import replication_for
 from app.service.route_table import RouteTable, declare, declare_route
 from app.service.routes import (
     collections,
@@ -82,7 +82,7 @@ def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
     app.state.lifecycle = Lifecycle(app.state.engines.collections, embedding_models, settings, metrics)
     app.state.jobs = JobRegistry(keep=settings.max_jobs_kept)
     app.state.engines.bound(settings.max_pending)
-    app.state.replication = Replication(settings, app.state.engines, app.state.lifecycle)
+    app.state.replication = replication_for(settings, app.state.engines, app.state.lifecycle)
     install_error_handlers(app)
     for module in (inference, rerank, meta, playground, collections):
         app.include_router(module.router)

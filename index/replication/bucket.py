@@ -45,6 +45,10 @@ class ConditionFailed(RuntimeError):
     """A conditional write was refused: the object changed (or exists) since it was read."""
 
 
+class Fenced(RuntimeError):
+    """Another writer holds the collection (a higher epoch, or the same epoch elsewhere): this one stops."""
+
+
 def collection_key(name: str, incarnation: str | None = None) -> str:
     """The folder of one collection's objects. A collection deleted and created again under the same name
     must not follow its predecessor's objects: the incarnation (``CollectionInfo.incarnation``; ``default`` has none) keeps them apart."""

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from index.collections import DEFAULT_COLLECTION
 from index.replication import segments
 from index.replication.bucket import Bucket, Keys
 from index.replication.worker import Worker
@@ -35,14 +36,25 @@ class Position:
 
 class Follower(Worker):
     def __init__(
-        self, index: Callable[[], Any], bucket: Bucket, keys: Keys, work: Path, interval: float = 0.5
+        self,
+        index: Callable[[], Any],
+        bucket: Bucket,
+        keys: Keys,
+        work: Path,
+        interval: float = 0.5,
+        collection: str = DEFAULT_COLLECTION,
     ):
-        super().__init__(interval)
+        super().__init__(interval, collection)
         self.index, self.bucket, self.keys, self.work = index, bucket, keys, Path(work)
         self.caught_up_at: float | None = None  # when the bucket last held nothing newer than this copy
         self.writer: dict[str, Any] | None = None  # the writer's last heartbeat
         self.waiting: str | None = "no copy of the writer's index yet"
         self.fetch = ThreadPoolExecutor(PREFETCH, thread_name_prefix="segment-fetch")
+
+    def stop(self) -> None:
+        """For good: its download threads too (they would idle forever)."""
+        super().stop()
+        self.fetch.shutdown(wait=False)
 
     def position(self, index: Any) -> Position | None:
         raw = index.state(POSITION)

@@ -8,7 +8,7 @@
 entry (the same incarnation, so the same bucket key, ``collection_key``), drops what the writer no longer lists,
 and follows the rest. The writer replaces the object with a conditional put, as ``CURRENT.json``; its epoch
 fences the whole prefix: a writer that finds a higher epoch here (or another writer at its own) ships nothing.
-The writer also deletes the folders of collections it has stopped listing (``Sweeper``).
+The writer also deletes the folders of collections it has stopped listing (``garbage.Sweeper``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,8 @@ import threading
 import time
 from typing import Any
 
-from index.collections import CollectionInfo
-from index.replication import garbage
-from index.replication.bucket import Bucket, ConditionFailed
-from index.replication.shipper import GC_EVERY_S, Fenced
-from index.replication.worker import Periodic, delete_decided
+from index.collections import DEFAULT_COLLECTION, CollectionInfo
+from index.replication.bucket import Bucket, ConditionFailed, Fenced, collection_key
 
 REGISTRY_FORMAT = 1
 REGISTRY_FILE = "collections.json"
@@ -41,6 +38,12 @@ def entry_of(info: CollectionInfo) -> dict[str, Any]:
 def info_of(entry: dict[str, Any]) -> CollectionInfo:
     """The entry as a collection to create; fields a later format adds are left out, not refused."""
     return CollectionInfo(**{name: entry[name] for name in INFO_FIELDS if name in entry})
+
+
+def listed_folders(collections: dict[str, dict[str, Any]]) -> set[str]:
+    """The folders a registry's ``collections`` (name -> entry) names, and ``default``'s, never listed there."""
+    named = {collection_key(name, entry.get("incarnation")) for name, entry in collections.items()}
+    return named | {DEFAULT_COLLECTION}
 
 
 def read_listing(bucket: Bucket) -> dict[str, CollectionInfo] | None:
@@ -98,7 +101,7 @@ class Publisher:
             with self.lock:
                 self._check()
                 if self.lists(collections):
-                    self.published |= garbage.listed_folders(collections)
+                    self.published |= listed_folders(collections)
                     return
                 body = {
                     "format": REGISTRY_FORMAT,
@@ -116,7 +119,7 @@ class Publisher:
                     self.etag = None  # read again
                     continue
                 self.body, self.etag = body, etag
-                self.published |= garbage.listed_folders(collections)
+                self.published |= listed_folders(collections)
                 return
         raise ConditionFailed(f"{self.key} changed twice while this writer replaced it")
 
@@ -145,40 +148,4 @@ class Publisher:
             body = self.body
             if body is None or (body["epoch"], body.get("writer")) != (self.epoch, self.writer_id):
                 return None
-            return garbage.listed_folders(body["collections"])
-
-
-class Sweeper:
-    """The writer deletes the folders of the collections its registry stopped listing, once unlisted for
-    ``grace_s`` (``garbage.unlisted_since``, ``garbage.abandoned``); at most every ``GC_EVERY_S``, in a
-    thread of its own."""
-
-    def __init__(self, publisher: Publisher, grace_s: float):
-        self.publisher, self.bucket, self.grace_s = publisher, publisher.bucket, grace_s
-        self.unlisted: dict[str, float] = {}  # folder -> since when (monotonic) this writer saw it unlisted
-        self.periodic = Periodic(self.sweep, min(GC_EVERY_S, grace_s), "replication-sweep")
-
-    def when_due(self) -> None:
-        self.periodic.when_due()
-
-    def sweep(self) -> list[str]:
-        """Delete what is due; nothing unless this writer's registry is the bucket's."""
-        return delete_decided(self.bucket, self._abandoned, "the folders of collections no longer listed")
-
-    def _abandoned(self) -> list[str]:
-        try:
-            listed = self.publisher.folders()
-        except Fenced:
-            return []  # the loop that publishes finds it too, and stops the writer
-        if listed is None:
-            return []
-        now = time.monotonic()
-        ours = [folder for folder in self.bucket.folders() if folder in self.publisher.published]
-        self.unlisted = garbage.unlisted_since(ours, listed, self.unlisted, now)
-        doomed: list[str] = []
-        for folder, since in self.unlisted.items():
-            if now - since >= self.grace_s:
-                root = self.bucket.keys(folder).root
-                listing = self.bucket.list_with_times(root + "/")
-                doomed += garbage.abandoned(listing, root, self.grace_s, time.time())
-        return doomed
+            return listed_folders(body["collections"])

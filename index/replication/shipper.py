@@ -15,9 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from index.replication import garbage, segments
-from index.replication.bucket import Bucket, ConditionFailed, Keys
-from index.replication.worker import Periodic, Worker, delete_decided
+from index.collections import DEFAULT_COLLECTION
+from index.replication import segments
+from index.replication.bucket import Bucket, ConditionFailed, Fenced, Keys
+from index.replication.garbage import Pruner
+from index.replication.worker import Worker
 from index.storage.changelog import ChangelogPruned
 from index.storage.vectors import atomic_write
 
@@ -26,7 +28,6 @@ log = logging.getLogger(__name__)
 CURRENT_FORMAT = 1
 HEARTBEAT_S = 1.0
 MOST_DOCUMENTS_PER_SEGMENT = 5000  # more changed documents than this: a new base is cheaper to copy
-GC_EVERY_S = 60.0  # how often the writer looks for objects no replica can need (``garbage``)
 
 
 def writer_identity(root: Path) -> str:
@@ -37,10 +38,6 @@ def writer_identity(root: Path) -> str:
         Path(root).mkdir(parents=True, exist_ok=True)
         atomic_write(path, uuid.uuid4().hex.encode())
     return path.read_text().strip()
-
-
-class Fenced(RuntimeError):
-    """Another writer holds the collection (a higher epoch, or the same epoch elsewhere): this one stops."""
 
 
 class Shipper(Worker):
@@ -55,8 +52,9 @@ class Shipper(Worker):
         writer_id: str,
         interval: float = 0.5,
         gc_after_s: float | None = None,
+        collection: str = DEFAULT_COLLECTION,
     ):
-        super().__init__(interval)
+        super().__init__(interval, collection)
         self.index, self.bucket, self.keys, self.epoch = index, bucket, keys, epoch
         self.work, self.base_every = Path(work), base_every
         self.writer_id = writer_id
@@ -67,8 +65,9 @@ class Shipper(Worker):
         self.fenced: str | None = None
         self.heartbeat_at = 0.0
         self.shipped_cond = threading.Condition()
-        self.gc_after_s = gc_after_s  # None: nothing is ever deleted
-        self.gc = Periodic(self.collect_garbage, min(GC_EVERY_S, gc_after_s or GC_EVERY_S), "replication-gc")
+        self.pruner: Pruner | None = None  # deletes what no replica can need (None: nothing is ever deleted)
+        if gc_after_s is not None:
+            self.pruner = Pruner(bucket, keys, epoch, gc_after_s, lambda: self.fenced)
 
     # ---- one step --------------------------------------------------------------------------------
 
@@ -90,7 +89,8 @@ class Shipper(Worker):
         since = time.monotonic() - self.heartbeat_at
         if since >= 2 * HEARTBEAT_S or (since >= HEARTBEAT_S and not self.kicked):
             self._heartbeat(index)  # a write waiting to ship goes first (a remote-mode ack waits on it)
-        self._collect_garbage_when_due()
+        if self.pruner is not None and self.current is not None:
+            self.pruner.when_due()  # in a thread of its own
 
     def _ship(self, index: Any) -> None:
         if not self.read_current:
@@ -207,26 +207,6 @@ class Shipper(Worker):
             "base of version %s at sequence %s shipped in %.1f s", version, seq, time.monotonic() - started
         )
         self._mark_shipped(version, seq)
-
-    # ---- garbage: what no replica can need any more ------------------------------------------------
-
-    def _collect_garbage_when_due(self) -> None:
-        """In a thread of its own: a listing of the whole folder must not hold up a remote-mode write."""
-        if self.gc_after_s is not None and self.current is not None:
-            self.gc.when_due()
-
-    def collect_garbage(self) -> list[str]:
-        """Delete what lies behind the newest settled base (``garbage``), judged against ``CURRENT.json`` as
-        the bucket holds it now: a writer whose epoch no longer holds it deletes nothing."""
-        return delete_decided(self.bucket, self._obsolete, "what no replica needs any more")
-
-    def _obsolete(self) -> list[str]:
-        assert self.gc_after_s is not None
-        current, _ = self.bucket.get_json(self.keys.current)
-        if current is None or current["epoch"] != self.epoch or self.fenced:
-            return []
-        listing = self.bucket.list_with_times(self.keys.root + "/")
-        return garbage.obsolete(listing, self.keys.root, current, self.gc_after_s, time.time())
 
     # ---- acknowledgements ------------------------------------------------------------------------
 

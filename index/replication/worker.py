@@ -1,26 +1,22 @@
 """The thread a writer's shipper and a replica's follower run in, replaceable by a watchdog: it beats at every
-step; a thread the watchdog gave up on finds its generation stale when it wakes and ends, touching nothing.
-Beside it, the writer's periodic deletions (``Periodic``, ``delete_decided``)."""
+step; a thread the watchdog gave up on finds its generation stale when it wakes and ends, touching nothing."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
+from index.collections import DEFAULT_COLLECTION
 from index.faultpoints import pause_for_tests
-from index.replication.bucket import Bucket, BucketUnavailable
+from index.replication.bucket import BucketUnavailable
 
 log = logging.getLogger(__name__)
 
 
 class Worker:
-    pause_stage = "replication"  # a crash-test pause point (``index.faultpoints``): freezes the thread
-
-    def __init__(self, interval: float):
-        self.interval = interval
+    def __init__(self, interval: float, collection: str = DEFAULT_COLLECTION):
+        self.interval, self.collection = interval, collection
         self.beat = time.monotonic()
         self.error: str | None = None
         self.restarts = 0
@@ -31,6 +27,10 @@ class Worker:
 
     def step(self, generation: int) -> None:
         raise NotImplementedError
+
+    def stage(self) -> str:
+        """Its crash-test pause point (``index.faultpoints``): a test freezes one collection's thread alone."""
+        return f"replication-{self.collection}"
 
     def start(self) -> None:
         self._generation += 1
@@ -70,7 +70,7 @@ class Worker:
     def _run(self, generation: int) -> None:
         while self.live(generation):
             self.beat = time.monotonic()
-            pause_for_tests(self.pause_stage)
+            pause_for_tests(self.stage())
             if not self.live(generation):
                 return
             self._kick.clear()  # before the step: a kick that lands during it makes the next wait return at once
@@ -85,34 +85,3 @@ class Worker:
                 log.exception("%s step failed", type(self).__name__)
                 self.error = f"{type(exc).__name__}: {exc}"
             self._kick.wait(self.interval)
-
-
-class Periodic:
-    """A call made in a thread of its own, at most once every ``every_s`` and never two at once: slow bucket
-    listings off the thread (or event loop) that asks for it."""
-
-    def __init__(self, call: Callable[[], Any], every_s: float, name: str):
-        self.call, self.every_s, self.name = call, every_s, name
-        self.due = 0.0
-        self.thread: threading.Thread | None = None
-
-    def when_due(self) -> None:
-        if time.monotonic() < self.due or (self.thread is not None and self.thread.is_alive()):
-            return
-        self.due = time.monotonic() + self.every_s
-        self.thread = threading.Thread(target=self.call, name=self.name, daemon=True)
-        self.thread.start()
-
-
-def delete_decided(bucket: Bucket, decide: Callable[[], list[str]], what: str) -> list[str]:
-    """Delete the keys ``decide`` names (it reads the bucket to choose them) and return them; a bucket that
-    does not answer deletes nothing (logged), and the next round tries again."""
-    try:
-        doomed = decide()
-        bucket.delete(doomed)
-    except BucketUnavailable as exc:
-        log.warning("replication: deleting %s: the bucket is unavailable: %s", what, exc)
-        return []
-    if doomed:
-        log.info("replication: deleted %s objects, %s", len(doomed), what)
-    return doomed

@@ -19,12 +19,11 @@ from app.service.errors import ApiError
 from app.service.lifecycle import Lifecycle
 from app.service.metrics import Metrics
 from app.service.model_registry import ModelRegistry
-from app.service.replication import Replication
+from app.service.replication import Replica, Replication, Unreplicated, Writer, replication_for
 from app.settings import Settings
 from index.collections import DEFAULT_COLLECTION, CollectionInfo, read_info
-from index.replication.bucket import Bucket
+from index.replication.bucket import Bucket, Fenced
 from index.replication.registry import Publisher, entry_of, read_listing
-from index.replication.shipper import Fenced
 from index.replication.worker import Worker
 
 URL = "s3://replicas/team"
@@ -53,7 +52,7 @@ def service(tmp_path: Path, role: str, bucket: Bucket, epoch: int = 1) -> Replic
     models = ModelRegistry("embedding")
     lifecycle = Lifecycle(registry, models, settings, Metrics())
     engines = Engines(models=models, collections=registry)
-    replication = Replication(settings, engines, lifecycle)
+    replication = replication_for(settings, engines, lifecycle)
     replication.bucket = bucket  # what ``run`` makes from the settings
     return replication
 
@@ -69,18 +68,20 @@ def test_a_replica_mirrors_the_registry_and_never_follows_another_incarnation(
 ) -> None:
     writer = Publisher(bucket, 1, "writer-a")
     replica = service(tmp_path, "replica", bucket)
+    assert isinstance(replica, Replica)
 
     async def scenario() -> None:
         writer.publish(
             {"vecs": entry_of(own("vecs", "i1")), "legal": entry_of(CollectionInfo("legal", "lm"))}
         )
-        await replica._sync_replica()
+        await replica._sync()
         served = replica.collections.collections
         assert set(served) == {DEFAULT_COLLECTION, "vecs"}
         copy = served["vecs"]
         assert copy.replica and copy.index is not None  # writes answer 409 there
         assert read_info(copy.path).incarnation == "i1"  # the writer's, so the same bucket folder
         assert replica.workers["vecs"].worker.keys.root == "team/vecs@i1"
+        assert replica.workers["vecs"].worker.stage() == "replication-vecs"  # its own crash-test pause point
         state = replica.status()
         assert state["vecs"]["incarnation"] == "i1"
         assert "'lm' is not configured here" in state["legal"]["error"]
@@ -88,7 +89,7 @@ def test_a_replica_mirrors_the_registry_and_never_follows_another_incarnation(
 
         writer.publish({"vecs": entry_of(own("vecs", "i2", "dot"))})  # deleted and made again
         old_worker = replica.workers["vecs"].worker
-        await replica._sync_replica()
+        await replica._sync()
         assert old_worker._stop.is_set()  # stopped before its collection closed
         assert copy.index is None and served["vecs"] is not copy
         assert read_info(served["vecs"].path) == own("vecs", "i2", "dot")
@@ -96,7 +97,7 @@ def test_a_replica_mirrors_the_registry_and_never_follows_another_incarnation(
         assert "legal" not in replica.status()  # no longer listed: no longer reported
 
         writer.publish({})
-        await replica._sync_replica()
+        await replica._sync()
         assert set(served) == {DEFAULT_COLLECTION} and "vecs" not in replica.workers
 
     try:
@@ -109,19 +110,20 @@ def test_a_writer_lists_its_collections_and_a_newer_epoch_fences_them_all(
     tmp_path: Path, bucket: Bucket
 ) -> None:
     writer = service(tmp_path, "writer", bucket)
+    assert isinstance(writer, Writer)
     writer.publisher = Publisher(bucket, 1, "writer-a")
 
     async def scenario() -> None:
         async with writer.lifecycle.created(own("vecs", "i1"), own("vecs", "i1").own_vectors()):
             pass
-        await writer._sync_writer()
+        await writer._sync()
         assert read_listing(bucket) == {"vecs": own("vecs", "i1")}
         assert {"vecs", DEFAULT_COLLECTION} == set(writer.workers)
         assert writer.admit("vecs", "remote") == "remote"
 
         Publisher(bucket, 2, "writer-b").publish({})  # another writer promoted
         with pytest.raises(Fenced, match="epoch 2"):
-            await writer._sync_writer()
+            await writer._sync()
         writer._fence("the bucket's collections.json is at epoch 2")
         assert all(r.worker._stop.is_set() for r in writer.workers.values())
         for name in ("vecs", DEFAULT_COLLECTION):
@@ -134,3 +136,15 @@ def test_a_writer_lists_its_collections_and_a_newer_epoch_fences_them_all(
         asyncio.run(scenario())
     finally:
         asyncio.run(writer.lifecycle.close_all())
+
+
+def test_without_a_role_nothing_is_replicated_reported_or_acknowledged_remotely(
+    tmp_path: Path, bucket: Bucket
+) -> None:
+    off = service(tmp_path, "off", bucket)
+    assert isinstance(off, Unreplicated)
+    assert off.status() == {} and off.summary() is None and off.ready({})
+    assert off.admit(DEFAULT_COLLECTION, None) == "local"
+    with pytest.raises(ApiError) as refused:
+        off.admit(DEFAULT_COLLECTION, "remote")
+    assert refused.value.status == 422

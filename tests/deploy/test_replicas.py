@@ -37,7 +37,7 @@ from tests.deploy import images
 from tests.deploy.conftest import BIN, REPO
 from tests.deploy.test_stack import IMAGE, wait_ready
 from tests.replication import scenarios
-from tests.replication.conftest import documents, replication, wait_converged
+from tests.replication.conftest import FROZEN_STAGE, documents, replication, wait_converged
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(2400)]
 
@@ -59,7 +59,7 @@ TEST_ENV = {
     "CLOZE_REPLICATION_ACK_TIMEOUT_S": str(ACK_TIMEOUT_S),
     "AWS_ACCESS_KEY_ID": "cloze-test",
     "AWS_SECRET_ACCESS_KEY": "cloze-test-secret",
-    "CLOZE_INDEX_PAUSE_AT": "replication",
+    "CLOZE_INDEX_PAUSE_AT": FROZEN_STAGE,
     "CLOZE_INDEX_PAUSE_FILE": "/tmp/cloze.paused",
     "CLOZE_INDEX_PAUSE_ARMED_BY": "/tmp/cloze.armed",
     "CLOZE_INDEX_PAUSE_SECONDS": "120",
@@ -292,7 +292,7 @@ def test_7_a_rebuild_and_a_restore_reach_the_replicas(cluster: Cluster) -> None:
 
 
 def test_8_a_frozen_follower_is_restarted_by_the_watchdog(cluster: Cluster) -> None:
-    """The follower's pause point (``index.faultpoints``, stage `replication`) armed in replica 1's
+    """The follower's pause point (``index.faultpoints``, stage `replication-default`) armed in replica 1's
     container only: restarted by test 3, it has not paused in this process yet."""
     frozen = cluster.replicas[0]
 

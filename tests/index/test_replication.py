@@ -13,7 +13,7 @@ import pytest
 from moto import mock_aws
 
 from index.records import Document
-from index.replication import garbage, segments
+from index.replication import garbage, registry, segments
 from index.replication.bucket import Bucket
 from index.replication.follower import Follower
 from index.replication.shipper import Shipper
@@ -216,7 +216,7 @@ def test_garbage_is_what_lies_behind_the_newest_settled_base() -> None:
 
 
 def test_an_unlisted_folder_goes_once_unlisted_and_untouched_for_the_grace_period() -> None:
-    listed = garbage.listed_folders({"legal": {"incarnation": "a1"}, "old": {"incarnation": None}})
+    listed = registry.listed_folders({"legal": {"incarnation": "a1"}, "old": {"incarnation": None}})
     assert listed == {"legal@a1", "old", "default"}  # default is never listed, and always kept
     folders = ["default", "legal@a1", "legal@z9", "old", "images@b2"]
     seen = garbage.unlisted_since(folders, listed, {}, now=100)
@@ -258,10 +258,11 @@ def test_the_writer_deletes_old_bases_and_a_replica_behind_them_copies_the_curre
     current = bucket.get_json(keys.current)[0]
     assert current["base_seq"] > first["base_seq"]
     before = bucket.list_after(keys.root + "/", "")
-    assert ship.collect_garbage() == []  # nothing has been current for an hour yet
+    assert ship.pruner is not None
+    assert ship.pruner.prune() == []  # nothing has been current for an hour yet
 
-    ship.gc_after_s = 0
-    doomed = ship.collect_garbage()
+    ship.pruner.grace_s = 0
+    doomed = ship.pruner.prune()
     after = bucket.list_after(keys.root + "/", "")
     assert first["base"] in doomed and current["base"] in after and keys.current in after
     assert set(after) == set(before) - set(doomed)

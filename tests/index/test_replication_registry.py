@@ -11,9 +11,9 @@ import pytest
 from moto import mock_aws
 
 from index.collections import CollectionInfo
-from index.replication.bucket import Bucket
-from index.replication.registry import Publisher, Sweeper, entry_of, info_of, read_listing, registry_key
-from index.replication.shipper import Fenced
+from index.replication.bucket import Bucket, Fenced
+from index.replication.garbage import Sweeper
+from index.replication.registry import Publisher, entry_of, info_of, read_listing, registry_key
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ WATCHDOG_S = 5.0
 ACK_TIMEOUT_S = 3.0
 WRITER_ONLY_MODEL = "writer-only"
 GC_AFTER_S = 2.0  # old versions' objects go within seconds (test 7)
+FROZEN_STAGE = "replication-default"  # default's follower thread pauses here, once the test arms it (test 8)
 
 
 def volume(work: Path, name: str) -> dict[str, str]:
@@ -47,7 +48,7 @@ class Cluster:
     def replica_env(self, number: int) -> dict[str, str]:
         return {
             **volume(self.chain.work, f"replica{number}"),
-            "CLOZE_INDEX_PAUSE_AT": "replication",  # fires only while the test arms it (test 8)
+            "CLOZE_INDEX_PAUSE_AT": FROZEN_STAGE,  # fires only while the test arms it (test 8)
             **replication_env(
                 "replica",
                 self.proxies[number].url,

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import httpx
 
 from harness.crashes import AUTH, Chain
-from tests.replication.conftest import documents, replication, wait_converged
+from tests.replication.conftest import FROZEN_STAGE, documents, replication, wait_converged
 
 
 class HasUrl(Protocol):
@@ -186,7 +186,7 @@ def a_frozen_follower(
     stage); a write reaches that replica all the same, through the thread the watchdog started."""
     arm()
     deadline = time.monotonic() + 10
-    while paused_at() != "replication":
+    while paused_at() != FROZEN_STAGE:
         assert time.monotonic() < deadline, "the follower never reached its pause point"
         time.sleep(0.05)
     frozen_at = time.monotonic()
@@ -194,7 +194,7 @@ def a_frozen_follower(
     wait_converged(cluster, timeout=watchdog_s + 20)  # type: ignore[arg-type]  # only a new thread can apply it
     restarts = replication(frozen)["watchdog_restarts"]
     assert restarts >= 1
-    assert paused_at() == "replication", "the frozen thread let go: the write may have come through it"
+    assert paused_at() == FROZEN_STAGE, "the frozen thread let go: the write may have come through it"
     return {"converged_after_freeze_s": round(time.monotonic() - frozen_at, 2), "watchdog_restarts": restarts}
 
 

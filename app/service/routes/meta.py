@@ -139,7 +139,8 @@ async def readyz(request: Request) -> JSONResponse:
     states = await run_in_threadpool(replication.status)  # reads each collection's position: SQLite
     for name, state in states.items():  # a listed collection a replica cannot copy is served nowhere
         collections.setdefault(name, {"status": "failed", "error": state.get("error")})["replication"] = state
-    summary = {"replication": replication.summary()} if replication.role != "off" else {}
+    overall = replication.summary()  # None: this service replicates nothing
+    summary = {} if overall is None else {"replication": overall}
     if engines.ready and replication.ready(states):
         fill_mask = engines.fill_masks.default
         return JSONResponse(
