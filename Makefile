@@ -75,8 +75,8 @@ gpu-image: install docker-engine
 
 # Style, and the layers of docs/architecture.md: import-linter's contracts live in pyproject.toml.
 lint: install
-	$(VENV)/bin/ruff check app encoder_training index encoder_runtime cloze_search evaluation harness tests benchmarks
-	$(VENV)/bin/ruff format --check app encoder_training index encoder_runtime cloze_search evaluation harness tests benchmarks
+	$(VENV)/bin/ruff check app encoder_training index encoder_runtime cloze_search evaluation harness tests benchmarks tools
+	$(VENV)/bin/ruff format --check app encoder_training index encoder_runtime cloze_search evaluation harness tests benchmarks tools
 	$(VENV)/bin/lint-imports
 
 clean:

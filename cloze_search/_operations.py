@@ -123,22 +123,18 @@ def rebuild(collection: str) -> Operation[str]:
 
 
 def job(collection: str, job_id: str) -> Operation[models.Job]:
-    return Operation(
-        "GET", under(collection, f"/jobs/{quote(job_id, safe='')}"), lambda a: models.from_json(models.Job, a)
-    )
+    return Operation("GET", under(collection, f"/jobs/{quote(job_id, safe='')}"), models.Job.from_json)
 
 
 def create_snapshot(collection: str) -> Operation[models.Snapshot]:
-    return Operation(
-        "POST", under(collection, "/snapshots"), lambda answer: models.from_json(models.Snapshot, answer)
-    )
+    return Operation("POST", under(collection, "/snapshots"), models.Snapshot.from_json)
 
 
 def list_snapshots(collection: str) -> Operation[list[models.Snapshot]]:
     return Operation(
         "GET",
         under(collection, "/snapshots"),
-        lambda a: [models.from_json(models.Snapshot, s) for s in a["snapshots"]],
+        lambda a: [models.Snapshot.from_json(s) for s in a["snapshots"]],
     )
 
 
@@ -152,15 +148,15 @@ def delete_snapshot(collection: str, name: str) -> Operation[str]:
 
 def restore_snapshot(collection: str, name: str) -> Operation[models.Restored]:
     path = snapshot_path(collection, name) + "/restore"
-    return Operation("POST", path, lambda answer: models.from_json(models.Restored, answer))
+    return Operation("POST", path, models.Restored.from_json)
 
 
-def restore_upload(collection: str, content: Any) -> Operation[models.Restored]:
-    headers = {"content-type": "application/octet-stream"}
+def restore_upload(collection: str, content: Any, size: int) -> Operation[models.Restored]:
+    """``content``: the archive's bytes as an iterator; ``size`` declared, so the service checks its free
+    space before it reads a byte."""
+    headers = {"content-type": "application/octet-stream", "content-length": str(size)}
     options = {"content": content, "headers": headers}
-    return Operation(
-        "POST", under(collection, "/restore"), lambda a: models.from_json(models.Restored, a), options
-    )
+    return Operation("POST", under(collection, "/restore"), models.Restored.from_json, options)
 
 
 def embed(
@@ -188,7 +184,7 @@ def rerank(
     return Operation(
         "POST",
         _model_route(model, "/rerank"),
-        lambda a: [models.from_json(models.RerankResult, r) for r in a],
+        lambda a: [models.RerankResult.from_json(r) for r in a],
         {"json": body},
     )
 
@@ -206,11 +202,11 @@ def _json_of(value: Any) -> Any:
 
 
 def _document(answer: dict[str, Any]) -> models.Document:
-    return models.from_json(models.Document, answer)
+    return models.Document.from_json(answer)
 
 
 def _collection(answer: dict[str, Any]) -> models.Collection:
-    return models.from_json(models.Collection, answer)
+    return models.Collection.from_json(answer)
 
 
 def _page(answer: dict[str, Any]) -> tuple[list[models.Document], str | None, int]:
@@ -218,4 +214,4 @@ def _page(answer: dict[str, Any]) -> tuple[list[models.Document], str | None, in
 
 
 def _predictions(answer: list) -> list[list[list[models.Prediction]]]:
-    return [[[models.from_json(models.Prediction, p) for p in mask] for mask in text] for text in answer]
+    return [[[models.Prediction.from_json(p) for p in mask] for mask in text] for text in answer]

@@ -1,82 +1,79 @@
-"""Typed values the client sends and returns. Answers are read leniently (fields a newer service adds are
-ignored), so a client keeps working against a service one version ahead."""
+# Generated from the service's OpenAPI schemas by `python -m tools.generate_client`: do not edit.
+"""Typed values the client sends and returns, generated from the service's OpenAPI schemas (the
+client imports neither the service nor pydantic: ``_model_base``). Answers are read leniently (fields a newer
+service adds are ignored), so a client keeps working against a service one version ahead."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal, TypeVar
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-T = TypeVar("T")
+from cloze_search._model_base import Model
+
 Mode = Literal["dense", "bm25", "hybrid"]
 
 
-def from_json(cls: type[T], data: dict[str, Any]) -> T:
-    """``cls`` from an answer's object, keeping the fields ``cls`` declares."""
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    return cls(**{key: value for key, value in data.items() if key in names})
-
-
 @dataclass
-class Document:
+class Document(Model):
     """A document to store or one read back. ``vector``: only in a collection of your own vectors."""
 
     id: str
+    # Embedded by the collection's model; optional in a collection of your own vectors
     text: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Collections of your own vectors only (and required there): the document's one vector
     vector: list[float] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"id": self.id, "text": self.text, "metadata": self.metadata}
-        if self.vector is not None:
-            body["vector"] = [float(value) for value in self.vector]
-        return body
 
 
 @dataclass
-class Explanation:
-    """Where a hit stood in each ranked list (``explain=True``)."""
+class Explanation(Model):
+    """Where a hit stood in each ranked list; null where it was not in that list (or the mode ran none)."""
 
+    # cosine of the hit's best chunk to the query
     dense_score: float | None
+    # 1-based place in the dense list
     dense_rank: int | None
+    # BM25 score of the document
     bm25_score: float | None
+    # 1-based place in the BM25 list
     bm25_rank: int | None
+    # the first stage's score (the hit's `score` unless reranked)
     fused_score: float
+    # with `rerank`: the reranker's relevance (0..1), the score the hit was ranked by
     rerank_score: float | None = None
+    # with `rerank`: the hit's 1-based place in the first stage's ranking
     first_stage_rank: int | None = None
 
 
 @dataclass
-class SearchHit:
+class SearchHit(Model):
+    """One hit: a document, its best chunk and its score."""
+
     id: str
     score: float
     chunk: str
     chunk_index: int
     metadata: dict[str, Any]
-    text: str | None = None  # with ``include_text=True``
-    highlights: list[tuple[int, int]] | None = None  # with ``highlight=True``: [start, end) in ``chunk``
+    # With `include_text`: the document's whole text
+    text: str | None = None
+    # With `highlight`: [start, end) offsets in `chunk`, in Unicode code points, sorted, of the words that
+    # match a query term
+    highlights: list[tuple[int, int]] | None = None
+    # With `explain`: how the hit was ranked
     explain: Explanation | None = None
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SearchHit:
-        hit = from_json(cls, data)
-        if hit.explain is not None:
-            hit.explain = from_json(Explanation, data["explain"])
-        if hit.highlights is not None:
-            hit.highlights = [(int(start), int(end)) for start, end in hit.highlights]
-        return hit
 
 
 @dataclass
-class SearchResults:
+class SearchResults(Model):
+    """A search's answer; iterating it (and ``len``) goes over ``results``."""
+
     results: list[SearchHit]
     took_ms: float
     mode: Mode
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SearchResults:
-        return cls([SearchHit.from_json(hit) for hit in data["results"]], data["took_ms"], data["mode"])
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[SearchHit]:
+        """The hits, best first: ``for hit in client.search(...)``."""
         return iter(self.results)
 
     def __len__(self) -> int:
@@ -84,34 +81,47 @@ class SearchResults:
 
 
 @dataclass
-class Fusion:
-    """How hybrid search merges its lists: ``rrf`` (k, default 60) or ``convex`` (alpha, default 0.5)."""
+class Fusion(Model):
+    """How hybrid search merges its dense and BM25 lists."""
 
+    # `rrf`: reciprocal rank fusion, a hit scores the sum over lists of 1 / (k + rank). `convex`: alpha x
+    # dense + (1 - alpha) x BM25, each score min-max normalised over its own candidate list (0 when the hit
+    # is not in that list). Each list holds max(30, 3 x (offset + top_k)) candidates, so a top 10 may shift
+    # with top_k, a convex one more than an RRF one
     method: Literal["rrf", "convex"] = "rrf"
+    # RRF's constant (rrf only; default 60)
     k: int | None = None
+    # the dense list's weight (convex only; default 0.5)
     alpha: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {key: value for key, value in asdict(self).items() if value is not None}
-
 
 @dataclass
-class Rerank:
-    """Re-score the first stage's best ``candidates`` with a cross-encoder the service serves."""
+class Rerank(Model):
+    """Search's second stage: a cross-encoder re-scores the first stage's best candidates."""
 
+    # How many of the first stage's best documents (any mode) the reranker re-scores; at least offset +
+    # top_k, at most CLOZE_MAX_RERANK_CANDIDATES
     candidates: int = 50
+    # A reranker's name (GET /models); absent: `default`, else the first served
     model: str | None = None
+    # What is scored against the query: the document's text (the reranker reads as much as its window
+    # holds), or the hit's matching chunk (for documents longer than the window)
     text: Literal["document", "chunk"] = "document"
 
-    def to_json(self) -> dict[str, Any]:
-        return {key: value for key, value in asdict(self).items() if value is not None}
-
 
 @dataclass
-class Collection:
+class Collection(Model):
+    """A collection: its model (None: your own vectors), status and counts."""
+
     name: str
-    model: str | None  # None: a collection of your own vectors
-    status: str  # ready | opening | failed
+    # null for a collection of your own vectors
+    model: str | None
+    # ready, opening or failed (then `error` says why)
+    status: str
+    # a collection of your own vectors: their length
+    dimension: int | None = None
+    # a collection of your own vectors: cosine or dot
+    metric: str | None = None
     error: str | None = None
     documents: int | None = None
     chunks: int | None = None
@@ -122,26 +132,32 @@ class Collection:
     bytes_on_disk: int | None = None
     last_write: str | None = None
     created: str | None = None
-    dimension: int | None = None
-    metric: str | None = None
 
 
 @dataclass
-class Snapshot:
+class Snapshot(Model):
+    """One archive: its name (for download, delete and restore) and what it holds."""
+
     name: str
     bytes: int
     created: str | None = None
+    # the changelog sequence the snapshot holds writes up to
     sequence: int | None = None
     documents: int | None = None
     chunks: int | None = None
     vectors: int | None = None
+    # the index version it was taken from
     version: int | None = None
     model_fingerprint: str | None = None
+    # set when the archive's own description does not read
     problem: str | None = None
 
 
 @dataclass
-class Restored:
+class Restored(Model):
+    """What a restore published: the new version and what it holds."""
+
+    # the new version that now serves the collection
     version: int
     sequence: int | None = None
     documents: int | None = None
@@ -149,11 +165,13 @@ class Restored:
 
 
 @dataclass
-class Job:
+class Job(Model):
+    """A rebuild's status; ``progress`` is ``done`` / ``total`` (0 while the job reads its input)."""
+
     job_id: str
     kind: str
     collection: str
-    status: str  # queued | running | succeeded | failed
+    status: Literal["queued", "running", "succeeded", "failed"]
     progress: float
     done: int
     total: int
@@ -162,14 +180,19 @@ class Job:
 
 
 @dataclass
-class RerankResult:
-    index: int  # the text's position in the request
+class RerankResult(Model):
+    """One text's relevance to the query."""
+
+    # the text's position in the request
+    index: int
     score: float
     text: str | None = None
 
 
 @dataclass
-class Prediction:
+class Prediction(Model):
+    """One candidate for a mask token: its score, token and filled-in text."""
+
     score: float
     token: int
     token_str: str

@@ -42,7 +42,7 @@ class CollectionOut(BaseModel):
     model: str | None = Field(description="null for a collection of your own vectors")
     dimension: int | None = Field(None, description="a collection of your own vectors: their length")
     metric: str | None = Field(None, description="a collection of your own vectors: cosine or dot")
-    status: str  # ready | opening | failed
+    status: str = Field(description="ready, opening or failed (then `error` says why)")
     error: str | None = None
     documents: int | None = None
     chunks: int | None = None

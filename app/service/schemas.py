@@ -408,7 +408,7 @@ class SearchExplanation(BaseModel):
 class SearchResult(BaseModel):
     id: str
     score: float
-    text: str | None = None
+    text: str | None = Field(None, description="With `include_text`: the document's whole text")
     chunk: str
     chunk_index: int
     metadata: dict[str, Any]

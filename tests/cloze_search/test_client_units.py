@@ -108,3 +108,35 @@ def test_facets_sends_fields_filter_and_top_in_both_clients():
         {"fields": ["year", "kind"], "top": 10},
         {"fields": ["kind"], "top": 5},
     ]
+
+
+def test_upload_snapshot_streams_the_file_with_its_length_in_both_clients(tmp_path):
+    """A block iterator, not the file read whole, with Content-Length declared (not chunked), so the service
+    checks its free space before reading; the async twin reads in worker threads (httpx.AsyncClient takes no
+    blocking file)."""
+    archive = tmp_path / "archive.tar"
+    archive.write_bytes(b"x" * 3_000_000)  # three blocks
+    received: list[tuple[str | None, str | None, int]] = []
+
+    def seen(request: httpx.Request, body: bytes) -> None:
+        headers = request.headers
+        received.append((headers.get("content-length"), headers.get("transfer-encoding"), len(body)))
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        seen(request, request.read())
+        return httpx.Response(200, json={"version": 2, "documents": 5})
+
+    async def areply(request: httpx.Request) -> httpx.Response:
+        seen(request, await request.aread())
+        return httpx.Response(200, json={"version": 3})
+
+    with Client("http://service", http_options={"transport": httpx.MockTransport(reply)}) as client:
+        assert client.upload_snapshot(archive, collection="c").documents == 5
+
+    async def upload() -> int:
+        transport = httpx.MockTransport(areply)
+        async with cloze_search.AsyncClient("http://service", http_options={"transport": transport}) as c:
+            return (await c.upload_snapshot(archive, collection="c")).version
+
+    assert asyncio.run(upload()) == 3
+    assert received == [("3000000", None, 3_000_000)] * 2

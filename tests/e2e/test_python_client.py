@@ -127,6 +127,24 @@ def test_the_async_client_does_the_same(server):
     assert top == "eagle" and listed == sorted(d.id for d in ANIMALS) and count == 5
 
 
+def test_the_async_client_downloads_and_uploads_snapshots(sdk, server, tmp_path):
+    """The async twin of the snapshot test above; its upload streams the archive through worker-thread reads
+    (httpx.AsyncClient takes no blocking file), with the length declared as the blocking client does."""
+
+    async def run() -> tuple:
+        async with AsyncClient(server, api_key=WRITE_KEY) as client:
+            snapshot = await client.create_snapshot(collection="animals")
+            archive = await client.download_snapshot(snapshot.name, tmp_path, collection="animals")
+            await client.delete_document("dog", collection="animals")
+            restored = await client.upload_snapshot(archive, collection="animals")
+            return snapshot, archive, restored, await client.get_document("dog", collection="animals")
+
+    snapshot, archive, restored, dog = asyncio.run(run())
+    assert archive.stat().st_size == snapshot.bytes and tarfile.is_tarfile(archive)
+    assert restored.documents == 5 and dog.id == "dog"
+    assert sdk.count_documents(collection="animals") == 5
+
+
 def cloze(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120

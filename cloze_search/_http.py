@@ -1,0 +1,112 @@
+"""What ``Client`` and ``AsyncClient`` share beside the requests themselves (``_operations``): their settings
+and retry policy, how an error answer becomes an exception, and the bodies of downloads and uploads."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import httpx
+
+from cloze_search.errors import ConnectionFailed, error_for
+
+RETRIED = (429, 503)
+DOWNLOAD_BLOCK = 1 << 20
+UPLOAD_BLOCK = 1 << 20
+
+
+class ClientSettings:
+    """What both clients hold: where the service is, the key, timeouts and the retry policy."""
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8000",
+        api_key: str | None = None,
+        timeout: float | httpx.Timeout | None = 60.0,
+        max_retries: int = 5,
+        batch_size: int = 64,
+        http_options: dict[str, Any] | None = None,
+    ):
+        """``http_options`` go to the httpx client as they are (``verify``, ``proxy``, ``transport``...)."""
+        self.url = url.rstrip("/")
+        self.http_options = {"base_url": self.url, "timeout": timeout} | (http_options or {})
+        self.http_options["headers"] = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.max_retries, self.batch_size = max_retries, batch_size
+
+    def delay(self, response: httpx.Response, attempt: int) -> float | None:
+        """Seconds to wait before trying again, or None to answer now."""
+        if response.status_code not in RETRIED or attempt >= self.max_retries:
+            return None
+        asked = retry_after(response)
+        return min(0.5 * 2**attempt, 30.0) if asked is None else asked
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "")))
+    except ValueError:
+        return None
+
+
+def checked(response: httpx.Response) -> httpx.Response:
+    """The response, or the service's error as an exception (its message and field)."""
+    if response.status_code < 400:
+        return response
+    try:
+        body = response.json()
+        message, field = str(body.get("error") or body), body.get("field")
+    except (ValueError, AttributeError):
+        message, field = response.text[:500] or response.reason_phrase, None
+    raise error_for(response.status_code, message, field, retry_after(response))
+
+
+def unreachable(url: str, exc: httpx.TransportError) -> ConnectionFailed:
+    return ConnectionFailed(f"cannot reach {url}: {type(exc).__name__}: {exc}")
+
+
+def upload_body(handle: BinaryIO) -> Iterator[bytes]:
+    """A file's bytes a block at a time: an upload never holds the whole archive in memory."""
+    while block := handle.read(UPLOAD_BLOCK):
+        yield block
+
+
+async def async_upload_body(handle: BinaryIO) -> AsyncIterator[bytes]:
+    """``upload_body`` for httpx.AsyncClient, which refuses a blocking stream; each read in a worker thread,
+    so the event loop never waits on the disk."""
+    while block := await asyncio.to_thread(handle.read, UPLOAD_BLOCK):
+        yield block
+
+
+def download_target(target: str | os.PathLike[str], name: str) -> Path:
+    path = Path(target)
+    return path / name if path.is_dir() else path
+
+
+class DownloadFile:
+    """``path`` written under a temporary name with a byte progress bar, renamed into place when whole."""
+
+    def __init__(self, path: Path, response: httpx.Response, progress: bool):
+        from tqdm import tqdm
+
+        self.path, self.partial = path, path.with_name(f".{path.name}.partial")
+        total = int(response.headers.get("content-length") or 0) or None
+        self.bar = tqdm(total=total, unit="B", unit_scale=True, desc=path.name, disable=not progress)
+        self.handle = open(self.partial, "wb")  # noqa: SIM115 (closed in __exit__)
+
+    def __enter__(self) -> DownloadFile:
+        return self
+
+    def write(self, block: bytes) -> None:
+        self.handle.write(block)
+        self.bar.update(len(block))
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        self.bar.close()
+        self.handle.close()
+        if kind is None:
+            os.replace(self.partial, self.path)
+        else:
+            self.partial.unlink(missing_ok=True)
