@@ -115,6 +115,11 @@ class Shipper(Worker):
             self.bucket.put_bytes(key, segments.encode(batch, number), if_absent=True)
         except ConditionFailed:  # this writer shipped it before a restart: segments are immutable
             log.info("segment %s was already in the bucket", key)
+        except Exception:
+            # The put may have landed with its answer lost: the next segment continues from what the
+            # bucket lists, never from an earlier sequence under another key that a replica would skip.
+            self.shipped = None
+            raise
         self._check_fence()
         self._mark_shipped(number, batch.through)
         if batch.through - int(self.current["base_seq"]) >= self.base_every:
@@ -159,11 +164,14 @@ class Shipper(Worker):
             )
 
     def _resume_tail(self, index: Any) -> None:
-        """After a restart: the tail continues after the last segment in the bucket (or the base)."""
+        """After a restart or a failed put: the tail continues after the last segment in the bucket or
+        the base, whichever is newer (a base cut past the last segment is where a replica copied from it
+        stands, and it lists only the segments after that)."""
         assert self.current is not None
         version = int(self.current["version"])
         keys = self.bucket.list_after(self.keys.tail(self.epoch, version), "")
-        shipped = Keys.segment_range(keys[-1])[1] if keys else int(self.current["base_seq"])
+        last_segment = Keys.segment_range(keys[-1])[1] if keys else 0
+        shipped = max(last_segment, int(self.current["base_seq"]))
         _, local = index.position()
         if shipped > local:
             raise Fenced(

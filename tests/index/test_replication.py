@@ -276,3 +276,59 @@ def test_the_writer_deletes_old_bases_and_a_replica_behind_them_copies_the_curre
     step(follower)
     assert everything(replica) == everything(writer)
     assert follower.position(replica).seq == writer.position()[1]
+
+
+def test_a_restarted_writer_continues_its_tail_from_a_base_cut_past_its_last_segment(
+    tmp_path: Path, tiny_encoder, bucket, pair
+) -> None:
+    writer, replica = pair
+    ship = shipper(writer, bucket, 1, "writer", tmp_path)
+    writer.upsert(docs(3, 1, "a"))
+    step(ship)  # the first base
+    writer.upsert(docs(2, 2, "b"))
+    step(ship)  # a segment
+    writer.upsert(docs(2, 3, "c"))
+    ship._ship_base(writer)  # a base past the last segment, as base_every or a pruned changelog cut one
+
+    restarted = shipper(writer, bucket, 1, "writer", tmp_path)
+    writer.upsert(docs(1, 4, "d"))
+    step(restarted)
+    base_seq = bucket.get_json(bucket.keys("default").current)[0]["base_seq"]
+    tail = bucket.list_after(bucket.keys("default").tail(1, writer.position()[0]), "")
+    assert bucket.keys("default").segment_range(tail[-1])[0] == base_seq
+
+    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
+    step(follower)  # the base
+    step(follower)  # the tail after it
+    assert everything(replica) == everything(writer) and "d0" in everything(replica)
+
+
+def test_a_segment_whose_put_landed_but_failed_is_not_overlapped(
+    tmp_path: Path, tiny_encoder, bucket, pair, monkeypatch
+) -> None:
+    writer, replica = pair
+    ship = shipper(writer, bucket, 1, "writer", tmp_path)
+    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
+    writer.upsert(docs(3, 1, "a"))
+    step(ship)
+    step(follower)
+    writer.upsert(docs(2, 2, "b"))
+    put = bucket.put_bytes
+
+    def landed_then_timed_out(*args: Any, **kwargs: Any) -> Any:
+        put(*args, **kwargs)
+        raise TimeoutError("the answer was lost")
+
+    monkeypatch.setattr(bucket, "put_bytes", landed_then_timed_out)
+    with pytest.raises(TimeoutError):
+        step(ship)
+    monkeypatch.setattr(bucket, "put_bytes", put)
+    step(follower)  # applies the segment that landed
+    writer.upsert(docs(2, 3, "c"))
+    step(ship)
+    tail = bucket.list_after(bucket.keys("default").tail(1, writer.position()[0]), "")
+    ranges = [bucket.keys("default").segment_range(key) for key in tail]
+    assert all(after == through for (_, through), (after, _) in zip(ranges, ranges[1:], strict=False))
+    step(follower)
+    step(follower)
+    assert everything(replica) == everything(writer) and "c1" in everything(replica)
