@@ -84,6 +84,8 @@ class CollectionRegistry:
     limit: int = 100  # collections besides ``default``
     drain_timeout: float = 30.0  # a delete waits this long for in-flight requests, then refuses (409)
     collections: dict[str, Collection] = field(default_factory=dict)
+    # Out of service while a delete waits for their requests: they still exist until closed, or come back.
+    withdrawn: dict[str, Collection] = field(default_factory=dict)
     lifecycle: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -133,12 +135,23 @@ class CollectionRegistry:
         collection = self.get(name, "name")
         collection.closing = True
         self.collections.pop(name, None)
+        self.withdrawn[name] = collection
         return collection
 
     def reinstate(self, collection: Collection) -> None:
         """Put back a collection whose delete was refused."""
         collection.closing = False
+        self.withdrawn.pop(collection.name, None)
         self.collections[collection.name] = collection
+
+    def closed(self, collection: Collection) -> None:
+        """A withdrawn collection is closed: it no longer exists here."""
+        if self.withdrawn.get(collection.name) is collection:
+            del self.withdrawn[collection.name]
+
+    def existing(self) -> list[Collection]:
+        """What exists, served or withdrawn for a delete that may yet be refused (what a registry lists)."""
+        return [*list(self.collections.values()), *list(self.withdrawn.values())]
 
     async def drained(self, collection: Collection) -> bool:
         """Wait for the requests in flight on a withdrawn collection; False if some outlived the wait."""

@@ -244,6 +244,7 @@ class Lifecycle:
         if self.before_close is not None:
             await self.before_close(collection)
         await run_in_threadpool(close, collection)
+        self.collections.closed(collection)
 
     async def close_all(self) -> None:
         for collection in list(self.collections.collections.values()):

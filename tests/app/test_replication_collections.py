@@ -138,6 +138,34 @@ def test_a_writer_lists_its_collections_and_a_newer_epoch_fences_them_all(
         asyncio.run(writer.lifecycle.close_all())
 
 
+def test_a_collection_withdrawn_for_a_delete_stays_listed_until_it_is_closed(
+    tmp_path: Path, bucket: Bucket
+) -> None:
+    writer = service(tmp_path, "writer", bucket)
+    writer.publisher = Publisher(bucket, 1, "writer-a")
+    registry = writer.collections
+
+    async def scenario() -> None:
+        async with writer.lifecycle.created(own("vecs", "i1"), own("vecs", "i1").own_vectors()):
+            pass
+        await writer._sync()
+        vecs = registry.withdraw("vecs")  # a delete waiting for the requests in flight
+        await writer._sync()
+        assert read_listing(bucket) == {"vecs": own("vecs", "i1")}  # replicas keep their copies
+        registry.reinstate(vecs)  # the delete was refused (409)
+        await writer._sync()
+        assert read_listing(bucket) == {"vecs": own("vecs", "i1")}
+
+        await writer.lifecycle.delete("vecs", lambda name: None)
+        await writer._sync()
+        assert read_listing(bucket) == {} and "vecs" not in registry.withdrawn
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        asyncio.run(writer.lifecycle.close_all())
+
+
 def test_without_a_role_nothing_is_replicated_reported_or_acknowledged_remotely(
     tmp_path: Path, bucket: Bucket
 ) -> None:

@@ -51,7 +51,8 @@ class Writer(Replication[Shipper]):
         served = self._served()
         for collection in served:
             self._worker_for(collection)
-        listing = {c.name: entry_of(c.info) for c in served if not c.is_default}
+        # A collection withdrawn for a delete stays listed: a refused delete must not drop replicas' copies.
+        listing = {c.name: entry_of(c.info) for c in self.collections.existing() if not c.is_default}
         await run_in_threadpool(self.publisher.publish, listing)
         if self.sweeper is not None:
             self.sweeper.when_due()
