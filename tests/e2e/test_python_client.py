@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import tarfile
@@ -80,9 +81,12 @@ def test_errors_carry_the_service_message_and_field(sdk, server):
         anonymous.upsert([{"id": "x", "text": "no key"}], collection="animals")
     with Client(server, api_key=READ_KEY) as reader:
         assert len(reader.search("cats", collection="animals")) > 0  # a read key reads
+    # A listener that never answers: the read timeout must fire (a 1 us timeout against the real server raced
+    # its answer on a loaded machine).
     with (
-        Client(server, api_key=WRITE_KEY, timeout=1e-6) as hurried,
-        pytest.raises(cloze_search.ConnectionFailed),
+        socket.create_server(("127.0.0.1", 0)) as silent,
+        Client(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.2) as hurried,
+        pytest.raises(cloze_search.ConnectionFailed, match="Timeout"),
     ):
         hurried.search("timeouts apply", collection="animals")
 
