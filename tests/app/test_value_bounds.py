@@ -1,0 +1,58 @@
+"""Values every plan must represent or compare alike, through the HTTP app in-process (no model: collections
+of the caller's own vectors): dot-product scores that stay finite, integers past 2**53 counted exactly by
+facets, date offsets SQLite reads, and an upsert that says whether it is searchable yet."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.service.engines import close_engines
+from app.service.main import create_app
+from app.settings import Settings
+
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+@pytest.fixture(scope="module")
+def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    root = Path(tmp_path_factory.mktemp("bounds"))
+    app = create_app(Settings(index=root / "idx", collections_dir=root / "collections"))
+    client = TestClient(app, base_url="http://127.0.0.1")  # not as a context: no lifespan, no model loads
+    for name, metric in (("dot", "dot"), ("cosine", "cosine")):
+        created = client.post("/collections", json={"name": name, "dimension": 3, "metric": metric})
+        assert created.status_code == 201, created.text
+    yield client
+    asyncio.run(close_engines(app.state.engines, app.state.lifecycle))
+
+
+def put(http: TestClient, collection: str, docs: list[dict]):
+    return http.put(f"/collections/{collection}/documents", json=docs)
+
+
+def test_dot_vectors_whose_scores_would_overflow_are_refused(http: TestClient) -> None:
+    """float32 holds 3.4e38: a dot product of two vectors of norm 1e19 and 2e19 would not. Both lengths are
+    bounded (1e19, so every product of two stays within 1e38), at upsert and in a query."""
+    big = [1e19, 0.0, 0.0]  # at the bound: accepted
+    fine = put(http, "dot", [{"id": "big", "vector": big}, {"id": "unit", "vector": [1, 0, 0]}])
+    assert fine.status_code == 200, fine.text
+    for vector in ([FLOAT32_MAX, 0, 0], [1e19, 1e19, 0], [-2e19, 0, 0]):
+        refused = put(http, "dot", [{"id": "ok", "vector": [0, 1, 0]}, {"id": "huge", "vector": vector}])
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["field"] == "1.vector" and "norm" in refused.json()["error"]
+        query = http.post("/collections/dot/search", json={"vector": vector})
+        assert query.status_code == 422 and query.json()["field"] == "vector"
+    assert http.get("/collections/dot/documents/ok").status_code == 404  # nothing of a refused batch
+    for vector in (big, [-1e19, 0, 0], [0, 1e19, 0]):
+        answer = http.post("/collections/dot/search", json={"vector": vector})
+        assert answer.status_code == 200, answer.text
+        scores = [hit["score"] for hit in answer.json()["results"]]
+        assert all(isinstance(s, float) and abs(s) <= 1e38 for s in scores), scores
+    # Cosine normalises what it is given: any finite float32 vector has a direction.
+    assert put(http, "cosine", [{"id": "far", "vector": [FLOAT32_MAX, FLOAT32_MAX, 0]}]).status_code == 200
+    answer = http.post("/collections/cosine/search", json={"vector": [FLOAT32_MAX, 0, 0]})
+    assert answer.json()["results"][0]["score"] == pytest.approx(2**-0.5, abs=1e-5)
