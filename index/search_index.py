@@ -457,7 +457,7 @@ class SearchIndex:
     def facets(self, filters: dict[str, Any] | None, fields: list[str], top: int = 10) -> dict[str, Any]:
         """Over the documents matching ``filters`` (every one without): ``total`` of them and, per field, its
         type, its ``top`` most frequent values (documents per value), and its least and greatest number and
-        date, all read from the in-memory columns."""
+        date, read from the in-memory columns (a field holding an integer past 2**53: its numbers from the store)."""
         with self._rw.read():
             live = self._live
             if filters:
@@ -465,7 +465,7 @@ class SearchIndex:
             documents = live.matches(filters or {}).documents
             return {
                 "total": int(np.count_nonzero(documents)),
-                "fields": live.columns.facets(documents, fields, top),
+                "fields": live.columns.facets(documents, fields, top, live.store),
             }
 
     # ---- listing ------------------------------------------------------------------------------------

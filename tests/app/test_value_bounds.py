@@ -56,3 +56,29 @@ def test_dot_vectors_whose_scores_would_overflow_are_refused(http: TestClient) -
     assert put(http, "cosine", [{"id": "far", "vector": [FLOAT32_MAX, FLOAT32_MAX, 0]}]).status_code == 200
     answer = http.post("/collections/cosine/search", json={"vector": [FLOAT32_MAX, 0, 0]})
     assert answer.json()["results"][0]["score"] == pytest.approx(2**-0.5, abs=1e-5)
+
+
+def test_facets_count_integers_past_2_53_exactly(http: TestClient) -> None:
+    """float64 holds every integer up to 2**53 only: 2**60, 2**60 + 1 and 2**60 + 2 were one facet value counted
+    three times, while a filter on each (answered by SQLite) found one document."""
+    wide = [2**60, 2**60 + 1, 2**60 + 2]
+    docs = [{"id": f"w{i}", "vector": [1, i, 0], "metadata": {"wide": n}} for i, n in enumerate(wide)]
+    docs.append({"id": "w3", "vector": [1, 3, 0], "metadata": {"wide": [2**60, 2**60 + 2, 7.5]}})
+    assert put(http, "cosine", docs).status_code == 200
+    for n in wide:
+        found = http.post("/collections/cosine/search", json={"vector": [1, 0, 0], "filter": {"wide": n}})
+        assert found.status_code == 200 and len(found.json()["results"]) == 2 - (n == 2**60 + 1)
+    facets = http.post("/collections/cosine/facets", json={"fields": ["wide"]})
+    assert facets.status_code == 200, facets.text
+    field = facets.json()["fields"]["wide"]
+    assert field["values"] == [
+        {"value": 2**60, "count": 2},
+        {"value": 2**60 + 2, "count": 2},
+        {"value": 2**60 + 1, "count": 1},
+        {"value": 7.5, "count": 1},
+    ]
+    assert field["numbers"] == {"min": 7.5, "max": 2**60 + 2} and field["type"] == "number"
+    narrowed = http.post(
+        "/collections/cosine/facets", json={"fields": ["wide"], "filter": {"wide": 2**60 + 1}}
+    )
+    assert narrowed.json()["fields"]["wide"]["values"] == [{"value": 2**60 + 1, "count": 1}]
