@@ -82,3 +82,41 @@ def test_facets_count_integers_past_2_53_exactly(http: TestClient) -> None:
         "/collections/cosine/facets", json={"fields": ["wide"], "filter": {"wide": 2**60 + 1}}
     )
     assert narrowed.json()["fields"]["wide"]["values"] == [{"value": 2**60 + 1, "count": 1}]
+
+
+def test_dates_compare_alike_in_every_plan_or_are_refused(http: TestClient) -> None:
+    """SQLite's julianday() reads UTC offsets up to +-14:59: a date-time past that was stored, but every range
+    on it matched nothing and its $ne everything. Refused in metadata and in filters; the widest it reads
+    (+14:00 is Kiribati's) compares as an instant."""
+    docs = [
+        {
+            "id": "kiribati",
+            "vector": [0, 0, 1],
+            "metadata": {"when": "2020-01-02T00:30+14:00"},
+        },  # 10:30Z on 1 Jan
+        {"id": "utc", "vector": [0, 1, 1], "metadata": {"when": "2020-01-01T12:00Z"}},
+    ]
+    assert put(http, "cosine", docs).status_code == 200
+
+    def found(filters: dict) -> list[str]:
+        answer = http.post("/collections/cosine/search", json={"vector": [0, 0, 1], "filter": filters})
+        assert answer.status_code == 200, answer.text
+        return sorted(hit["id"] for hit in answer.json()["results"])
+
+    assert found({"when": {"$lt": "2020-01-01T11:00Z"}}) == ["kiribati"]
+    assert found({"when": {"$ne": "2020-01-01T10:30:00"}}) == [d for d in found({}) if d != "kiribati"]
+    for offset in ("+15:00", "-14:60", "+23:59"):
+        late = {
+            "id": "late",
+            "vector": [1, 1, 1],
+            "metadata": {"at": ["x", {"when": f"2020-01-01T00:00{offset}"}]},
+        }
+        refused = put(http, "cosine", [late])
+        assert refused.status_code == 422 and refused.json()["field"] == "0.metadata.at.1.when", refused.text
+        for op in ("$gte", "$ne", "$in"):
+            operand = [f"2020-01-01T00:00{offset}"] if op == "$in" else f"2020-01-01T00:00{offset}"
+            answer = http.post(
+                "/collections/cosine/search", json={"vector": [0, 0, 1], "filter": {"when": {op: operand}}}
+            )
+            assert answer.status_code == 422 and answer.json()["field"] == f"filter.when.{op}", answer.text
+    assert http.get("/collections/cosine/documents/late").status_code == 404
