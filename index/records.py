@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_ID_CHARS = 512
 MAX_METADATA_KEY_CHARS = 256
@@ -85,6 +85,14 @@ class Document:
     id: str
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Landed(NamedTuple):
+    """A committed write: durable in the store; ``searchable`` once FAISS, BM25 and the filter columns hold it
+    too (False: applying it failed, and the next write, poll or open replays it)."""
+
+    upserted: int
+    searchable: bool
 
 
 @dataclass

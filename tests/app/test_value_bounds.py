@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from app.service.engines import close_engines
 from app.service.main import create_app
 from app.settings import Settings
+from index.storage.vectors import VectorIndex
 
 FLOAT32_MAX = 3.4028234663852886e38
 
@@ -120,3 +121,20 @@ def test_dates_compare_alike_in_every_plan_or_are_refused(http: TestClient) -> N
             )
             assert answer.status_code == 422 and answer.json()["field"] == f"filter.when.{op}", answer.text
     assert http.get("/collections/cosine/documents/late").status_code == 404
+
+
+def test_an_upsert_says_whether_search_finds_it_yet(http: TestClient, monkeypatch) -> None:
+    """A write that landed but could not be applied to the vectors was answered `searchable: true`."""
+
+    def out_of_memory(self, ids, vectors):
+        raise MemoryError("simulated")
+
+    monkeypatch.setattr(VectorIndex, "add", out_of_memory)
+    first = put(http, "dot", [{"id": "landed", "vector": [0, 0, 5]}])
+    assert first.status_code == 200 and first.json() == {"upserted": 1, "searchable": False}
+    assert http.get("/collections/dot/documents/landed").status_code == 200  # durable all the same
+    monkeypatch.undo()
+    second = put(http, "dot", [{"id": "next", "vector": [0, 0, 4]}])
+    assert second.json() == {"upserted": 1, "searchable": True}
+    top = http.post("/collections/dot/search", json={"vector": [0, 0, 1], "top_k": 2}).json()["results"]
+    assert [hit["id"] for hit in top] == ["landed", "next"]  # the second write's catch-up replayed the first

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from index.build.builder import attach_vectors, chunk_texts
 from index.records import Document, IndexModelMismatch, ReadOnlyIndex, UnknownFilterField
 from index.search_index import SearchIndex
 from index.storage import changelog, layout
@@ -318,6 +319,26 @@ def test_a_write_that_landed_is_reported_landed_when_faiss_fails_and_is_applied_
     assert index.stats()["vectors"] == index.stats()["chunks"] == 11
     assert index.search(vector(tiny_encoder, landed.text), "", top_k=1)[0].id == "landed"
     assert filtered_ids(index, tiny_encoder, {"kind": "landed"}) == ["landed"]  # the columns caught up too
+
+
+def test_a_commit_says_whether_its_write_is_searchable_yet(
+    index: SearchIndex, tiny_encoder, monkeypatch
+) -> None:
+    """Durable is not searchable: the service answers ``searchable`` from what applying the write did."""
+
+    def embedded(doc: Document) -> list:
+        chunked = index.prepare([doc])
+        return attach_vectors(chunked, tiny_encoder.embed(chunk_texts(chunked), normalize=True))
+
+    def out_of_memory(self, ids, vectors):
+        raise MemoryError("simulated")
+
+    monkeypatch.setattr(VectorIndex, "add", out_of_memory)
+    assert index.commit(embedded(Document("a", "queen river"))) == (1, False)
+    assert index.get("a") is not None
+    monkeypatch.undo()
+    assert index.commit(embedded(Document("b", "king river"))) == (1, True)
+    assert index.stats()["vectors"] == 2  # the second write's catch-up replayed the first
 
 
 def filtered_ids(index: SearchIndex, encoder, filters: dict) -> list[str]:
