@@ -147,22 +147,29 @@ class SearchIndex:
     def manifest(self) -> dict[str, Any]:
         return self._live.manifest | self.stats()
 
+    # The reads below hold the readers' lock as searches do: a swap (a rebuild, a restore, a replica's reload)
+    # closes the version it replaced once no reader holds it, and a store closed under a query can crash.
+
     def stats(self) -> dict[str, int]:
-        live = self._live
-        return live.store.counts() | {"vectors": live.vectors.ntotal}
+        with self._rw.read():
+            live = self._live
+            return live.store.counts() | {"vectors": live.vectors.ntotal}
 
     def metadata_fields(self) -> set[str]:
-        self._live.store.refresh_fields()
-        return self._live.store.fields()
+        with self._rw.read():
+            self._live.store.refresh_fields()
+            return self._live.store.fields()
 
     def check_filter_fields(self, filters: dict[str, Any] | None) -> None:
         """``UnknownFilterField`` for a field no document of this index ever had: the strict reading a service
         may ask for (by default such a field is MongoDB's absent field, matching nothing)."""
         if filters:
-            self._live.store.filter_sql(filters, strict=True)
+            with self._rw.read():
+                self._live.store.filter_sql(filters, strict=True)
 
     def get(self, doc_id: str) -> Document | None:
-        return self._live.store.get(doc_id)
+        with self._rw.read():
+            return self._live.store.get(doc_id)
 
     def reload_if_changed(self) -> bool:
         """Cheap (one small file, one indexed query): adopt a newly published version, or replay new changes.
