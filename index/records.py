@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_ID_CHARS = 512
 MAX_METADATA_KEY_CHARS = 256
@@ -56,6 +56,21 @@ def metadata_key_problem(key: str) -> str | None:
     return None
 
 
+# SQLite's julianday() reads UTC offsets up to +-14:59 (real ones stop at +14:00) and answers NULL past them:
+# such a date-time would be stored, but never compare as an instant (its ranges match nothing, $ne everything).
+DATE_TIME_WITH_OFFSET = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?[+-](\d{2}:\d{2})")
+MAX_UTC_OFFSET = "14:59"
+
+
+def date_problem(text: str) -> str | None:
+    """Why a date-time string could not be compared as an instant by every plan, SQLite's included (None
+    when it can, or when it is no date-time)."""
+    match = DATE_TIME_WITH_OFFSET.fullmatch(text)
+    if match and match[1] > MAX_UTC_OFFSET:
+        return f"the date-time {text!r} has a UTC offset past +-{MAX_UTC_OFFSET}, which SQLite cannot compare"
+    return None
+
+
 def _control_character(text: str) -> str | None:
     for char in text:
         if unicodedata.category(char) == "Cc":
@@ -70,6 +85,14 @@ class Document:
     id: str
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Landed(NamedTuple):
+    """A committed write: durable in the store; ``searchable`` once FAISS, BM25 and the filter columns hold it
+    too (False: applying it failed, and the next write, poll or open replays it)."""
+
+    upserted: int
+    searchable: bool
 
 
 @dataclass
@@ -103,7 +126,8 @@ class InvalidDocument(IndexError_, ValueError):
 
 
 def check_document(doc: Document, where: str = "") -> None:
-    """Refuse, before anything is stored, a document that could not be read back as it was written."""
+    """Refuse, before anything is stored, a document that could not be read back as it was written, or whose
+    metadata a filter could not compare (``date_problem``)."""
     if problem := id_problem(doc.id):
         raise InvalidDocument(f"{where}id {doc.id[:80]!r}: {problem}", f"{where}id")
     stack: list[Any] = [doc.metadata]
@@ -116,6 +140,8 @@ def check_document(doc: Document, where: str = "") -> None:
                 stack.append(child)
         elif isinstance(node, list):
             stack.extend(node)
+        elif isinstance(node, str) and (problem := date_problem(node)):
+            raise InvalidDocument(f"{where}metadata: {problem}", f"{where}metadata")
 
 
 class UnknownFilterField(IndexError_, ValueError):

@@ -37,6 +37,7 @@ from index.records import (
     Document,
     DocumentStoreError,
     InvalidCursor,
+    Landed,
     ReadOnlyIndex,
     SearchHit,
 )
@@ -146,22 +147,29 @@ class SearchIndex:
     def manifest(self) -> dict[str, Any]:
         return self._live.manifest | self.stats()
 
+    # The reads below hold the readers' lock as searches do: a swap (a rebuild, a restore, a replica's reload)
+    # closes the version it replaced once no reader holds it, and a store closed under a query can crash.
+
     def stats(self) -> dict[str, int]:
-        live = self._live
-        return live.store.counts() | {"vectors": live.vectors.ntotal}
+        with self._rw.read():
+            live = self._live
+            return live.store.counts() | {"vectors": live.vectors.ntotal}
 
     def metadata_fields(self) -> set[str]:
-        self._live.store.refresh_fields()
-        return self._live.store.fields()
+        with self._rw.read():
+            self._live.store.refresh_fields()
+            return self._live.store.fields()
 
     def check_filter_fields(self, filters: dict[str, Any] | None) -> None:
         """``UnknownFilterField`` for a field no document of this index ever had: the strict reading a service
         may ask for (by default such a field is MongoDB's absent field, matching nothing)."""
         if filters:
-            self._live.store.filter_sql(filters, strict=True)
+            with self._rw.read():
+                self._live.store.filter_sql(filters, strict=True)
 
     def get(self, doc_id: str) -> Document | None:
-        return self._live.store.get(doc_id)
+        with self._rw.read():
+            return self._live.store.get(doc_id)
 
     def reload_if_changed(self) -> bool:
         """Cheap (one small file, one indexed query): adopt a newly published version, or replay new changes.
@@ -224,7 +232,7 @@ class SearchIndex:
         empty = np.zeros((0, self.encoder.dimension), np.float32)
         return self.commit(
             attach_vectors(chunked, self.encoder.embed(texts, normalize=True) if texts else empty)
-        )
+        ).upserted
 
     def prepare(self, docs: list[Document]) -> list[tuple[Document, list]]:
         """The documents to write (the last of a repeated id wins, as sequential upserts would), each with its
@@ -233,7 +241,7 @@ class SearchIndex:
         unique = list({d.id: d for d in docs}.values())
         return chunk_documents(self.chunker, unique)
 
-    def commit(self, items: list[tuple[Document, list, np.ndarray]]) -> int:
+    def commit(self, items: list[tuple[Document, list, np.ndarray]]) -> Landed:
         """Write embedded documents (``attach_vectors(prepare(docs), vectors)``): SQLite, then FAISS."""
         self.require_writable()
         with self._mutate:
@@ -241,8 +249,7 @@ class SearchIndex:
             with store.transaction() as conn:  # StorageError (disk full): nothing written, nothing to undo
                 store.write_documents(conn, items, log=True)
             layout.pause_for_tests("upsert")  # durable in SQLite, not yet in FAISS
-            self._apply_landed("an upsert")
-        return len(items)
+            return Landed(len(items), self._apply_landed("an upsert"))
 
     def delete(self, doc_id: str) -> bool:
         self.require_writable()
@@ -253,17 +260,20 @@ class SearchIndex:
             self._apply_landed("a delete")
         return removed is not None
 
-    def _apply_landed(self, what: str) -> None:
-        """The catch-up after a commit. The write has landed (durable in the store and its changelog), so a
-        FAISS or BM25 failure here must not report it lost: it is logged and counted, and the changelog is
-        replayed again (removing before adding, in case the failure left half of it applied) by the next
-        write, the next poll or the next open. Caller holds _mutate."""
+    def _apply_landed(self, what: str) -> bool:
+        """The catch-up after a commit; whether it succeeded (the write is searchable). The write has landed
+        (durable in the store and its changelog), so a FAISS or BM25 failure here must not report it lost: it
+        is logged and counted, and the changelog is replayed again (removing before adding, in case the
+        failure left half of it applied) by the next write, the next poll or the next open. Caller holds
+        _mutate."""
         try:
             self._catch_up()
         except Exception as exc:  # noqa: BLE001  (any failure of the derived copies, a MemoryError included)
             self._live.replaying = True
             log.exception("%s is committed; applying it to the search structures failed (retried)", what)
             report_repair(self._on_repair, "catch-up-failed", f"{what}: {type(exc).__name__}: {exc}")
+            return False
+        return True
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Re-embed every document into a new version with the live version's build options; searches and
@@ -457,7 +467,7 @@ class SearchIndex:
     def facets(self, filters: dict[str, Any] | None, fields: list[str], top: int = 10) -> dict[str, Any]:
         """Over the documents matching ``filters`` (every one without): ``total`` of them and, per field, its
         type, its ``top`` most frequent values (documents per value), and its least and greatest number and
-        date, all read from the in-memory columns."""
+        date, read from the in-memory columns (a field holding an integer past 2**53: its numbers from the store)."""
         with self._rw.read():
             live = self._live
             if filters:
@@ -465,7 +475,7 @@ class SearchIndex:
             documents = live.matches(filters or {}).documents
             return {
                 "total": int(np.count_nonzero(documents)),
-                "fields": live.columns.facets(documents, fields, top),
+                "fields": live.columns.facets(documents, fields, top, live.store),
             }
 
     # ---- listing ------------------------------------------------------------------------------------

@@ -456,7 +456,11 @@ class DocumentPage(BaseModel):
 
 class UpsertResponse(BaseModel):
     upserted: int
-    searchable: bool = True
+    searchable: bool = Field(
+        True,
+        description="Whether search finds the documents yet: false when they are durable but applying them to "
+        "the vectors, BM25 or the filter columns failed (the next write or poll applies them again)",
+    )
 
 
 class DeleteResponse(BaseModel):

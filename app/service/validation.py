@@ -20,7 +20,7 @@ from fastapi.routing import APIRoute
 
 from app.service.errors import ApiError, BodyRejected
 from app.settings import Settings
-from index.records import UnknownFilterField, metadata_key_problem
+from index.records import UnknownFilterField, date_problem, metadata_key_problem
 from index.storage.filters import InvalidFilterValue, compile_filters
 
 MAX_BODY_DEPTH = 32  # metadata has its own, lower limit (CLOZE_MAX_METADATA_DEPTH)
@@ -175,6 +175,8 @@ def check_metadata(metadata: dict[str, Any], where: str, settings: Settings) -> 
             stack.extend((child, f"{path}.{i}", depth + 1) for i, child in enumerate(node))
         elif isinstance(node, int) and not isinstance(node, bool) and not INT64[0] <= node <= INT64[1]:
             raise ApiError(422, f"{path}: {node} is outside 64-bit integers", path)
+        elif isinstance(node, str) and (problem := date_problem(node)):
+            raise ApiError(422, f"{path}: {problem}", path)
     size = len(json.dumps(metadata, ensure_ascii=False).encode())
     if size > settings.max_metadata_bytes:
         raise ApiError(

@@ -5,7 +5,8 @@ and it accepts declarations up to 2^40 bytes). So a file from outside (a restore
 first: every array's declared length must fit in the bytes the file has left, the dimension must be the
 collection's, the metric inner product, the type the one its factory names, and the walk must end exactly at
 the file's end. Only the layouts of ``IDMap2`` over ``Flat`` / ``HNSW``, ``IVF,Flat`` and ``IVF,PQ`` (the
-factory grammar's) are accepted; anything else is refused.
+factory grammar's) are accepted; anything else is refused. An HNSW graph's entry point and neighbour ids are
+FAISS's own reader's to check (faiss-cpu >= 1.15.1, which pyproject requires, refuses ids outside the graph).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ dimension and a fingerprint (``own-vectors:<metric>:<dimension>``, so a snapshot
 collection of the same shape), no tokenizer (so ``Chunker.for_encoder`` keeps each document whole: one
 chunk, one vector), and it refuses to embed. Its job is to check and shape the vectors callers send.
 
-Metrics: ``cosine`` stores and searches unit vectors (each one normalised here), ``dot`` keeps them as given;
-both rank by FAISS inner product, higher first.
+Metrics: ``cosine`` stores and searches unit vectors (each one normalised here), ``dot`` keeps them as given,
+each of length at most ``MAX_DOT_NORM``; both rank by FAISS inner product (float32), higher first.
 """
 
 from __future__ import annotations
@@ -22,10 +22,14 @@ from index.records import IndexError_
 METRICS = ("cosine", "dot")
 MAX_DIMENSION = 8192
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # a larger number would be stored as an infinity
+# Under dot, |a . b| <= |a| |b| <= 1e38 for any stored and query vector (and any partial sum FAISS adds up):
+# below float32's 3.4e38 with room for rounding, so no score overflows to an infinity or a NaN.
+MAX_DOT_NORM = 1e19
 
 
 class InvalidVector(IndexError_, ValueError):
-    """A supplied vector of the wrong length, with a NaN or an infinity, or (cosine) of length zero.
+    """A supplied vector of the wrong length, with a NaN or an infinity, (cosine) of length zero or (dot) longer
+    than ``MAX_DOT_NORM``.
     ``field`` names it as the request spelt it (``3.vector``, ``vector``)."""
 
     def __init__(self, message: str, field: str):
@@ -74,8 +78,14 @@ class OwnVectors:
         array = np.asarray(values, dtype=np.float64)
         if not np.isfinite(array).all() or np.abs(array).max() > FLOAT32_MAX:
             raise InvalidVector(f"{field}: holds NaN or an infinity (or a number beyond float32)", field)
+        norm = float(np.linalg.norm(array))  # float64: finite for any float32 values
+        if self.metric == "dot" and norm > MAX_DOT_NORM:
+            raise InvalidVector(
+                f"{field}: norm {norm:.3g}, over {MAX_DOT_NORM:.0e} (metric dot: a longer vector's scores "
+                "would overflow float32)",
+                field,
+            )
         if self.metric == "cosine":
-            norm = float(np.linalg.norm(array))
             if norm == 0.0:
                 raise InvalidVector(f"{field}: all zeros, which has no direction (metric cosine)", field)
             array = array / norm

@@ -316,18 +316,30 @@ class Columns:
 
     # ---- facets -----------------------------------------------------------------------------------------
 
-    def facets(self, documents: np.ndarray, names: list[str], top: int) -> dict[str, dict[str, Any]]:
+    def facets(
+        self, documents: np.ndarray, names: list[str], top: int, store: DocumentStore | None = None
+    ) -> dict[str, dict[str, Any]]:
         """Per field, over the documents marked in ``documents``: its type, its ``top`` most frequent values
-        (each document counted once per value), and the least and greatest number and date."""
-        return {name: self._facet(self.fields.get(name), documents, top) for name in names}
+        (each document counted once per value), and the least and greatest number and date. The numbers of a
+        field holding an integer past 2**53 are counted from ``store`` (float64 would make 2**60 and 2**60 + 1
+        one value)."""
+        return {name: self._facet(name, documents, top, store) for name in names}
 
-    def _facet(self, column: FieldColumn | None, documents: np.ndarray, top: int) -> dict[str, Any]:
+    def _facet(
+        self, name: str, documents: np.ndarray, top: int, store: DocumentStore | None
+    ) -> dict[str, Any]:
+        column = self.fields.get(name)
         if column is None:
             return {"type": None, "documents": 0, "values": [], "numbers": None, "dates": None}
         rows, kind, num, code = column.elements(documents)
         counted: list[tuple[Any, int]] = []
         numbers, texts = kind == NUMBER, kind == TEXT
-        if numbers.any():
+        span = _span(num[numbers], num[numbers], _number)
+        if numbers.any() and column.inexact and store is not None:
+            exact = _exact_numbers(store, name, documents)
+            counted += list(exact.items())
+            span = {"min": min(exact), "max": max(exact)} if exact else None
+        elif numbers.any():
             pairs = np.unique(np.stack([rows[numbers].astype(np.float64), num[numbers]]), axis=1)
             values, counts = np.unique(pairs[1], return_counts=True)
             counted += [(_number(v), int(c)) for v, c in zip(values, counts, strict=True)]
@@ -348,7 +360,7 @@ class Columns:
             "type": kinds.pop() if len(kinds) == 1 else "mixed" if kinds else None,
             "documents": int(len(np.unique(rows))),
             "values": [{"value": v, "count": c} for v, c in counted[:top]],
-            "numbers": _span(num[numbers], num[numbers], _number),
+            "numbers": span,
             "dates": _span(num[dates], code[dates], lambda c: self.texts[int(c)]),
         }
 
@@ -410,6 +422,24 @@ def _span(values: np.ndarray, labels: np.ndarray, label) -> dict[str, Any] | Non
     if not len(values):
         return None
     return {"min": label(labels[np.argmin(values)]), "max": label(labels[np.argmax(values)])}
+
+
+def _exact_numbers(store: DocumentStore, name: str, documents: np.ndarray) -> dict[int | float, int]:
+    """Documents per number of field ``name`` among those marked in ``documents``, as SQLite holds them
+    (integers exactly); 1 and 1.0 are one number, as equality has it."""
+    if store.values_table:
+        sql = "SELECT doc_rid, value FROM doc_values WHERE field = ? AND type IN ('integer', 'real')"
+    else:  # a store written before the side table
+        sql = """SELECT d.rid, e.value FROM documents d, json_each(d.metadata, '$."' || ? || '"') e
+                 WHERE typeof(e.key) <> 'text' AND e.type IN ('integer', 'real')"""
+    found = {
+        (rid, value) for rid, value in store.query(sql, (name,)) if rid < len(documents) and documents[rid]
+    }
+    counts: dict[int | float, int] = {}
+    for _, value in found:
+        shown = _number(value) if isinstance(value, float) else value
+        counts[shown] = counts.get(shown, 0) + 1
+    return counts
 
 
 def _number(value: float) -> int | float:

@@ -21,7 +21,9 @@ instant, in ``$eq``/``$in``/``$ne``/``$nin`` as in ranges: both sides go through
 numbers as numbers (never booleans). A metadata string that is not such a date, or a number against a date
 operand (and a date string against a number), never satisfies a range or a date's equality. A range operand that
 is neither a number nor an ISO date is refused (``InvalidFilterValue`` naming the field), never compared as a
-string; ``null`` as a range bound matches nothing (MongoDB's reading), so its negation matches everything.
+string; ``null`` as a range bound matches nothing (MongoDB's reading), so its negation matches everything. A
+date-time whose UTC offset SQLite cannot read (past +-14:59, ``date_problem``) is refused, as an operand here
+and in metadata at upsert: it could never compare as an instant.
 
 A field no document has is MongoDB's absent field: it matches nothing, its negations everything. A caller that
 wants typos refused passes ``known_fields`` (``UnknownFilterField``). Field names are checked with
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from index.records import UnknownFilterField, metadata_key_problem
+from index.records import UnknownFilterField, date_problem, metadata_key_problem
 
 INT64 = (-(2**63), 2**63 - 1)
 MAX_FILTER_VALUES = 10_000  # in one whole filter: SQLite binds at most 32,766 parameters in one statement
@@ -193,6 +195,8 @@ def comparison(sign: str, operand: Any, where: str, values_table: bool = False) 
     if isinstance(operand, int | float) and not isinstance(operand, bool):
         check_value(where, operand)
         return f"e.type IN ('integer', 'real') AND e.value {sign} ?", [operand]
+    if isinstance(operand, str):
+        check_value(where, operand)
     if isinstance(operand, str) and iso_instant(operand):
         if values_table:
             return f"e.type = 'text' AND e.num {sign} julianday(?)", [operand]
@@ -275,6 +279,8 @@ def filter_fields(filters: Any) -> set[str]:
 
 
 def check_value(field: str, value: Any) -> None:
+    if isinstance(value, str) and (problem := date_problem(value)):
+        raise InvalidFilterValue(field, problem)
     if isinstance(value, bool) or isinstance(value, str):
         return
     if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:

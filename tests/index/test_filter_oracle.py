@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from index.query import ranking
-from index.records import Document, UnknownFilterField
+from index.records import Document, InvalidDocument, UnknownFilterField, check_document
 from index.search_index import SearchIndex
 from index.storage.filters import InvalidFilterValue, compile_filters
 from index.storage.store import FILL_VALUES
@@ -264,6 +264,11 @@ def test_modes_oracle_ran_its_examples() -> None:
         ({"a": {"$eq": {"k": 1}}}, "filter.a.$eq"),
         ({"a": {}}, "filter.a"),
         ({"a": 2**64}, "filter.a"),
+        (
+            {"a": {"$gt": "2020-01-01T00:00+15:00"}},
+            "filter.a.$gt",
+        ),  # an offset SQLite's julianday() cannot read
+        ({"a": {"$ne": "2020-01-01 00:00:00-23:59"}}, "filter.a.$ne"),
         ({"$and": [{"a": {"$in": list(range(2000))}}]}, "filter.$and.0.a.$in"),  # values per list
     ],
 )
@@ -271,6 +276,15 @@ def test_invalid_filters_name_the_field(node: dict[str, Any], field: str) -> Non
     with pytest.raises(InvalidFilterValue) as caught:
         compile_filters(node, set(FIELDS))
     assert caught.value.field == field, str(caught.value)
+
+
+def test_metadata_a_filter_could_never_compare_is_refused_before_it_is_stored() -> None:
+    """The same rule for every writer (the service, ``cloze index build`` and ``add``): a date-time whose offset
+    SQLite cannot read would be stored but never compare as an instant."""
+    check_document(Document("ok", "t", {"when": ["2020-01-01T00:00+14:59", "2020-01-01T00:00-14:59"]}))
+    with pytest.raises(InvalidDocument) as caught:
+        check_document(Document("late", "t", {"a": [{"when": "2020-01-01T00:00:00+15:00"}]}), "3.")
+    assert caught.value.field == "3.metadata" and "+15:00" in str(caught.value)
 
 
 def test_depth_clauses_and_the_whole_filter_are_bounded() -> None:

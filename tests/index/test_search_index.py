@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from index.build.builder import attach_vectors, chunk_texts
 from index.records import Document, IndexModelMismatch, ReadOnlyIndex, UnknownFilterField
 from index.search_index import SearchIndex
 from index.storage import changelog, layout
 from index.storage.columns import Columns
+from index.storage.store import DocumentStore
 from index.storage.vectors import VectorIndex
+from index.storage.version import OpenVersion
 from tests.index.conftest import tiny_documents
 
 
@@ -318,6 +322,58 @@ def test_a_write_that_landed_is_reported_landed_when_faiss_fails_and_is_applied_
     assert index.stats()["vectors"] == index.stats()["chunks"] == 11
     assert index.search(vector(tiny_encoder, landed.text), "", top_k=1)[0].id == "landed"
     assert filtered_ids(index, tiny_encoder, {"kind": "landed"}) == ["landed"]  # the columns caught up too
+
+
+def test_a_commit_says_whether_its_write_is_searchable_yet(
+    index: SearchIndex, tiny_encoder, monkeypatch
+) -> None:
+    """Durable is not searchable: the service answers ``searchable`` from what applying the write did."""
+
+    def embedded(doc: Document) -> list:
+        chunked = index.prepare([doc])
+        return attach_vectors(chunked, tiny_encoder.embed(chunk_texts(chunked), normalize=True))
+
+    def out_of_memory(self, ids, vectors):
+        raise MemoryError("simulated")
+
+    monkeypatch.setattr(VectorIndex, "add", out_of_memory)
+    assert index.commit(embedded(Document("a", "queen river"))) == (1, False)
+    assert index.get("a") is not None
+    monkeypatch.undo()
+    assert index.commit(embedded(Document("b", "king river"))) == (1, True)
+    assert index.stats()["vectors"] == 2  # the second write's catch-up replayed the first
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda index: index.get("d0"),
+        lambda index: index.stats(),
+        lambda index: index.metadata_fields(),
+        lambda index: pytest.raises(UnknownFilterField, index.check_filter_fields, {"colour": "blue"}),
+    ],
+)
+def test_reads_of_the_live_version_are_never_closed_under_them(index: SearchIndex, monkeypatch, read) -> None:
+    """A swap (a replica's reload, a rebuild, a restore) closes the version it replaced: a read that had taken
+    that version's connection without the readers' lock then used a closed database."""
+    index.upsert(docs(3))
+    reading, real, swapper = threading.Event(), DocumentStore._conn, threading.current_thread()
+
+    def slow(self):
+        conn = real(self)
+        if threading.current_thread() is not swapper:
+            reading.set()
+            time.sleep(0.3)  # the swap comes now
+        return conn
+
+    monkeypatch.setattr(DocumentStore, "_conn", slow)
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(read, index)
+        assert reading.wait(5)
+        live = index._live
+        with index._mutate:  # as ``_catch_up`` reopens a version
+            index._swap(OpenVersion(index.root, live.number, live.read_only)).close(save=False)
+        answer.result()  # no "Cannot operate on a closed database"
 
 
 def filtered_ids(index: SearchIndex, encoder, filters: dict) -> list[str]:

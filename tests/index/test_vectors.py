@@ -5,8 +5,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import faiss
 import numpy as np
+import pytest
 
+from index.records import DamagedFile
 from index.storage.vectors import VectorIndex, choose_factory
 
 
@@ -57,3 +60,28 @@ def test_selector_restricts_before_top_k_and_parameters_are_per_call() -> None:
             )
         )
     assert all(found == expected[p] for p, found in results)
+
+
+def test_a_saved_hnsw_graph_that_points_outside_itself_is_refused(tmp_path: Path) -> None:
+    """A search follows the graph's entry point and neighbour ids as memory offsets: FAISS's reader checks them
+    from the version pyproject requires (what is tested here), so a damaged graph is rebuilt from the store
+    (``DamagedFile``) instead of read out of bounds."""
+    index = VectorIndex.create("IDMap2,HNSW16", 32)
+    index.add(np.arange(100, dtype=np.int64), unit_vectors(100))
+    path = tmp_path / "hnsw.faiss"
+
+    def entry_point(hnsw) -> None:
+        hnsw.entry_point = 10**6
+
+    def neighbour(hnsw) -> None:
+        ids = faiss.vector_to_array(hnsw.neighbors)
+        ids[5] = 10**6
+        faiss.copy_array_to_vector(ids, hnsw.neighbors)
+
+    for damage in (entry_point, neighbour):
+        index.save(path, {})
+        graph = faiss.read_index(str(path))
+        damage(faiss.downcast_index(graph.index).hnsw)
+        faiss.write_index(graph, str(path))
+        with pytest.raises(DamagedFile, match="HNSW"):
+            VectorIndex.load(path)

@@ -20,7 +20,7 @@ from app.service.validation import (
 )
 from index.build.builder import attach_vectors, chunk_texts
 from index.build.own_vectors import InvalidVector, OwnVectors
-from index.records import Document, InvalidCursor, id_problem
+from index.records import Document, InvalidCursor, Landed, id_problem
 from index.search_index import MAX_LIST_LIMIT
 from index.storage.filters import InvalidFilterValue
 
@@ -49,7 +49,9 @@ async def upsert_documents(
     collection: InCollection,
     ack: AckMode = None,
 ) -> UpsertResponse:
-    """Insert or replace. When this answers 200 the documents are committed to disk and searchable."""
+    """Insert or replace. When this answers 200 the documents are committed to disk and, with `searchable`
+    true, found by search; `searchable` false: applying them to the search structures failed, and the next
+    write or the next poll applies them again."""
     settings, engines = request.app.state.settings, request.app.state.engines
     if len(documents) > settings.max_inputs:
         raise ApiError(
@@ -74,9 +76,9 @@ async def upsert_documents(
     index = collection.writable_index()
     mode = request.app.state.replication.admit(collection.name, ack)
     if own is not None:
-        count = await engines.write_pool.run(_commit_own_vectors, index, own, documents)
+        landed = await engines.write_pool.run(_commit_own_vectors, index, own, documents)
         await request.app.state.replication.acknowledge(mode, collection, index)
-        return UpsertResponse(upserted=count)
+        return UpsertResponse(upserted=landed.upserted, searchable=landed.searchable)
     engines.require_encoder(collection.model)
     # Chunk, embed through the batcher beside the queries (bulk: they go first), then commit: one write at
     # a time holds the index's writer lock, never while it embeds.
@@ -84,9 +86,9 @@ async def upsert_documents(
         index.prepare, [Document(d.id, d.text, d.metadata) for d in documents]
     )
     _, vectors = await engines.embed(chunk_texts(chunked), normalize=True, bulk=True, model=collection.model)
-    count = await engines.write_pool.run(index.commit, attach_vectors(chunked, vectors))
+    landed = await engines.write_pool.run(index.commit, attach_vectors(chunked, vectors))
     await request.app.state.replication.acknowledge(mode, collection, index)
-    return UpsertResponse(upserted=count)
+    return UpsertResponse(upserted=landed.upserted, searchable=landed.searchable)
 
 
 def _check_vector_or_text(
@@ -109,7 +111,7 @@ def _check_vector_or_text(
         raise ApiError(422, f"{where}.text: empty or only whitespace", f"{where}.text")
 
 
-def _commit_own_vectors(index: Any, own: OwnVectors, documents: list[DocumentIn]) -> int:
+def _commit_own_vectors(index: Any, own: OwnVectors, documents: list[DocumentIn]) -> Landed:
     """Check the supplied vectors (422 naming the first bad one), then commit as a model's upsert does."""
     try:
         vectors = own.vectors(
