@@ -130,7 +130,8 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Keys scoped to collections, comma-separated `key=read:a|b` or `key=write:a` (write "
         "includes read): such a key reaches only the collections it names (403 elsewhere; `GET /collections` "
-        "lists only them) and the model routes; creating a collection and `/metrics` need an unscoped key",
+        "lists only them) and the model routes; creating or deleting a collection needs an unscoped write key, "
+        "`/metrics` an unscoped key",
     )
     allow_open: bool = Field(
         False,

@@ -122,9 +122,9 @@ class AccessGate:
         declared = self.routes.resolve(scope)
         if declared.access == "public" or (declared.access == "operations" and self.open_operations):
             return
-        needed: KeyScope = "write" if declared.access == "write" else "read"
-        operations = declared.access == "operations"
-        grant = self.keys.check(bearer_token(scope), needed, declared.collection, operations)
+        needed: KeyScope = "write" if declared.access in ("write", "admin") else "read"
+        unscoped = declared.access in ("operations", "admin")
+        grant = self.keys.check(bearer_token(scope), needed, declared.collection, unscoped)
         scope.setdefault("state", {})["grant"] = grant
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -6,8 +6,10 @@ import random
 import string
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import httpx
+import pytest
 
 from tests.e2e.conftest import READ_KEY, WRITE_KEY, running_server
 
@@ -176,3 +178,47 @@ def test_any_key_guards_reads_and_scoped_keys_see_only_their_collections(tiny_be
         assert all(400 <= hostile(seed) < 500 for seed in range(2, 302))
         after = call("GET", "/metrics", ADMIN).text
         assert len(after) - before < 2000 and 'route="/models/{model}/embed"' in after
+
+
+# ---- one keyed server on the tiny model: write, read and tenant keys ------------------------------------
+
+TENANT_KEYS = "ka=write:a,kt=write:t"
+
+
+@pytest.fixture(scope="module")
+def keyed(tiny_bert, tmp_path_factory) -> Iterator[str]:
+    """Write key ``ADMIN``, read key ``READ_KEY``, tenant keys ``ka`` (writes a) and ``kt`` (writes t)."""
+    root = tmp_path_factory.mktemp("keyed")
+    env = {
+        "CLOZE_MODEL": str(tiny_bert),
+        "CLOZE_FILL_MASK_MODEL": str(tiny_bert),
+        "CLOZE_INDEX": str(root / "idx"),
+        "CLOZE_COLLECTIONS_DIR": str(root / "collections"),
+        "CLOZE_API_KEYS": ADMIN,
+        "CLOZE_READ_API_KEYS": READ_KEY,
+        "CLOZE_COLLECTION_API_KEYS": TENANT_KEYS,
+    }
+    with running_server(env, root / "log") as url:
+        yield url
+
+
+def keyed_call(url: str, method: str, path: str, key: str | None = None, **kwargs) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.request(method, url + path, headers=headers, timeout=30, **kwargs)
+
+
+def test_a_tenant_key_changes_what_its_collection_holds_not_whether_it_exists(keyed):
+    """A key scoped to collections could not create one but could DELETE its own (its snapshots then moved
+    aside). Creating and deleting a collection need an unscoped write key; inside its collection a tenant
+    key writes, snapshots and restores."""
+    assert keyed_call(keyed, "POST", "/collections", ADMIN, json={"name": "t"}).status_code == 201
+    document = [{"id": "d", "text": "a tenant's document"}]
+    assert keyed_call(keyed, "PUT", "/collections/t/documents", "kt", json=document).status_code == 200
+    assert keyed_call(keyed, "POST", "/collections/t/snapshots", "kt").status_code == 201
+    assert keyed_call(keyed, "POST", "/collections", "kt", json={"name": "t2"}).status_code == 403
+    refused = keyed_call(keyed, "DELETE", "/collections/t", "kt")
+    assert refused.status_code == 403 and "unscoped" in refused.json()["error"], refused.text
+    assert keyed_call(keyed, "GET", "/collections/t", "kt").json()["documents"] == 1
+    assert len(keyed_call(keyed, "GET", "/collections/t/snapshots", "kt").json()["snapshots"]) == 1
+    assert keyed_call(keyed, "DELETE", "/collections/t", READ_KEY).status_code == 403
+    assert keyed_call(keyed, "DELETE", "/collections/t", ADMIN).status_code == 200
