@@ -138,7 +138,9 @@ class Settings(BaseSettings):
         description="Serve without keys on a non-loopback host (otherwise `cloze serve` refuses to start there)",
     )
     open_operations: bool = Field(
-        False, description="With keys set, still answer `/metrics` and `/readyz` without a key"
+        False,
+        description="With keys set, still answer `/metrics` without a key, and show all of `/readyz` to "
+        "anyone (without it, a caller with no key gets `/readyz`'s `status` and `ready` only)",
     )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -38,6 +38,10 @@ class Grant:
         return self.collections is None or collection in self.collections
 
 
+# A caller without a valid key on an open route that shows more to keys (``probe``): it reads no collection.
+NO_COLLECTIONS = Grant("read", frozenset())
+
+
 class KeyRing:
     def __init__(self, write_keys: list[str], read_keys: list[str], scoped: list[ScopedKey] | None = None):
         self.write_keys = [k.encode() for k in write_keys]
@@ -60,6 +64,13 @@ class KeyRing:
     def scope_of(self, token: str) -> KeyScope | None:
         grant = self.grant_of(token)
         return grant.scope if grant is not None else None
+
+    def caller(self, token: str | None) -> Grant | None:
+        """What a route open to everyone may show its caller: None (everything) where no key is set, else the
+        key's grant; a missing or unknown key is no error there, it reads no collection."""
+        if not self.keyed:
+            return None
+        return (self.grant_of(token) if token else None) or NO_COLLECTIONS
 
     @property
     def keyed(self) -> bool:

@@ -118,9 +118,13 @@ class AccessGate:
 
     def check(self, scope: Scope) -> None:
         """Refuse (ApiError) or let through; a key scoped to collections is left in ``request.state.grant``
-        for the routes that list collections."""
+        for the routes that list collections, and /readyz's caller for /readyz."""
         declared = self.routes.resolve(scope)
         if declared.access == "public" or (declared.access == "operations" and self.open_operations):
+            return
+        if declared.access == "probe":  # open to orchestrators' probes, which carry no secret
+            probing = None if self.open_operations else self.keys.caller(bearer_token(scope))
+            scope.setdefault("state", {})["grant"] = probing
             return
         needed: KeyScope = "write" if declared.access in ("write", "admin") else "read"
         unscoped = declared.access in ("operations", "admin")

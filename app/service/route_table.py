@@ -18,7 +18,7 @@ from starlette.types import Scope
 
 from index.collections import DEFAULT_COLLECTION
 
-Access = Literal["public", "operations", "read", "write", "admin"]
+Access = Literal["public", "probe", "operations", "read", "write", "admin"]
 UNMATCHED = "unmatched"  # the one metric label of every path no route answers
 READING_METHODS = frozenset({"GET", "HEAD"})
 # Resolved routes kept across requests: at most this many, each for a matched path of at most this many
@@ -28,8 +28,8 @@ CACHED_PATH_CHARS = 256
 
 
 def declare(access: Access, collection: str | None = None, *, streamed_body: bool = False) -> dict[str, Any]:
-    """A route's declaration, for its ``openapi_extra``: who may call it (``public``, ``operations``:
-    /metrics and /readyz, ``read``, ``write``, ``admin``: a write key not scoped to collections, for creating
+    """A route's declaration, for its ``openapi_extra``: who may call it (``public``, ``probe``: anyone,
+    shown what the caller's key may read (/readyz), ``operations``: /metrics, ``read``, ``write``, ``admin``: a write key not scoped to collections, for creating
     and deleting a collection), for a collection's route the path parameter that names the
     collection (the route mounted without it is ``default``'s), and whether the route streams its body itself
     under a bound of its own (``BodySizeLimit`` then hands it on unread)."""

@@ -12,7 +12,8 @@ from app.service.main import create_app
 from app.settings import Settings
 
 PUBLIC = {"/", "/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", "/static/{path}"}
-OPERATIONS = {"/metrics", "/readyz"}
+PROBES = {"/readyz"}  # open; what they show depends on the caller's key
+OPERATIONS = {"/metrics"}
 # Everything else reads, but these (with or without /collections/{collection} in front).
 WRITES = {
     ("PUT", "/documents"),
@@ -46,6 +47,8 @@ def test_every_route_declares_its_access_and_collection(app) -> None:
             plain = entry.template.removeprefix("/collections/{collection}") or entry.template
             if entry.template in PUBLIC:
                 expected = "public"
+            elif entry.template in PROBES:
+                expected = "probe"
             elif entry.template in OPERATIONS:
                 expected = "operations"
             elif (method, entry.template) in ADMIN:

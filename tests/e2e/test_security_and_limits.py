@@ -27,8 +27,9 @@ def test_keys_distinguish_missing_unknown_and_insufficient(server):
     write = {"Authorization": f"Bearer {WRITE_KEY}"}
     assert httpx.post(server + "/embed", json=body, headers=write).status_code == 200  # write keys also read
     assert httpx.get(server + "/healthz").status_code == 200  # probes stay open
-    # With read keys set everything else needs one: /readyz's reasons and /metrics name files and sizes.
-    for path in ("/readyz", "/metrics", "/models", "/index/fields"):
+    assert httpx.get(server + "/readyz").json() == {"status": "ready", "ready": True}  # and say no more
+    # With read keys set everything else needs one: /metrics names files and sizes.
+    for path in ("/metrics", "/models", "/index/fields"):
         assert httpx.get(server + path).status_code == 401, path
         assert httpx.get(server + path, headers=read).status_code == 200, path
 
@@ -152,7 +153,7 @@ def test_any_key_guards_reads_and_scoped_keys_see_only_their_collections(tiny_be
             assert call(method, path, **kwargs).status_code == 401, path
         for path in ("/collections/b/documents", "/collections/b/snapshots", "/collections/b", "/documents"):
             assert call("GET", path, "ka").status_code == 403, path
-        for path in ("/index/fields", "/collections/default/snapshots", "/search?q=x", "/readyz"):
+        for path in ("/index/fields", "/collections/default/snapshots", "/search?q=x"):
             assert call("GET", path, "ka").status_code == 403, path
         assert call("POST", "/collections/b/search", "ka", **query).status_code == 403
         assert call("POST", "/collections/a/search", "ka", **query).json()["results"][0]["id"] == "a"
@@ -222,3 +223,21 @@ def test_a_tenant_key_changes_what_its_collection_holds_not_whether_it_exists(ke
     assert len(keyed_call(keyed, "GET", "/collections/t/snapshots", "kt").json()["snapshots"]) == 1
     assert keyed_call(keyed, "DELETE", "/collections/t", READ_KEY).status_code == 403
     assert keyed_call(keyed, "DELETE", "/collections/t", ADMIN).status_code == 200
+
+
+def test_readyz_answers_probes_without_a_key_and_shows_each_key_only_its_collections(keyed):
+    """Orchestrators probe readiness without secrets: /readyz answered 401 once any key was set. It answers
+    everyone its status and ready flag; a collection's status and errors (which name files) only to a key
+    that may read that collection, the service-wide detail only to an unscoped key; /metrics stays keyed."""
+    for name in ("a", "b"):
+        assert keyed_call(keyed, "POST", "/collections", ADMIN, json={"name": name}).status_code == 201
+    for key in (None, "no-such-key"):
+        probe = keyed_call(keyed, "GET", "/readyz", key)
+        assert (probe.status_code, probe.json()) == (200, {"status": "ready", "ready": True}), probe.text
+    tenant = keyed_call(keyed, "GET", "/readyz", "ka").json()
+    assert tenant["ready"] and set(tenant) == {"status", "ready", "collections"}
+    assert set(tenant["collections"]) == {"a"} and tenant["collections"]["a"]["status"] == "ready"
+    full = keyed_call(keyed, "GET", "/readyz", READ_KEY).json()
+    assert full["ready"] and {"default", "a", "b"} <= set(full["collections"]) and "fill_mask" in full
+    assert keyed_call(keyed, "GET", "/metrics").status_code == 401
+    assert keyed_call(keyed, "GET", "/metrics", "ka").status_code == 403
