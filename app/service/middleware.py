@@ -70,6 +70,11 @@ async def read_body(scope: Scope, receive: Receive, max_bytes: int) -> bytes | N
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+# A refused body is not read: the connection ends after the answer (the server drains what follows, bounded:
+# ``server.HeaderTimeoutProtocol``), and the client is told so.
+CLOSE = [(b"connection", b"close")]
+
+
 class BodySizeLimit:
     """413 for a body over ``max_bytes``: at once when its Content-Length says so, else as soon as a chunked
     body grows past it. The body is read here (at most ``max_bytes``) and handed on whole: a limit raised
@@ -88,13 +93,13 @@ class BodySizeLimit:
             declared = _header(scope, b"content-length")
             if declared and (not declared.isdigit() or int(declared) > self.upload_bytes):
                 limit = f"{self.upload_bytes}-byte limit (CLOZE_MAX_SNAPSHOT_UPLOAD_BYTES)"
-                await send_error(send, ApiError(413, f"archive over the {limit}", "body"))
+                await send_error(send, ApiError(413, f"archive over the {limit}", "body"), CLOSE)
                 return None
             return await self.app(scope, receive, send)
         try:
             body = await read_body(scope, receive, self.max_bytes)
         except ApiError as exc:
-            await send_error(send, exc)
+            await send_error(send, exc, CLOSE)
             return None
         if body is None:
             return None

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+import socket
 import string
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -241,3 +243,34 @@ def test_readyz_answers_probes_without_a_key_and_shows_each_key_only_its_collect
     assert full["ready"] and {"default", "a", "b"} <= set(full["collections"]) and "fill_mask" in full
     assert keyed_call(keyed, "GET", "/metrics").status_code == 401
     assert keyed_call(keyed, "GET", "/metrics", "ka").status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("framing", "key", "status"),
+    [("chunked", ADMIN, 413), ("content-length", ADMIN, 413), ("chunked", None, 401)],
+)
+def test_a_client_that_sends_its_whole_body_first_gets_the_refusal_and_the_end(keyed, framing, key, status):
+    """A client that writes its whole body before reading (a raw socket, http.client) got the 413 of a
+    chunked 5 MB `PUT /documents` into its buffer but never the connection's end: the server neither read
+    the rest nor closed, so a client reading to the end waited for ever. Refused before its body was read,
+    a request's connection is closed once what follows is drained (bounded, as nginx's lingering close)."""
+    port = int(keyed.rsplit(":", 1)[1])
+    body = b"[" + b" " * 5_000_000 + b"]"
+    head = "PUT /documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    head += f"Authorization: Bearer {key}\r\n" if key else ""
+    if framing == "chunked":
+        blocks = [body[i : i + 65_536] for i in range(0, len(body), 65_536)]
+        payload = b"".join(b"%x\r\n%s\r\n" % (len(block), block) for block in blocks) + b"0\r\n\r\n"
+        head += "Transfer-Encoding: chunked\r\n\r\n"
+    else:
+        payload, head = body, head + f"Content-Length: {len(body)}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(10)
+        started = time.monotonic()
+        sock.sendall(head.encode() + payload)
+        reply = b""
+        while piece := sock.recv(65_536):  # to the end: the server must close
+            reply += piece
+        elapsed = time.monotonic() - started
+    assert reply.startswith(f"HTTP/1.1 {status} ".encode()), reply[:200]
+    assert elapsed < 3, f"{elapsed:.1f} s to the connection's end"
