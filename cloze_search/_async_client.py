@@ -15,11 +15,12 @@ import httpx
 from cloze_search import _operations as ops
 from cloze_search._http import (
     DOWNLOAD_BLOCK,
+    AsyncUploadBody,
     ClientSettings,
     DownloadFile,
-    async_upload_body,
     checked,
     download_target,
+    replayable,
     unreachable,
 )
 from cloze_search._operations import DEFAULT, DocumentLike, Operation
@@ -59,14 +60,15 @@ class AsyncClient(ClientSettings):
         await self._http.aclose()
 
     async def _send(self, method: str, path: str, **options: Any) -> httpx.Response:
-        """The answer to one request, after the retries a 429 or 503 allows; an error answer raised."""
-        attempt = 0
+        """The answer to one request, after the retries a 429 or 503 allows (only of a body that can be sent
+        again whole: ``replayable``); an error answer raised."""
+        attempt, again = (0, replayable(options.get("content")))
         while True:
             try:
                 response = await self._http.request(method, path, **options)
             except httpx.TransportError as exc:
                 raise unreachable(self.url, exc) from exc
-            delay = self.delay(response, attempt)
+            delay = self.delay(response, attempt) if again else None
             if delay is None:
                 return checked(response)
             await asyncio.sleep(delay)
@@ -216,10 +218,11 @@ class AsyncClient(ClientSettings):
     async def upload_snapshot(
         self, archive: str | os.PathLike[str], *, collection: str = DEFAULT
     ) -> Restored:
-        """Replace the collection with an archive file (streamed, not read into memory)."""
+        """Replace the collection with an archive file (streamed, not read into memory; a 429 or 503 sends it
+        again from its start, except from a pipe, which cannot be read twice)."""
         with open(archive, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            return await self._call(ops.restore_upload(collection, async_upload_body(handle), size))
+            body = AsyncUploadBody(handle)
+            return await self._call(ops.restore_upload(collection, body, body.size))
 
     async def download_snapshot(
         self, name: str, target: str | os.PathLike[str], *, collection: str = DEFAULT, progress: bool = True

@@ -151,10 +151,12 @@ def restore_snapshot(collection: str, name: str) -> Operation[models.Restored]:
     return Operation("POST", path, models.Restored.from_json)
 
 
-def restore_upload(collection: str, content: Any, size: int) -> Operation[models.Restored]:
-    """``content``: the archive's bytes as an iterator; ``size`` declared, so the service checks its free
-    space before it reads a byte."""
-    headers = {"content-type": "application/octet-stream", "content-length": str(size)}
+def restore_upload(collection: str, content: Any, size: int | None) -> Operation[models.Restored]:
+    """``content``: the archive's bytes as an iterable; ``size`` declared, so the service checks its free
+    space before it reads a byte (None, from a pipe: sent chunked, counted as it arrives)."""
+    headers = {"content-type": "application/octet-stream"}
+    if size is not None:
+        headers["content-length"] = str(size)
     options = {"content": content, "headers": headers}
     return Operation("POST", under(collection, "/restore"), models.Restored.from_json, options)
 

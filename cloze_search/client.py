@@ -23,10 +23,11 @@ from cloze_search._http import (
     DOWNLOAD_BLOCK,
     ClientSettings,
     DownloadFile,
+    UploadBody,
     checked,
     download_target,
+    replayable,
     unreachable,
-    upload_body,
 )
 from cloze_search._operations import DEFAULT, DocumentLike, Operation
 from cloze_search.errors import ClozeError
@@ -65,14 +66,15 @@ class Client(ClientSettings):
         self._http.close()
 
     def _send(self, method: str, path: str, **options: Any) -> httpx.Response:
-        """The answer to one request, after the retries a 429 or 503 allows; an error answer raised."""
-        attempt = 0
+        """The answer to one request, after the retries a 429 or 503 allows (only of a body that can be sent
+        again whole: ``replayable``); an error answer raised."""
+        attempt, again = 0, replayable(options.get("content"))
         while True:
             try:
                 response = self._http.request(method, path, **options)
             except httpx.TransportError as exc:
                 raise unreachable(self.url, exc) from exc
-            delay = self.delay(response, attempt)
+            delay = self.delay(response, attempt) if again else None
             if delay is None:
                 return checked(response)
             time.sleep(delay)
@@ -211,10 +213,11 @@ class Client(ClientSettings):
         return self._call(ops.restore_snapshot(collection, name))
 
     def upload_snapshot(self, archive: str | os.PathLike[str], *, collection: str = DEFAULT) -> Restored:
-        """Replace the collection with an archive file (streamed, not read into memory)."""
+        """Replace the collection with an archive file (streamed, not read into memory; a 429 or 503 sends it
+        again from its start, except from a pipe, which cannot be read twice)."""
         with open(archive, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            return self._call(ops.restore_upload(collection, upload_body(handle), size))
+            body = UploadBody(handle)
+            return self._call(ops.restore_upload(collection, body, body.size))
 
     def download_snapshot(
         self, name: str, target: str | os.PathLike[str], *, collection: str = DEFAULT, progress: bool = True
