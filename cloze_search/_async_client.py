@@ -59,9 +59,9 @@ class AsyncClient(ClientSettings):
         """Close the pooled connections (a context manager's exit does it)."""
         await self._http.aclose()
 
-    async def _send(self, method: str, path: str, **options: Any) -> httpx.Response:
-        """The answer to one request, after the retries a 429 or 503 allows (only of a body that can be sent
-        again whole: ``replayable``); an error answer raised."""
+    async def _send(self, method: str, path: str, **options: Any) -> tuple[httpx.Response, int]:
+        """The last answer to one request and the retries before it: a 429 or 503 is retried while
+        ``max_retries`` last, if the body can be sent again whole (``replayable``)."""
         attempt, again = (0, replayable(options.get("content")))
         while True:
             try:
@@ -70,14 +70,17 @@ class AsyncClient(ClientSettings):
                 raise unreachable(self.url, exc) from exc
             delay = self.delay(response, attempt) if again else None
             if delay is None:
-                return checked(response)
+                return (response, attempt)
             await asyncio.sleep(delay)
             attempt += 1
 
     async def _call(self, operation: Operation[T]) -> T:
-        """An operation of ``_operations`` sent, and its answer read into the client's types."""
-        response = await self._send(operation.method, operation.path, **operation.options)
-        return operation.read(response.json())
+        """An operation of ``_operations`` sent, and its answer read into the client's types; an error
+        answer raised. A delete retried that then finds nothing is done (``Operation.gone``)."""
+        response, retries = await self._send(operation.method, operation.path, **operation.options)
+        if retries and response.status_code == 404 and (operation.gone is not None):
+            return operation.gone
+        return operation.read(checked(response).json())
 
     async def create_collection(
         self,
@@ -123,7 +126,8 @@ class AsyncClient(ClientSettings):
         return await self._call(ops.get_document(collection, doc_id))
 
     async def delete_document(self, doc_id: str, *, collection: str = DEFAULT) -> str:
-        """Delete a document and its chunks; the id deleted."""
+        """Delete a document and its chunks; the id deleted. Retried after a 429 or 503 and then not found, it
+        is done: that answer may have come after the delete committed (``ack=remote``)."""
         return await self._call(ops.delete_document(collection, doc_id))
 
     async def list_documents(

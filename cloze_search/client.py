@@ -65,9 +65,9 @@ class Client(ClientSettings):
         """Close the pooled connections (a context manager's exit does it)."""
         self._http.close()
 
-    def _send(self, method: str, path: str, **options: Any) -> httpx.Response:
-        """The answer to one request, after the retries a 429 or 503 allows (only of a body that can be sent
-        again whole: ``replayable``); an error answer raised."""
+    def _send(self, method: str, path: str, **options: Any) -> tuple[httpx.Response, int]:
+        """The last answer to one request and the retries before it: a 429 or 503 is retried while
+        ``max_retries`` last, if the body can be sent again whole (``replayable``)."""
         attempt, again = 0, replayable(options.get("content"))
         while True:
             try:
@@ -76,14 +76,17 @@ class Client(ClientSettings):
                 raise unreachable(self.url, exc) from exc
             delay = self.delay(response, attempt) if again else None
             if delay is None:
-                return checked(response)
+                return response, attempt
             time.sleep(delay)
             attempt += 1
 
     def _call(self, operation: Operation[T]) -> T:
-        """An operation of ``_operations`` sent, and its answer read into the client's types."""
-        response = self._send(operation.method, operation.path, **operation.options)
-        return operation.read(response.json())
+        """An operation of ``_operations`` sent, and its answer read into the client's types; an error
+        answer raised. A delete retried that then finds nothing is done (``Operation.gone``)."""
+        response, retries = self._send(operation.method, operation.path, **operation.options)
+        if retries and response.status_code == 404 and operation.gone is not None:
+            return operation.gone
+        return operation.read(checked(response).json())
 
     # ---- collections ----
     def create_collection(
@@ -131,7 +134,8 @@ class Client(ClientSettings):
         return self._call(ops.get_document(collection, doc_id))
 
     def delete_document(self, doc_id: str, *, collection: str = DEFAULT) -> str:
-        """Delete a document and its chunks; the id deleted."""
+        """Delete a document and its chunks; the id deleted. Retried after a 429 or 503 and then not found, it
+        is done: that answer may have come after the delete committed (``ack=remote``)."""
         return self._call(ops.delete_document(collection, doc_id))
 
     def list_documents(

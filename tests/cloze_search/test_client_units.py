@@ -200,3 +200,28 @@ def test_a_retried_upload_sends_the_whole_file_again_and_a_pipe_is_not_retried(t
             upload(pipe, asynchronously, [(503, BUSY), (200, restored)], received)
         writer.join()
         assert received == [(200_000, None)]  # once, whole, chunked
+
+
+def test_a_delete_retried_after_it_committed_counts_as_done():
+    """With ``ack=remote`` a delete commits, then answers 503 when the bucket does not confirm in time; its
+    retry found nothing and raised NotFound for a delete that had happened. A delete retried after a 429 or
+    503 that then finds nothing is done; a 404 at the first attempt still raises."""
+    missing = (404, {"error": "no document with id 'd'", "field": "doc_id"})
+
+    def delete(answers: list, asynchronously: bool) -> str:
+        sync, asynchronous = answering(answers, [])
+
+        async def delete_async() -> str:
+            async with cloze_search.AsyncClient("http://service", http_options=asynchronous) as client:
+                return await client.delete_document("d")
+
+        if asynchronously:
+            return asyncio.run(delete_async())
+        with Client("http://service", http_options=sync) as client:
+            return client.delete_document("d")
+
+    for asynchronously in (False, True):
+        assert delete([(503, BUSY), missing], asynchronously) == "d"
+        assert delete([(429, BUSY), (200, {"deleted": "d"})], asynchronously) == "d"
+        with pytest.raises(cloze_search.NotFound):
+            delete([missing], asynchronously)
