@@ -2,9 +2,9 @@
 (``route_table.declare``); the access gate (``middleware.AccessGate``) reads that declaration and asks here.
 
 Write keys (``CLOZE_API_KEYS``) may do everything; read keys (``CLOZE_READ_API_KEYS``) may read; keys scoped
-to collections (``CLOZE_COLLECTION_API_KEYS``) reach only what theirs hold, and never create or delete one. One rule: once any key of any kind is set,
-every route but the public ones needs a key (reads included); with no key at all everything is open (a
-loopback-only service, ``check_exposure``). A service with read keys but no write keys refuses every write.
+to collections (``CLOZE_COLLECTION_API_KEYS``) reach only what theirs hold, and never create or delete one.
+One rule: once any key of any kind is set, every route but the public ones and /readyz needs a key (reads
+included); with no key at all everything is open (a loopback-only service, ``check_exposure``). A service with read keys but no write keys refuses every write.
 401 = no or unknown key; 403 = a valid key without the scope. Keys are compared in constant time, and every
 configured key is compared, so timing says nothing about which one (or whether one) matched.
 """

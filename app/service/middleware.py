@@ -123,7 +123,7 @@ class AccessGate:
 
     def check(self, scope: Scope) -> None:
         """Refuse (ApiError) or let through; a key scoped to collections is left in ``request.state.grant``
-        for the routes that list collections, and /readyz's caller for /readyz."""
+        for the routes that list collections; on /readyz (``probe``), what the caller's key may see."""
         declared = self.routes.resolve(scope)
         if declared.access == "public" or (declared.access == "operations" and self.open_operations):
             return
