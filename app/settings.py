@@ -130,14 +130,17 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Keys scoped to collections, comma-separated `key=read:a|b` or `key=write:a` (write "
         "includes read): such a key reaches only the collections it names (403 elsewhere; `GET /collections` "
-        "lists only them) and the model routes; creating a collection and `/metrics` need an unscoped key",
+        "lists only them) and the model routes; creating or deleting a collection needs an unscoped write key, "
+        "`/metrics` an unscoped key",
     )
     allow_open: bool = Field(
         False,
         description="Serve without keys on a non-loopback host (otherwise `cloze serve` refuses to start there)",
     )
     open_operations: bool = Field(
-        False, description="With keys set, still answer `/metrics` and `/readyz` without a key"
+        False,
+        description="With keys set, still answer `/metrics` without a key, and show all of `/readyz` to "
+        "anyone (without it, a caller with no key gets `/readyz`'s `status` and `ready` only)",
     )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

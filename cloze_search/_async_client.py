@@ -15,11 +15,12 @@ import httpx
 from cloze_search import _operations as ops
 from cloze_search._http import (
     DOWNLOAD_BLOCK,
+    AsyncUploadBody,
     ClientSettings,
     DownloadFile,
-    async_upload_body,
     checked,
     download_target,
+    replayable,
     unreachable,
 )
 from cloze_search._operations import DEFAULT, DocumentLike, Operation
@@ -58,24 +59,28 @@ class AsyncClient(ClientSettings):
         """Close the pooled connections (a context manager's exit does it)."""
         await self._http.aclose()
 
-    async def _send(self, method: str, path: str, **options: Any) -> httpx.Response:
-        """The answer to one request, after the retries a 429 or 503 allows; an error answer raised."""
-        attempt = 0
+    async def _send(self, method: str, path: str, **options: Any) -> tuple[httpx.Response, int]:
+        """The last answer to one request and the retries before it: a 429 or 503 is retried while
+        ``max_retries`` last, if the body can be sent again whole (``replayable``)."""
+        attempt, again = (0, replayable(options.get("content")))
         while True:
             try:
                 response = await self._http.request(method, path, **options)
             except httpx.TransportError as exc:
                 raise unreachable(self.url, exc) from exc
-            delay = self.delay(response, attempt)
+            delay = self.delay(response, attempt) if again else None
             if delay is None:
-                return checked(response)
+                return (response, attempt)
             await asyncio.sleep(delay)
             attempt += 1
 
     async def _call(self, operation: Operation[T]) -> T:
-        """An operation of ``_operations`` sent, and its answer read into the client's types."""
-        response = await self._send(operation.method, operation.path, **operation.options)
-        return operation.read(response.json())
+        """An operation of ``_operations`` sent, and its answer read into the client's types; an error
+        answer raised. A delete retried that then finds nothing is done (``Operation.gone``)."""
+        response, retries = await self._send(operation.method, operation.path, **operation.options)
+        if retries and response.status_code == 404 and (operation.gone is not None):
+            return operation.gone
+        return operation.read(checked(response).json())
 
     async def create_collection(
         self,
@@ -121,7 +126,8 @@ class AsyncClient(ClientSettings):
         return await self._call(ops.get_document(collection, doc_id))
 
     async def delete_document(self, doc_id: str, *, collection: str = DEFAULT) -> str:
-        """Delete a document and its chunks; the id deleted."""
+        """Delete a document and its chunks; the id deleted. Retried after a 429 or 503 and then not found, it
+        is done: that answer may have come after the delete committed (``ack=remote``)."""
         return await self._call(ops.delete_document(collection, doc_id))
 
     async def list_documents(
@@ -216,10 +222,11 @@ class AsyncClient(ClientSettings):
     async def upload_snapshot(
         self, archive: str | os.PathLike[str], *, collection: str = DEFAULT
     ) -> Restored:
-        """Replace the collection with an archive file (streamed, not read into memory)."""
+        """Replace the collection with an archive file (streamed, not read into memory; a 429 or 503 sends it
+        again from its start, except from a pipe, which cannot be read twice)."""
         with open(archive, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            return await self._call(ops.restore_upload(collection, async_upload_body(handle), size))
+            body = AsyncUploadBody(handle)
+            return await self._call(ops.restore_upload(collection, body, body.size))
 
     async def download_snapshot(
         self, name: str, target: str | os.PathLike[str], *, collection: str = DEFAULT, progress: bool = True

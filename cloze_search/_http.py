@@ -67,17 +67,50 @@ def unreachable(url: str, exc: httpx.TransportError) -> ConnectionFailed:
     return ConnectionFailed(f"cannot reach {url}: {type(exc).__name__}: {exc}")
 
 
-def upload_body(handle: BinaryIO) -> Iterator[bytes]:
+def replayable(content: object) -> bool:
+    """Whether a request's body can be sent again on a retry: none, bytes, or an upload that can seek back
+    (a generator, once read, would send nothing under its declared length)."""
+    return content is None or isinstance(content, bytes | str) or getattr(content, "replayable", False)
+
+
+class _FileBody:
+    """A file's bytes from where it stood when given; each reading starts there again, so a retry sends them
+    whole. A file that cannot seek back (a pipe) can be read once: not ``replayable``, never retried."""
+
+    def __init__(self, handle: BinaryIO):
+        self.handle = handle
+        self.start = handle.tell() if handle.seekable() else None
+        self.replayable = self.start is not None
+
+    def rewind(self) -> None:
+        if self.start is not None:
+            self.handle.seek(self.start)
+
+    @property
+    def size(self) -> int | None:
+        """The bytes to send, for Content-Length; None (sent chunked) when unknown."""
+        if self.start is None:
+            return None
+        return os.fstat(self.handle.fileno()).st_size - self.start
+
+
+class UploadBody(_FileBody):
     """A file's bytes a block at a time: an upload never holds the whole archive in memory."""
-    while block := handle.read(UPLOAD_BLOCK):
-        yield block
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.rewind()
+        while block := self.handle.read(UPLOAD_BLOCK):
+            yield block
 
 
-async def async_upload_body(handle: BinaryIO) -> AsyncIterator[bytes]:
-    """``upload_body`` for httpx.AsyncClient, which refuses a blocking stream; each read in a worker thread,
+class AsyncUploadBody(_FileBody):
+    """``UploadBody`` for httpx.AsyncClient, which refuses a blocking stream; each read in a worker thread,
     so the event loop never waits on the disk."""
-    while block := await asyncio.to_thread(handle.read, UPLOAD_BLOCK):
-        yield block
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        self.rewind()
+        while block := await asyncio.to_thread(self.handle.read, UPLOAD_BLOCK):
+            yield block
 
 
 def download_target(target: str | os.PathLike[str], name: str) -> Path:

@@ -23,6 +23,9 @@ class Operation(Generic[T]):
     path: str
     read: Callable[[Any], T]
     options: dict[str, Any] = field(default_factory=dict)  # json=, params=, content=, headers=
+    # A delete's answer when a retry finds nothing: the attempt answered 429 or 503 may have committed (a 503
+    # from ack=remote comes after the local commit), and what the caller asked for, its target gone, holds.
+    gone: T | None = None
 
 
 def under(collection: str, route: str) -> str:
@@ -51,7 +54,7 @@ def get_document(collection: str, doc_id: str) -> Operation[models.Document]:
 
 def delete_document(collection: str, doc_id: str) -> Operation[str]:
     path = under(collection, f"/documents/{quote(doc_id, safe='')}")
-    return Operation("DELETE", path, lambda answer: answer["deleted"])
+    return Operation("DELETE", path, lambda answer: answer["deleted"], gone=doc_id)
 
 
 def document_page(
@@ -115,7 +118,8 @@ def get_collection(name: str) -> Operation[models.Collection]:
 
 
 def delete_collection(name: str) -> Operation[str]:
-    return Operation("DELETE", f"/collections/{quote(name, safe='')}", lambda answer: answer["deleted"])
+    path = f"/collections/{quote(name, safe='')}"
+    return Operation("DELETE", path, lambda answer: answer["deleted"], gone=name)
 
 
 def rebuild(collection: str) -> Operation[str]:
@@ -143,7 +147,7 @@ def snapshot_path(collection: str, name: str) -> str:
 
 
 def delete_snapshot(collection: str, name: str) -> Operation[str]:
-    return Operation("DELETE", snapshot_path(collection, name), lambda answer: answer["deleted"])
+    return Operation("DELETE", snapshot_path(collection, name), lambda answer: answer["deleted"], gone=name)
 
 
 def restore_snapshot(collection: str, name: str) -> Operation[models.Restored]:
@@ -151,10 +155,12 @@ def restore_snapshot(collection: str, name: str) -> Operation[models.Restored]:
     return Operation("POST", path, models.Restored.from_json)
 
 
-def restore_upload(collection: str, content: Any, size: int) -> Operation[models.Restored]:
-    """``content``: the archive's bytes as an iterator; ``size`` declared, so the service checks its free
-    space before it reads a byte."""
-    headers = {"content-type": "application/octet-stream", "content-length": str(size)}
+def restore_upload(collection: str, content: Any, size: int | None) -> Operation[models.Restored]:
+    """``content``: the archive's bytes as an iterable; ``size`` declared, so the service checks its free
+    space before it reads a byte (None, from a pipe: sent chunked, counted as it arrives)."""
+    headers = {"content-type": "application/octet-stream"}
+    if size is not None:
+        headers["content-length"] = str(size)
     options = {"content": content, "headers": headers}
     return Operation("POST", under(collection, "/restore"), models.Restored.from_json, options)
 

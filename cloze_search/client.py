@@ -23,10 +23,11 @@ from cloze_search._http import (
     DOWNLOAD_BLOCK,
     ClientSettings,
     DownloadFile,
+    UploadBody,
     checked,
     download_target,
+    replayable,
     unreachable,
-    upload_body,
 )
 from cloze_search._operations import DEFAULT, DocumentLike, Operation
 from cloze_search.errors import ClozeError
@@ -64,24 +65,28 @@ class Client(ClientSettings):
         """Close the pooled connections (a context manager's exit does it)."""
         self._http.close()
 
-    def _send(self, method: str, path: str, **options: Any) -> httpx.Response:
-        """The answer to one request, after the retries a 429 or 503 allows; an error answer raised."""
-        attempt = 0
+    def _send(self, method: str, path: str, **options: Any) -> tuple[httpx.Response, int]:
+        """The last answer to one request and the retries before it: a 429 or 503 is retried while
+        ``max_retries`` last, if the body can be sent again whole (``replayable``)."""
+        attempt, again = 0, replayable(options.get("content"))
         while True:
             try:
                 response = self._http.request(method, path, **options)
             except httpx.TransportError as exc:
                 raise unreachable(self.url, exc) from exc
-            delay = self.delay(response, attempt)
+            delay = self.delay(response, attempt) if again else None
             if delay is None:
-                return checked(response)
+                return response, attempt
             time.sleep(delay)
             attempt += 1
 
     def _call(self, operation: Operation[T]) -> T:
-        """An operation of ``_operations`` sent, and its answer read into the client's types."""
-        response = self._send(operation.method, operation.path, **operation.options)
-        return operation.read(response.json())
+        """An operation of ``_operations`` sent, and its answer read into the client's types; an error
+        answer raised. A delete retried that then finds nothing is done (``Operation.gone``)."""
+        response, retries = self._send(operation.method, operation.path, **operation.options)
+        if retries and response.status_code == 404 and operation.gone is not None:
+            return operation.gone
+        return operation.read(checked(response).json())
 
     # ---- collections ----
     def create_collection(
@@ -129,7 +134,8 @@ class Client(ClientSettings):
         return self._call(ops.get_document(collection, doc_id))
 
     def delete_document(self, doc_id: str, *, collection: str = DEFAULT) -> str:
-        """Delete a document and its chunks; the id deleted."""
+        """Delete a document and its chunks; the id deleted. Retried after a 429 or 503 and then not found, it
+        is done: that answer may have come after the delete committed (``ack=remote``)."""
         return self._call(ops.delete_document(collection, doc_id))
 
     def list_documents(
@@ -211,10 +217,11 @@ class Client(ClientSettings):
         return self._call(ops.restore_snapshot(collection, name))
 
     def upload_snapshot(self, archive: str | os.PathLike[str], *, collection: str = DEFAULT) -> Restored:
-        """Replace the collection with an archive file (streamed, not read into memory)."""
+        """Replace the collection with an archive file (streamed, not read into memory; a 429 or 503 sends it
+        again from its start, except from a pipe, which cannot be read twice)."""
         with open(archive, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            return self._call(ops.restore_upload(collection, upload_body(handle), size))
+            body = UploadBody(handle)
+            return self._call(ops.restore_upload(collection, body, body.size))
 
     def download_snapshot(
         self, name: str, target: str | os.PathLike[str], *, collection: str = DEFAULT, progress: bool = True

@@ -85,7 +85,7 @@ def wait_until(
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
         with contextlib.suppress(httpx.HTTPError):
-            # /readyz needs a key once any is set; a key is ignored where none are.
+            # /readyz answers without a key too (its status code is the same); the key does no harm.
             if httpx.get(url, timeout=2, headers={"Authorization": f"Bearer {key}"}).status_code == 200:
                 return
         time.sleep(0.25)

@@ -41,7 +41,7 @@ METHODS = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
 NAMES = {  # names in annotations, expressions and imports
     "Client": "AsyncClient",
     "Iterator": "AsyncIterator",
-    "upload_body": "async_upload_body",
+    "UploadBody": "AsyncUploadBody",
     "time": "asyncio",
 }
 CALLS = {  # a blocking call -> (its async counterpart, awaited)

@@ -2,9 +2,9 @@
 (``route_table.declare``); the access gate (``middleware.AccessGate``) reads that declaration and asks here.
 
 Write keys (``CLOZE_API_KEYS``) may do everything; read keys (``CLOZE_READ_API_KEYS``) may read; keys scoped
-to collections (``CLOZE_COLLECTION_API_KEYS``) reach only theirs. One rule: once any key of any kind is set,
-every route but the public ones needs a key (reads included); with no key at all everything is open (a
-loopback-only service, ``check_exposure``). A service with read keys but no write keys refuses every write.
+to collections (``CLOZE_COLLECTION_API_KEYS``) reach only what theirs hold, and never create or delete one.
+One rule: once any key of any kind is set, every route but the public ones and /readyz needs a key (reads
+included); with no key at all everything is open (a loopback-only service, ``check_exposure``). A service with read keys but no write keys refuses every write.
 401 = no or unknown key; 403 = a valid key without the scope. Keys are compared in constant time, and every
 configured key is compared, so timing says nothing about which one (or whether one) matched.
 """
@@ -38,6 +38,10 @@ class Grant:
         return self.collections is None or collection in self.collections
 
 
+# A caller without a valid key on an open route that shows more to keys (``probe``): it reads no collection.
+NO_COLLECTIONS = Grant("read", frozenset())
+
+
 class KeyRing:
     def __init__(self, write_keys: list[str], read_keys: list[str], scoped: list[ScopedKey] | None = None):
         self.write_keys = [k.encode() for k in write_keys]
@@ -61,17 +65,24 @@ class KeyRing:
         grant = self.grant_of(token)
         return grant.scope if grant is not None else None
 
+    def caller(self, token: str | None) -> Grant | None:
+        """What a route open to everyone may show its caller: None (everything) where no key is set, else the
+        key's grant; a missing or unknown key is no error there, it reads no collection."""
+        if not self.keyed:
+            return None
+        return (self.grant_of(token) if token else None) or NO_COLLECTIONS
+
     @property
     def keyed(self) -> bool:
         """Whether any key is configured: then every route that is not public needs one."""
         return bool(self.write_keys or self.read_keys or self.scoped)
 
     def check(
-        self, token: str | None, needed: KeyScope, collection: str | None = None, operations: bool = False
+        self, token: str | None, needed: KeyScope, collection: str | None = None, unscoped: bool = False
     ) -> Grant | None:
         """The caller's grant when the key may do ``needed`` (on ``collection``, for a collection's route;
-        ``operations``: /metrics and /readyz); None when the route is open. 401 for a missing or unknown
-        key, 403 for one without the right."""
+        ``unscoped``: only a key not scoped to collections may, as for /metrics or deleting a collection);
+        None when the route is open. 401 for a missing or unknown key, 403 for one without the right."""
         if not self.keyed:
             return None
         if not token:
@@ -88,19 +99,19 @@ class KeyRing:
                 raise ApiError(403, "writes are disabled: this service has read keys but no write keys")
             raise ApiError(403, "this API key may read but not write")
         if grant.collections is not None:
-            check_scoped(grant, needed, collection, operations)
+            check_scoped(grant, needed, collection, unscoped)
         return grant
 
 
-def check_scoped(grant: Grant, needed: KeyScope, collection: str | None, operations: bool) -> None:
-    """A key scoped to collections reaches those collections, the collection listing (which shows only
-    them) and the model routes; anything else (creating a collection, /metrics) needs an unscoped key."""
+def check_scoped(grant: Grant, needed: KeyScope, collection: str | None, unscoped: bool) -> None:
+    """A key scoped to collections reaches what those collections hold (documents, search, rebuilds,
+    snapshots, restores), the collection listing (which shows only them) and the model routes. Whether a
+    collection exists is the operator's: creating or deleting one, like /metrics, needs an unscoped key."""
     names = ", ".join(sorted(grant.collections or ()))
-    if collection is not None:
-        if not grant.may_read(collection):
-            raise ApiError(403, f"this API key is scoped to the collections {names}, not {collection!r}")
-    elif needed == "write" or operations:
+    if unscoped or (collection is None and needed == "write"):
         raise ApiError(403, f"this API key is scoped to the collections {names}: this needs an unscoped key")
+    if collection is not None and not grant.may_read(collection):
+        raise ApiError(403, f"this API key is scoped to the collections {names}, not {collection!r}")
 
 
 def _header_bytes(token: str) -> bytes:

@@ -70,6 +70,11 @@ async def read_body(scope: Scope, receive: Receive, max_bytes: int) -> bytes | N
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+# A refused body is not read: the connection ends after the answer (the server drains what follows, bounded:
+# ``server.HeaderTimeoutProtocol``), and the client is told so.
+CLOSE = [(b"connection", b"close")]
+
+
 class BodySizeLimit:
     """413 for a body over ``max_bytes``: at once when its Content-Length says so, else as soon as a chunked
     body grows past it. The body is read here (at most ``max_bytes``) and handed on whole: a limit raised
@@ -88,13 +93,13 @@ class BodySizeLimit:
             declared = _header(scope, b"content-length")
             if declared and (not declared.isdigit() or int(declared) > self.upload_bytes):
                 limit = f"{self.upload_bytes}-byte limit (CLOZE_MAX_SNAPSHOT_UPLOAD_BYTES)"
-                await send_error(send, ApiError(413, f"archive over the {limit}", "body"))
+                await send_error(send, ApiError(413, f"archive over the {limit}", "body"), CLOSE)
                 return None
             return await self.app(scope, receive, send)
         try:
             body = await read_body(scope, receive, self.max_bytes)
         except ApiError as exc:
-            await send_error(send, exc)
+            await send_error(send, exc, CLOSE)
             return None
         if body is None:
             return None
@@ -118,13 +123,17 @@ class AccessGate:
 
     def check(self, scope: Scope) -> None:
         """Refuse (ApiError) or let through; a key scoped to collections is left in ``request.state.grant``
-        for the routes that list collections."""
+        for the routes that list collections; on /readyz (``probe``), what the caller's key may see."""
         declared = self.routes.resolve(scope)
         if declared.access == "public" or (declared.access == "operations" and self.open_operations):
             return
-        needed: KeyScope = "write" if declared.access == "write" else "read"
-        operations = declared.access == "operations"
-        grant = self.keys.check(bearer_token(scope), needed, declared.collection, operations)
+        if declared.access == "probe":  # open to orchestrators' probes, which carry no secret
+            probing = None if self.open_operations else self.keys.caller(bearer_token(scope))
+            scope.setdefault("state", {})["grant"] = probing
+            return
+        needed: KeyScope = "write" if declared.access in ("write", "admin") else "read"
+        unscoped = declared.access in ("operations", "admin")
+        grant = self.keys.check(bearer_token(scope), needed, declared.collection, unscoped)
         scope.setdefault("state", {})["grant"] = grant
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -8,7 +8,6 @@ read the declaration through ``RouteTable.resolve``; nothing else describes the 
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from re import Pattern
 from typing import Any, Literal
@@ -19,14 +18,19 @@ from starlette.types import Scope
 
 from index.collections import DEFAULT_COLLECTION
 
-Access = Literal["public", "operations", "read", "write"]
+Access = Literal["public", "probe", "operations", "read", "write", "admin"]
 UNMATCHED = "unmatched"  # the one metric label of every path no route answers
 READING_METHODS = frozenset({"GET", "HEAD"})
+# Resolved routes kept across requests: at most this many, each for a matched path of at most this many
+# characters. The cache is filled before the key check, so an unbounded key let anyone pin memory.
+CACHED_ROUTES = 4096
+CACHED_PATH_CHARS = 256
 
 
 def declare(access: Access, collection: str | None = None, *, streamed_body: bool = False) -> dict[str, Any]:
-    """A route's declaration, for its ``openapi_extra``: who may call it (``public``, ``operations``:
-    /metrics and /readyz, ``read``, ``write``), for a collection's route the path parameter that names the
+    """A route's declaration, for its ``openapi_extra``: who may call it (``public``, ``probe``: anyone,
+    shown what the caller's key may read (/readyz), ``operations``: /metrics, ``read``, ``write``, ``admin``: a write key not scoped to collections, for creating
+    and deleting a collection), for a collection's route the path parameter that names the
     collection (the route mounted without it is ``default``'s), and whether the route streams its body itself
     under a bound of its own (``BodySizeLimit`` then hands it on unread)."""
     return (
@@ -65,7 +69,7 @@ class _Entry:
 class RouteTable:
     def __init__(self, routes: list[BaseRoute]):
         self.entries = [_entry(context) for context in self.contexts(routes)]
-        self.resolve_path = functools.lru_cache(maxsize=4096)(self._resolve)
+        self._cache: dict[tuple[str, str], Resolved] = {}
 
     @staticmethod
     def contexts(routes: list[BaseRoute]) -> list[Any]:
@@ -77,11 +81,24 @@ class RouteTable:
 
     def resolve(self, scope: Scope) -> Resolved:
         """The request's route and declaration; cached in the request's state (asked by the gate, the
-        recorder and the collection dependency) and, by method and path, across requests."""
+        recorder and the collection dependency) and, for matched short paths, across requests."""
         state = scope.setdefault("state", {})
         found = state.get("declared")
         if found is None:
             found = state["declared"] = self.resolve_path(scope["method"], scope["path"])
+        return found
+
+    def resolve_path(self, method: str, path: str) -> Resolved:
+        """``_resolve``, cached for the short paths a route matches (the hot ones: /embed, /search...);
+        an unmatched or long path is resolved again each time, so what a client sends cannot grow the cache."""
+        found = self._cache.get((method, path))
+        if found is None:
+            found = self._resolve(method, path)
+            if found.template != UNMATCHED and len(path) <= CACHED_PATH_CHARS:
+                # first in, first out: a miss costs one walk of the table
+                if len(self._cache) >= CACHED_ROUTES:
+                    del self._cache[next(iter(self._cache))]
+                self._cache[(method, path)] = found
         return found
 
     def _resolve(self, method: str, path: str) -> Resolved:

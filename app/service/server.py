@@ -7,6 +7,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import logging
+from collections.abc import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -29,10 +30,16 @@ class CoalescingTransport:
     """A transport that sends what one turn of the event loop wrote as one ``write``: uvicorn writes a
     response's status line and headers, then its body, each straight to the socket, so every small answer
     cost two send() calls here and two reads in the client. Everything but ``write``, ``close`` and
-    ``abort`` goes to the real transport unchanged (flow control, extra info, reading)."""
+    ``abort`` goes to the real transport unchanged (flow control, extra info, reading). ``linger``: asked at
+    each ``close``; True when the protocol drains the connection first and closes it later itself."""
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
-        self._transport, self._loop = transport, loop
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        linger: Callable[[], bool] | None = None,
+    ):
+        self._transport, self._loop, self._linger = transport, loop, linger
         self._pending: list[bytes] = []
 
     def write(self, data: bytes) -> None:
@@ -49,6 +56,8 @@ class CoalescingTransport:
 
     def close(self) -> None:
         self.flush()
+        if self._linger is not None and self._linger():
+            return
         self._transport.close()
 
     def abort(self) -> None:
@@ -65,7 +74,8 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
     ``header_timeout`` of its first byte (of the connection, for the first request), or the socket closes."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        coalescing = CoalescingTransport(transport, self.loop, self._linger_if_body_unread)
+        super().connection_made(coalescing)  # type: ignore[arg-type]
         self._lingering = False
         settings = get_settings()  # read in each worker process
         self.header_timeout, self.max_header_bytes = settings.header_timeout_s, settings.max_header_bytes
@@ -96,15 +106,37 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
             self._answer_and_linger(HEADERS_TOO_LARGE)
 
     def _answer_and_linger(self, answer: bytes) -> None:
-        """Send ``answer``, end our side, and drop what the client still sends (for ``LINGER_SECONDS``, at most
-        ``LINGER_BYTES``) before closing: closing with unread bytes makes the kernel reset the connection, and the reset can reach
-        the client before the answer (a long URL got "connection reset" instead of its 431)."""
-        self._lingering, self._lingered = True, 0
+        """Send ``answer``, then close as ``_linger`` does."""
         self.transport.write(answer)
+        self._linger()
+
+    def _linger(self) -> None:
+        """End our side and drop what the client still sends (for ``LINGER_SECONDS``, at most ``LINGER_BYTES``)
+        before closing: closing with unread bytes makes the kernel reset the connection, and the reset can
+        reach the client before the answer (a long URL got "connection reset" instead of its 431)."""
+        self._lingering, self._lingered = True, 0
         self.transport.flush()  # type: ignore[attr-defined]  # CoalescingTransport: out before the EOF
         if self.transport.can_write_eof():
             self.transport.write_eof()
+        self.flow.resume_reading()  # flow control may have paused reading mid-body
         self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+    def _linger_if_body_unread(self) -> bool:
+        """Asked when the connection is to close: if its request's body has not all arrived (a refusal sent
+        before reading it), drain it first (``_linger``) instead of closing on unread bytes."""
+        cycle = self.cycle
+        if self._lingering or self.transport.is_closing() or cycle is None or not cycle.more_body:
+            return False
+        self._linger()
+        return True
+
+    def on_response_complete(self) -> None:
+        """A response sent before its request's body all arrived ends the connection: uvicorn would keep it
+        open, drop the rest of the body unbounded and never close (its keep-alive timer is re-armed only by a
+        next response), so a client that writes its whole body before reading waited for ever."""
+        super().on_response_complete()
+        # While its body is unread no later request can have been parsed: ``self.cycle`` is this response's.
+        self._linger_if_body_unread()
 
     def _cancel_header_timer(self) -> None:
         timer = getattr(self, "_header_timer", None)

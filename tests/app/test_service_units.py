@@ -47,6 +47,8 @@ def test_any_key_of_any_kind_guards_reads_and_writes() -> None:
     scoped = KeyRing(["admin"], [], [ScopedKey("ka", "write", frozenset({"a"}))])
     assert status_of(lambda: scoped.check("ka", "read", "b")) == 403
     assert status_of(lambda: scoped.check("ka", "read", "a")) is None
+    assert status_of(lambda: scoped.check("ka", "write", "a", unscoped=True)) == 403  # deleting a
+    assert status_of(lambda: scoped.check("admin", "write", "a", unscoped=True)) is None
     wide_open = KeyRing([], [])
     assert status_of(lambda: wide_open.check(None, "write")) is None
     read_only = KeyRing(write_keys=[], read_keys=["r"])

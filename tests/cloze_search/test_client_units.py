@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import threading
+from pathlib import Path
 
 import httpx
 import pytest
@@ -140,3 +143,85 @@ def test_upload_snapshot_streams_the_file_with_its_length_in_both_clients(tmp_pa
 
     assert asyncio.run(upload()) == 3
     assert received == [("3000000", None, 3_000_000)] * 2
+
+
+BUSY = {"error": "the bucket did not confirm in time", "field": None}
+Received = list[tuple[int, str | None]]  # each request's body length and its Content-Length header
+
+
+def answering(answers: list[tuple[int, dict]], received: Received) -> tuple[dict, dict]:
+    """``http_options`` for a Client and an AsyncClient whose requests get ``answers`` in turn (Retry-After 0),
+    each request's body read whole and noted in ``received``."""
+    replies = iter(answers)
+
+    def answer(request: httpx.Request, body: bytes) -> httpx.Response:
+        received.append((len(body), request.headers.get("content-length")))
+        status, content = next(replies)
+        return httpx.Response(status, json=content, headers={"Retry-After": "0"})
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        return answer(request, request.read())
+
+    async def areply(request: httpx.Request) -> httpx.Response:
+        return answer(request, await request.aread())
+
+    return {"transport": httpx.MockTransport(reply)}, {"transport": httpx.MockTransport(areply)}
+
+
+def test_a_retried_upload_sends_the_whole_file_again_and_a_pipe_is_not_retried(tmp_path):
+    """An upload answered 503 was retried with the file already read to its end: the retry declared 200,000
+    bytes and sent none. A file is read again from where it started; a pipe, which cannot be, is not retried
+    (the 503 is raised) and, its length unknown, is sent chunked."""
+    restored = {"version": 2, "documents": 5}
+
+    def upload(path: Path, asynchronously: bool, answers: list, received: Received) -> int | None:
+        sync, asynchronous = answering(answers, received)
+
+        async def upload_async() -> int | None:
+            async with cloze_search.AsyncClient("http://service", http_options=asynchronous) as client:
+                return (await client.upload_snapshot(path)).documents
+
+        if asynchronously:
+            return asyncio.run(upload_async())
+        with Client("http://service", http_options=sync) as client:
+            return client.upload_snapshot(path).documents
+
+    archive, pipe = tmp_path / "archive.tar", tmp_path / "pipe"
+    archive.write_bytes(b"x" * 200_000)
+    os.mkfifo(pipe)
+    for asynchronously in (False, True):
+        received: Received = []
+        assert upload(archive, asynchronously, [(503, BUSY), (200, restored)], received) == 5
+        assert received == [(200_000, "200000")] * 2
+        received.clear()
+        writer = threading.Thread(target=pipe.write_bytes, args=(b"y" * 200_000,))
+        writer.start()
+        with pytest.raises(cloze_search.Overloaded):
+            upload(pipe, asynchronously, [(503, BUSY), (200, restored)], received)
+        writer.join()
+        assert received == [(200_000, None)]  # once, whole, chunked
+
+
+def test_a_delete_retried_after_it_committed_counts_as_done():
+    """With ``ack=remote`` a delete commits, then answers 503 when the bucket does not confirm in time; its
+    retry found nothing and raised NotFound for a delete that had happened. A delete retried after a 429 or
+    503 that then finds nothing is done; a 404 at the first attempt still raises."""
+    missing = (404, {"error": "no document with id 'd'", "field": "doc_id"})
+
+    def delete(answers: list, asynchronously: bool) -> str:
+        sync, asynchronous = answering(answers, [])
+
+        async def delete_async() -> str:
+            async with cloze_search.AsyncClient("http://service", http_options=asynchronous) as client:
+                return await client.delete_document("d")
+
+        if asynchronously:
+            return asyncio.run(delete_async())
+        with Client("http://service", http_options=sync) as client:
+            return client.delete_document("d")
+
+    for asynchronously in (False, True):
+        assert delete([(503, BUSY), missing], asynchronously) == "d"
+        assert delete([(429, BUSY), (200, {"deleted": "d"})], asynchronously) == "d"
+        with pytest.raises(cloze_search.NotFound):
+            delete([missing], asynchronously)

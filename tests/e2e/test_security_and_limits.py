@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import random
+import socket
 import string
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 
 import httpx
+import pytest
 
 from tests.e2e.conftest import READ_KEY, WRITE_KEY, running_server
 
@@ -25,8 +29,9 @@ def test_keys_distinguish_missing_unknown_and_insufficient(server):
     write = {"Authorization": f"Bearer {WRITE_KEY}"}
     assert httpx.post(server + "/embed", json=body, headers=write).status_code == 200  # write keys also read
     assert httpx.get(server + "/healthz").status_code == 200  # probes stay open
-    # With read keys set everything else needs one: /readyz's reasons and /metrics name files and sizes.
-    for path in ("/readyz", "/metrics", "/models", "/index/fields"):
+    assert httpx.get(server + "/readyz").json() == {"status": "ready", "ready": True}  # and say no more
+    # With read keys set everything else needs one: /metrics names files and sizes.
+    for path in ("/metrics", "/models", "/index/fields"):
         assert httpx.get(server + path).status_code == 401, path
         assert httpx.get(server + path, headers=read).status_code == 200, path
 
@@ -150,7 +155,7 @@ def test_any_key_guards_reads_and_scoped_keys_see_only_their_collections(tiny_be
             assert call(method, path, **kwargs).status_code == 401, path
         for path in ("/collections/b/documents", "/collections/b/snapshots", "/collections/b", "/documents"):
             assert call("GET", path, "ka").status_code == 403, path
-        for path in ("/index/fields", "/collections/default/snapshots", "/search?q=x", "/readyz"):
+        for path in ("/index/fields", "/collections/default/snapshots", "/search?q=x"):
             assert call("GET", path, "ka").status_code == 403, path
         assert call("POST", "/collections/b/search", "ka", **query).status_code == 403
         assert call("POST", "/collections/a/search", "ka", **query).json()["results"][0]["id"] == "a"
@@ -176,3 +181,96 @@ def test_any_key_guards_reads_and_scoped_keys_see_only_their_collections(tiny_be
         assert all(400 <= hostile(seed) < 500 for seed in range(2, 302))
         after = call("GET", "/metrics", ADMIN).text
         assert len(after) - before < 2000 and 'route="/models/{model}/embed"' in after
+
+
+# ---- one keyed server on the tiny model: write, read and tenant keys ------------------------------------
+
+TENANT_KEYS = "ka=write:a,kt=write:t"
+
+
+@pytest.fixture(scope="module")
+def keyed(tiny_bert, tmp_path_factory) -> Iterator[str]:
+    """Write key ``ADMIN``, read key ``READ_KEY``, tenant keys ``ka`` (writes a) and ``kt`` (writes t)."""
+    root = tmp_path_factory.mktemp("keyed")
+    env = {
+        "CLOZE_MODEL": str(tiny_bert),
+        "CLOZE_FILL_MASK_MODEL": str(tiny_bert),
+        "CLOZE_INDEX": str(root / "idx"),
+        "CLOZE_COLLECTIONS_DIR": str(root / "collections"),
+        "CLOZE_API_KEYS": ADMIN,
+        "CLOZE_READ_API_KEYS": READ_KEY,
+        "CLOZE_COLLECTION_API_KEYS": TENANT_KEYS,
+    }
+    with running_server(env, root / "log") as url:
+        yield url
+
+
+def keyed_call(url: str, method: str, path: str, key: str | None = None, **kwargs) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.request(method, url + path, headers=headers, timeout=30, **kwargs)
+
+
+def test_a_tenant_key_changes_what_its_collection_holds_not_whether_it_exists(keyed):
+    """A key scoped to collections could not create one but could DELETE its own (its snapshots then moved
+    aside). Creating and deleting a collection need an unscoped write key; inside its collection a tenant
+    key writes, snapshots and restores."""
+    assert keyed_call(keyed, "POST", "/collections", ADMIN, json={"name": "t"}).status_code == 201
+    document = [{"id": "d", "text": "a tenant's document"}]
+    assert keyed_call(keyed, "PUT", "/collections/t/documents", "kt", json=document).status_code == 200
+    assert keyed_call(keyed, "POST", "/collections/t/snapshots", "kt").status_code == 201
+    assert keyed_call(keyed, "POST", "/collections", "kt", json={"name": "t2"}).status_code == 403
+    refused = keyed_call(keyed, "DELETE", "/collections/t", "kt")
+    assert refused.status_code == 403 and "unscoped" in refused.json()["error"], refused.text
+    assert keyed_call(keyed, "GET", "/collections/t", "kt").json()["documents"] == 1
+    assert len(keyed_call(keyed, "GET", "/collections/t/snapshots", "kt").json()["snapshots"]) == 1
+    assert keyed_call(keyed, "DELETE", "/collections/t", READ_KEY).status_code == 403
+    assert keyed_call(keyed, "DELETE", "/collections/t", ADMIN).status_code == 200
+
+
+def test_readyz_answers_probes_without_a_key_and_shows_each_key_only_its_collections(keyed):
+    """Orchestrators probe readiness without secrets: /readyz answered 401 once any key was set. It answers
+    everyone its status and ready flag; a collection's status and errors (which name files) only to a key
+    that may read that collection, the service-wide detail only to an unscoped key; /metrics stays keyed."""
+    for name in ("a", "b"):
+        assert keyed_call(keyed, "POST", "/collections", ADMIN, json={"name": name}).status_code == 201
+    for key in (None, "no-such-key"):
+        probe = keyed_call(keyed, "GET", "/readyz", key)
+        assert (probe.status_code, probe.json()) == (200, {"status": "ready", "ready": True}), probe.text
+    tenant = keyed_call(keyed, "GET", "/readyz", "ka").json()
+    assert tenant["ready"] and set(tenant) == {"status", "ready", "collections"}
+    assert set(tenant["collections"]) == {"a"} and tenant["collections"]["a"]["status"] == "ready"
+    full = keyed_call(keyed, "GET", "/readyz", READ_KEY).json()
+    assert full["ready"] and {"default", "a", "b"} <= set(full["collections"]) and "fill_mask" in full
+    assert keyed_call(keyed, "GET", "/metrics").status_code == 401
+    assert keyed_call(keyed, "GET", "/metrics", "ka").status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("framing", "key", "status"),
+    [("chunked", ADMIN, 413), ("content-length", ADMIN, 413), ("chunked", None, 401)],
+)
+def test_a_client_that_sends_its_whole_body_first_gets_the_refusal_and_the_end(keyed, framing, key, status):
+    """A client that writes its whole body before reading (a raw socket, http.client) got the 413 of a
+    chunked 5 MB `PUT /documents` into its buffer but never the connection's end: the server neither read
+    the rest nor closed, so a client reading to the end waited for ever. Refused before its body was read,
+    a request's connection is closed once what follows is drained (bounded, as nginx's lingering close)."""
+    port = int(keyed.rsplit(":", 1)[1])
+    body = b"[" + b" " * 5_000_000 + b"]"
+    head = "PUT /documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    head += f"Authorization: Bearer {key}\r\n" if key else ""
+    if framing == "chunked":
+        blocks = [body[i : i + 65_536] for i in range(0, len(body), 65_536)]
+        payload = b"".join(b"%x\r\n%s\r\n" % (len(block), block) for block in blocks) + b"0\r\n\r\n"
+        head += "Transfer-Encoding: chunked\r\n\r\n"
+    else:
+        payload, head = body, head + f"Content-Length: {len(body)}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(10)
+        started = time.monotonic()
+        sock.sendall(head.encode() + payload)
+        reply = b""
+        while piece := sock.recv(65_536):  # to the end: the server must close
+            reply += piece
+        elapsed = time.monotonic() - started
+    assert reply.startswith(f"HTTP/1.1 {status} ".encode()), reply[:200]
+    assert elapsed < 3, f"{elapsed:.1f} s to the connection's end"

@@ -65,7 +65,7 @@ async def show_collection(name: CollectionName, request: Request) -> CollectionO
 
 @router.post(
     "/collections",
-    openapi_extra=declare("write"),
+    openapi_extra=declare("admin"),
     status_code=201,
     response_model=CollectionOut,
     tags=["collections"],
@@ -84,7 +84,7 @@ async def create(body: CollectionCreate, request: Request) -> CollectionOut:
 
 @router.delete(
     "/collections/{name}",
-    openapi_extra=declare("write", "name"),
+    openapi_extra=declare("admin", "name"),
     response_model=CollectionDeleted,
     tags=["collections"],
 )

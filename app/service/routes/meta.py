@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
+from app.service.auth import Grant
 from app.service.model_registry import INDEX_MODEL, ModelSlot
 from app.service.route_table import declare
 from index.collections import DEFAULT_COLLECTION
@@ -120,7 +121,7 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok", "ready": engines.ready})
 
 
-@router.get("/readyz", openapi_extra=declare("operations"))
+@router.get("/readyz", openapi_extra=declare("probe"))
 async def readyz(request: Request) -> JSONResponse:
     """Ready to serve: the default embedding model is loaded and the collection ``default`` is open and
     reads (the probe of every round) and, on a replica, holds a copy of the writer's; else 503 with why.
@@ -129,8 +130,9 @@ async def readyz(request: Request) -> JSONResponse:
     entry carries ``replication``: how current a replica's copy is (applied sequence, lag, staleness; a stale
     replica stays ready and says so) or how far a writer has shipped it; a collection the writer lists that
     a replica cannot copy (its model is not configured here) is listed as failed, saying why; top-level
-    ``replication`` gives the role, the registry's last error and the fence. With keys set, only for a key holder (the
-    reasons name files)."""
+    ``replication`` gives the role, the registry's last error and the fence. With keys set, everyone gets
+    ``status`` and ``ready`` (orchestrators probe without secrets), a key scoped to collections those
+    collections' entries too, and only an unscoped key the rest (the reasons name files)."""
     engines, replication = request.app.state.engines, request.app.state.replication
     collections: dict[str, dict[str, Any]] = {
         name: {"status": collection.status, "error": collection.error}
@@ -141,17 +143,17 @@ async def readyz(request: Request) -> JSONResponse:
         collections.setdefault(name, {"status": "failed", "error": state.get("error")})["replication"] = state
     overall = replication.summary()  # None: this service replicates nothing
     summary = {} if overall is None else {"replication": overall}
+    grant = getattr(request.state, "grant", None)
     if engines.ready and replication.ready(states):
         fill_mask = engines.fill_masks.default
-        return JSONResponse(
-            {
-                "status": "ready",
-                "fill_mask": fill_mask.runtime is not None,
-                "fill_mask_error": fill_mask.error,
-                "collections": collections,
-            }
-            | summary
-        )
+        answer = {
+            "status": "ready",
+            "ready": True,
+            "fill_mask": fill_mask.runtime is not None,
+            "fill_mask_error": fill_mask.error,
+            "collections": collections,
+        }
+        return JSONResponse(_shown_to(grant, answer | summary))
     reason = (
         engines.models.default.error
         or engines.collections.default.error
@@ -159,16 +161,24 @@ async def readyz(request: Request) -> JSONResponse:
         or "loading"
     )
     headers = None if engines.load_failed else {"Retry-After": "2"}
-    return JSONResponse(
-        {
-            "status": "failed" if engines.load_failed else "not ready",
-            "reason": reason,
-            "attempts": engines.load_attempts,
-            "collections": collections,
-        }
-        | summary,
-        503,
-        headers=headers,
+    answer = {
+        "status": "failed" if engines.load_failed else "not ready",
+        "ready": False,
+        "reason": reason,
+        "attempts": engines.load_attempts,
+        "collections": collections,
+    }
+    return JSONResponse(_shown_to(grant, answer | summary), 503, headers=headers)
+
+
+def _shown_to(grant: Grant | None, answer: dict[str, Any]) -> dict[str, Any]:
+    """All of ``answer`` for an unscoped key (or where none is needed); for anyone else its status, its
+    ready flag and the entries of the collections the caller's key may read (none without a key)."""
+    if grant is None or grant.collections is None:
+        return answer
+    visible = {name: entry for name, entry in answer["collections"].items() if grant.may_read(name)}
+    return {"status": answer["status"], "ready": answer["ready"]} | (
+        {"collections": visible} if visible else {}
     )
 
 
