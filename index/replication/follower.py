@@ -149,17 +149,14 @@ class Follower(Worker):
 
     def status(self, index: Any, stale_after: float) -> dict[str, Any]:
         position = self.position(index)
-        writer = self.writer.report(None if position is None else astuple(position), stale_after)
-        staleness = None if self.caught_up_at is None else time.monotonic() - self.caught_up_at
-        age = writer["writer_heartbeat_age_s"]
+        caught_up = None if self.caught_up_at is None else round(time.monotonic() - self.caught_up_at, 3)
         return {
             "role": "replica",
             "epoch": position.epoch if position else None,
             "version": position.version if position else None,
             "applied_seq": position.seq if position else None,
-            **writer,
-            "staleness_s": None if staleness is None else round(staleness, 3),
-            "stale": staleness is None or staleness > stale_after or age is None or age > stale_after,
+            **self.writer.report(None if position is None else astuple(position), stale_after),
+            "caught_up_s": caught_up,  # since a poll found nothing newer: the failover runbook's check
             "waiting": None if position else self.waiting,
             "error": self.error,
             "watchdog_restarts": self.restarts,
