@@ -15,9 +15,11 @@ from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 from typing import Any
 
+from index.archive.restore import read_info
 from index.collections import DEFAULT_COLLECTION
 from index.replication import segments
 from index.replication.bucket import Bucket, Keys
+from index.replication.current import check_base, check_current
 from index.replication.freshness import WriterBeats
 from index.replication.worker import Worker
 from index.storage.changelog import ChangeBatch, merge_batches
@@ -70,6 +72,7 @@ class Follower(Worker):
         if current is None:
             self.waiting = "the bucket holds no base of this collection yet (is the writer running?)"
             return
+        check_current(current, self.keys)  # a damaged one is refused: this copy keeps serving, stale in time
         # before the tail: a step that fails still learns how far the writer is
         epoch = int(current["epoch"])
         self.writer.saw(epoch, self.bucket.get_json(self.keys.heartbeat(epoch))[0])
@@ -133,6 +136,7 @@ class Follower(Worker):
                 log.info("base %s is gone from the bucket: reading CURRENT.json again", current["base"])
                 return
             self.alive()
+            check_base(current, read_info(archive))
             downloaded = time.monotonic()
             index.restore(archive, private=True)  # our own download: checksummed once, as it is extracted
         seq = int(current["base_seq"])

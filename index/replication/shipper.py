@@ -18,6 +18,7 @@ from typing import Any
 from index.collections import DEFAULT_COLLECTION
 from index.replication import segments
 from index.replication.bucket import Bucket, ConditionFailed, Fenced, Keys
+from index.replication.current import CURRENT_FORMAT, BadCurrent, check_current
 from index.replication.garbage import Pruner
 from index.replication.worker import Worker
 from index.storage.changelog import ChangelogPruned
@@ -25,7 +26,6 @@ from index.storage.vectors import atomic_write
 
 log = logging.getLogger(__name__)
 
-CURRENT_FORMAT = 1
 HEARTBEAT_S = 1.0
 MOST_DOCUMENTS_PER_SEGMENT = 5000  # more changed documents than this: a new base is cheaper to copy
 
@@ -80,15 +80,17 @@ class Shipper(Worker):
                 return
             try:
                 self._ship(index)
+                beat = self._heartbeat_due()
+                if beat:
+                    self._check_fence()  # an idle writer too notices, within a second, a CURRENT.json replaced
             except Fenced as exc:
                 self.fenced = str(exc)
                 log.error("replication stopped: %s", exc)
                 with self.shipped_cond:
                     self.shipped_cond.notify_all()
                 return
-        since = time.monotonic() - self.heartbeat_at
-        if since >= 2 * HEARTBEAT_S or (since >= HEARTBEAT_S and not self.kicked):
-            self._heartbeat(index)  # a write waiting to ship goes first (a remote-mode ack waits on it)
+        if beat:
+            self._heartbeat(index)
         if self.pruner is not None and self.current is not None:
             self.pruner.when_due()  # in a thread of its own
 
@@ -122,6 +124,8 @@ class Shipper(Worker):
             raise
         self._check_fence()
         self._mark_shipped(number, batch.through)
+        if self.current is None:  # CURRENT.json was not as this writer left it: a base replaces it next step
+            return
         if batch.through - int(self.current["base_seq"]) >= self.base_every:
             self._ship_base(index)
 
@@ -131,8 +135,8 @@ class Shipper(Worker):
         current, etag = self.bucket.get_json(self.keys.current)
         self.read_current = True
         self.etag = etag
-        if current is None:
-            return
+        if current is None or self._damaged(current):
+            return  # the next step ships a base (over the damaged one: the ETag is kept)
         self._refuse_newer(current)
         if current["epoch"] == self.epoch:
             self._refuse_twin(current)
@@ -146,15 +150,30 @@ class Shipper(Worker):
             )
 
     def _check_fence(self) -> None:
-        """After a segment lands: ``CURRENT.json`` still as this writer left it, or a newer epoch fenced it."""
+        """After a segment lands, and with each heartbeat: ``CURRENT.json`` still as this writer left it, or
+        a newer epoch fenced it; anything else (damaged, deleted, put back by an older writer) is replaced by
+        a new base next step, so replicas never follow a CURRENT.json this writer did not write."""
         etag = self.bucket.etag(self.keys.current)
         if etag == self.etag:
             return
         current, self.etag = self.bucket.get_json(self.keys.current)
-        if current is not None:
+        if current == self.current:
+            return  # the same object written again
+        if current is not None and not self._damaged(current):
             self._refuse_newer(current)
             if current["epoch"] == self.epoch:
                 self._refuse_twin(current)
+        log.warning("%s is not the one this writer wrote: shipping a base to replace it", self.keys.current)
+        self.current = None
+
+    def _damaged(self, current: dict[str, Any]) -> bool:
+        """Whether ``CURRENT.json`` disagrees with itself (its epoch, then, fences nothing)."""
+        try:
+            check_current(current, self.keys)
+        except BadCurrent as exc:
+            log.warning("%s: this writer replaces it with a new base", exc)
+            return True
+        return False
 
     def _refuse_twin(self, current: dict[str, Any]) -> None:
         if current.get("writer") != self.writer_id:
@@ -207,7 +226,7 @@ class Shipper(Worker):
         except ConditionFailed:
             self.read_current, self.current = False, None  # read it again next step: fenced, or retry
             latest, _ = self.bucket.get_json(self.keys.current)
-            if latest is not None:
+            if latest is not None and not self._damaged(latest):
                 self._refuse_newer(latest)
             return
         self.current, self.etag = current, etag
@@ -237,6 +256,12 @@ class Shipper(Worker):
             return not self.fenced
 
     # ---- telling replicas ------------------------------------------------------------------------
+
+    def _heartbeat_due(self) -> bool:
+        since = time.monotonic() - self.heartbeat_at
+        return since >= 2 * HEARTBEAT_S or (
+            since >= HEARTBEAT_S and not self.kicked
+        )  # a waiting write goes first
 
     def _heartbeat(self, index: Any) -> None:
         version, seq = index.position()
