@@ -2,7 +2,8 @@
 whenever the live version changes (a rebuild, a restore) or the tail since the last base grew long, then
 ``CURRENT.json`` naming it, written last and conditionally; between bases, the changelog as immutable
 segments (``segments``), each holding the changed documents with their vectors. A heartbeat tells replicas
-how far the writer is. Remote-mode writes wait here until their sequence is in the bucket."""
+how far the writer is. Remote-mode writes register here (``on_shipped``) to hear when their sequence is in
+the bucket."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,12 @@ def writer_identity(root: Path) -> str:
     return path.read_text().strip()
 
 
+@dataclass(eq=False)  # compared by identity: two writes may wait for the same position
+class Waiter:
+    position: tuple[int, int]
+    done: Callable[[bool], None]
+
+
 class Shipper(Worker):
     def __init__(
         self,
@@ -64,7 +72,8 @@ class Shipper(Worker):
         self.shipped: tuple[int, int] | None = None  # (version, sequence) durable in the bucket
         self.fenced: str | None = None
         self.heartbeat_at = 0.0
-        self.shipped_cond = threading.Condition()
+        self.waiters: list[Waiter] = []  # remote-mode writes waiting for their position to ship
+        self.waiters_lock = threading.Lock()
         self.pruner: Pruner | None = None  # deletes what no replica can need (None: nothing is ever deleted)
         if gc_after_s is not None:
             self.pruner = Pruner(bucket, keys, epoch, gc_after_s, lambda: self.fenced)
@@ -86,8 +95,7 @@ class Shipper(Worker):
             except Fenced as exc:
                 self.fenced = str(exc)
                 log.error("replication stopped: %s", exc)
-                with self.shipped_cond:
-                    self.shipped_cond.notify_all()
+                self._settle_waiters()
                 return
         if beat:
             self._heartbeat(index)
@@ -238,22 +246,40 @@ class Shipper(Worker):
     # ---- acknowledgements ------------------------------------------------------------------------
 
     def _mark_shipped(self, version: int, seq: int) -> None:
-        with self.shipped_cond:
-            self.shipped = (version, seq)
-            self.shipped_cond.notify_all()
+        self.shipped = (version, seq)
+        self._settle_waiters()
 
-    def wait_shipped(self, position: tuple[int, int], timeout: float) -> bool:
-        """Until ``position`` (version, sequence) is durable in the bucket: False after ``timeout`` or when
-        this writer is fenced."""
+    def on_shipped(self, position: tuple[int, int], done: Callable[[bool], None]) -> Callable[[], None]:
+        """Call ``done(True)`` once ``position`` (version, sequence) is durable in the bucket, ``done(False)``
+        once this writer is fenced: at once if so already, else from the shipper's thread. Nothing blocks, so
+        a waiting write holds no thread. Returns what withdraws the wait (a timeout)."""
+        waiter = Waiter(position, done)
+        with self.waiters_lock:
+            outcome = self._outcome(position)
+            if outcome is None:
+                self.waiters.append(waiter)
+        if outcome is not None:
+            done(outcome)
         self.kick()
-        deadline = time.monotonic() + timeout
-        with self.shipped_cond:
-            while not self.fenced and (self.shipped is None or self.shipped < position):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.shipped_cond.wait(left)
-            return not self.fenced
+        return lambda: self._withdraw(waiter)
+
+    def _outcome(self, position: tuple[int, int]) -> bool | None:
+        if self.fenced:
+            return False
+        return True if self.shipped is not None and self.shipped >= position else None
+
+    def _settle_waiters(self) -> None:
+        with self.waiters_lock:
+            settled = [(waiter, self._outcome(waiter.position)) for waiter in self.waiters]
+            self.waiters = [waiter for waiter, outcome in settled if outcome is None]
+        for waiter, outcome in settled:
+            if outcome is not None:
+                waiter.done(outcome)
+
+    def _withdraw(self, waiter: Waiter) -> None:
+        with self.waiters_lock:
+            if waiter in self.waiters:
+                self.waiters.remove(waiter)
 
     # ---- telling replicas ------------------------------------------------------------------------
 
