@@ -81,30 +81,39 @@ class Shipper(Worker):
     # ---- one step --------------------------------------------------------------------------------
 
     def step(self, generation: int) -> None:
-        index = self.index()
-        if index is None or self.fenced:
+        if self.fenced:
             return
+        index = self.index()
         with self.lock:
             if not self.live(generation):
                 return
             try:
-                self._ship(index)
-                beat = self._heartbeat_due()
-                if beat:
-                    self._check_fence()  # an idle writer too notices, within a second, a CURRENT.json replaced
+                beat = self._ship_and_check(index)
             except Fenced as exc:
                 self.fenced = str(exc)
                 log.error("replication stopped: %s", exc)
                 self._settle_waiters()
                 return
+        if index is None:
+            return
         if beat:
             self._heartbeat(index)
         if self.pruner is not None and self.current is not None:
             self.pruner.when_due()  # in a thread of its own
 
-    def _ship(self, index: Any) -> None:
-        if not self.read_current:
+    def _ship_and_check(self, index: Any) -> bool:
+        """Ship what is new; whether a heartbeat is due (the fence check goes with it)."""
+        if not self.read_current:  # first, index or not: the writer takes no write before (``Writer.admit``)
             self._read_current()
+        if index is None:
+            return False
+        self._ship(index)
+        if not self._heartbeat_due():
+            return False
+        self._check_fence()  # an idle writer too notices, within a second, a CURRENT.json it did not write
+        return True
+
+    def _ship(self, index: Any) -> None:
         version, _ = index.position()
         if self.current is None or self.current["version"] != version:
             self._ship_base(index)

@@ -10,6 +10,7 @@ import pytest
 
 from index.replication.current import BadCurrent
 from index.replication.follower import Follower
+from index.replication.shipper import Shipper
 from tests.index.test_replication import bucket, docs, everything, pair, shipper, step  # noqa: F401  (fixtures)
 
 
@@ -79,3 +80,11 @@ def test_a_base_whose_own_snapshot_disagrees_is_not_copied(
     with pytest.raises(BadCurrent, match="documents 40 where the base says 4"):
         step(follower)
     assert follower.position(replica) is None and everything(replica) == {}
+
+
+def test_a_shipper_reads_current_json_before_its_index_is_open(tmp_path: Path, bucket) -> None:  # noqa: F811
+    """The writer takes no write before every shipper has read its CURRENT.json: one whose collection is still
+    opening (or failed to) must not hold the others back."""
+    ship = Shipper(lambda: None, bucket, bucket.keys("default"), 1, tmp_path / "w", 1000, "writer")
+    step(ship)
+    assert ship.read_current and ship.current is None

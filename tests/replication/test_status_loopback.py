@@ -52,6 +52,7 @@ def test_a_replica_following_steady_writes_is_not_stale(cluster: Cluster) -> Non
         stop.set()
         writer.join(timeout=30)
     stale = [s for s in samples if s["stale"]]
+    figure("steady_writes_samples", len(samples))
     figure("steady_writes_stale_fraction", len(stale) / len(samples))
     figure("steady_writes_worst_staleness_s", max(s["staleness_s"] or 0 for s in samples))
     assert not refused, refused
