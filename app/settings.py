@@ -321,8 +321,8 @@ class Settings(BaseSettings):
     replication_stale_after_s: float = Field(
         10.0,
         gt=0,
-        description="A replica that has not confirmed it holds everything in the bucket for this long says "
-        "`stale` on `/readyz` (and keeps serving: still 200)",
+        description="A replica behind the writer by more than this (the newest writer heartbeat whose "
+        "position it holds is older) says `stale` on `/readyz` (and keeps serving: still 200)",
     )
     replication_watchdog_s: float = Field(
         120.0,

@@ -11,13 +11,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 from typing import Any
 
+from index.archive.restore import read_info
 from index.collections import DEFAULT_COLLECTION
 from index.replication import segments
 from index.replication.bucket import Bucket, Keys
+from index.replication.current import check_base, check_current
+from index.replication.freshness import WriterBeats
 from index.replication.worker import Worker
 from index.storage.changelog import ChangeBatch, merge_batches
 
@@ -47,7 +50,7 @@ class Follower(Worker):
         super().__init__(interval, collection)
         self.index, self.bucket, self.keys, self.work = index, bucket, keys, Path(work)
         self.caught_up_at: float | None = None  # when the bucket last held nothing newer than this copy
-        self.writer: dict[str, Any] | None = None  # the writer's last heartbeat
+        self.writer = WriterBeats()  # the writer's heartbeats as read
         self.waiting: str | None = "no copy of the writer's index yet"
         self.fetch = ThreadPoolExecutor(PREFETCH, thread_name_prefix="segment-fetch")
 
@@ -69,6 +72,10 @@ class Follower(Worker):
         if current is None:
             self.waiting = "the bucket holds no base of this collection yet (is the writer running?)"
             return
+        check_current(current, self.keys)  # a damaged one is refused: this copy keeps serving, stale in time
+        # before the tail: a step that fails still learns how far the writer is
+        epoch = int(current["epoch"])
+        self.writer.saw(epoch, self.bucket.get_json(self.keys.heartbeat(epoch))[0])
         with self.lock:
             if not self.live(generation):
                 return
@@ -81,7 +88,6 @@ class Follower(Worker):
                 return  # the tail next step: a bootstrap can take long, the listing would be stale
             if self._follow_tail(index, position, current, generation):
                 self.caught_up_at = asked
-        self.writer, _ = self.bucket.get_json(self.keys.heartbeat(int(current["epoch"])))
 
     def _follow_tail(self, index: Any, position: Position, current: dict[str, Any], generation: int) -> bool:
         """Apply every segment after ``position``; True when the bucket had nothing newer left."""
@@ -130,6 +136,7 @@ class Follower(Worker):
                 log.info("base %s is gone from the bucket: reading CURRENT.json again", current["base"])
                 return
             self.alive()
+            check_base(current, read_info(archive))
             downloaded = time.monotonic()
             index.restore(archive, private=True)  # our own download: checksummed once, as it is extracted
         seq = int(current["base_seq"])
@@ -146,19 +153,14 @@ class Follower(Worker):
 
     def status(self, index: Any, stale_after: float) -> dict[str, Any]:
         position = self.position(index)
-        writer = self.writer or {}
-        same_version = position is not None and writer.get("version") == position.version
-        staleness = None if self.caught_up_at is None else time.monotonic() - self.caught_up_at
+        caught_up = None if self.caught_up_at is None else round(time.monotonic() - self.caught_up_at, 3)
         return {
             "role": "replica",
             "epoch": position.epoch if position else None,
             "version": position.version if position else None,
             "applied_seq": position.seq if position else None,
-            "writer_seq": writer.get("seq"),
-            "lag": max(0, writer["seq"] - position.seq) if same_version and position else None,
-            "writer_heartbeat_age_s": round(time.time() - writer["time"], 3) if writer else None,
-            "staleness_s": None if staleness is None else round(staleness, 3),
-            "stale": staleness is None or staleness > stale_after,
+            **self.writer.report(None if position is None else astuple(position), stale_after),
+            "caught_up_s": caught_up,  # since a poll found nothing newer: the failover runbook's check
             "waiting": None if position else self.waiting,
             "error": self.error,
             "watchdog_restarts": self.restarts,

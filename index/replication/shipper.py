@@ -2,7 +2,8 @@
 whenever the live version changes (a rebuild, a restore) or the tail since the last base grew long, then
 ``CURRENT.json`` naming it, written last and conditionally; between bases, the changelog as immutable
 segments (``segments``), each holding the changed documents with their vectors. A heartbeat tells replicas
-how far the writer is. Remote-mode writes wait here until their sequence is in the bucket."""
+how far the writer is. Remote-mode writes register here (``on_shipped``) to hear when their sequence is in
+the bucket."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from index.collections import DEFAULT_COLLECTION
 from index.replication import segments
 from index.replication.bucket import Bucket, ConditionFailed, Fenced, Keys
+from index.replication.current import CURRENT_FORMAT, BadCurrent, check_current
 from index.replication.garbage import Pruner
 from index.replication.worker import Worker
 from index.storage.changelog import ChangelogPruned
@@ -25,7 +28,6 @@ from index.storage.vectors import atomic_write
 
 log = logging.getLogger(__name__)
 
-CURRENT_FORMAT = 1
 HEARTBEAT_S = 1.0
 MOST_DOCUMENTS_PER_SEGMENT = 5000  # more changed documents than this: a new base is cheaper to copy
 
@@ -38,6 +40,12 @@ def writer_identity(root: Path) -> str:
         Path(root).mkdir(parents=True, exist_ok=True)
         atomic_write(path, uuid.uuid4().hex.encode())
     return path.read_text().strip()
+
+
+@dataclass(eq=False)  # compared by identity: two writes may wait for the same position
+class Waiter:
+    position: tuple[int, int]
+    done: Callable[[bool], None]
 
 
 class Shipper(Worker):
@@ -64,7 +72,8 @@ class Shipper(Worker):
         self.shipped: tuple[int, int] | None = None  # (version, sequence) durable in the bucket
         self.fenced: str | None = None
         self.heartbeat_at = 0.0
-        self.shipped_cond = threading.Condition()
+        self.waiters: list[Waiter] = []  # remote-mode writes waiting for their position to ship
+        self.waiters_lock = threading.Lock()
         self.pruner: Pruner | None = None  # deletes what no replica can need (None: nothing is ever deleted)
         if gc_after_s is not None:
             self.pruner = Pruner(bucket, keys, epoch, gc_after_s, lambda: self.fenced)
@@ -72,29 +81,39 @@ class Shipper(Worker):
     # ---- one step --------------------------------------------------------------------------------
 
     def step(self, generation: int) -> None:
-        index = self.index()
-        if index is None or self.fenced:
+        if self.fenced:
             return
+        index = self.index()
         with self.lock:
             if not self.live(generation):
                 return
             try:
-                self._ship(index)
+                beat = self._ship_and_check(index)
             except Fenced as exc:
                 self.fenced = str(exc)
                 log.error("replication stopped: %s", exc)
-                with self.shipped_cond:
-                    self.shipped_cond.notify_all()
+                self._settle_waiters()
                 return
-        since = time.monotonic() - self.heartbeat_at
-        if since >= 2 * HEARTBEAT_S or (since >= HEARTBEAT_S and not self.kicked):
-            self._heartbeat(index)  # a write waiting to ship goes first (a remote-mode ack waits on it)
+        if index is None:
+            return
+        if beat:
+            self._heartbeat(index)
         if self.pruner is not None and self.current is not None:
             self.pruner.when_due()  # in a thread of its own
 
-    def _ship(self, index: Any) -> None:
-        if not self.read_current:
+    def _ship_and_check(self, index: Any) -> bool:
+        """Ship what is new; whether a heartbeat is due (the fence check goes with it)."""
+        if not self.read_current:  # first, index or not: the writer takes no write before (``Writer.admit``)
             self._read_current()
+        if index is None:
+            return False
+        self._ship(index)
+        if not self._heartbeat_due():
+            return False
+        self._check_fence()  # an idle writer too notices, within a second, a CURRENT.json it did not write
+        return True
+
+    def _ship(self, index: Any) -> None:
         version, _ = index.position()
         if self.current is None or self.current["version"] != version:
             self._ship_base(index)
@@ -122,6 +141,8 @@ class Shipper(Worker):
             raise
         self._check_fence()
         self._mark_shipped(number, batch.through)
+        if self.current is None:  # CURRENT.json was not as this writer left it: a base replaces it next step
+            return
         if batch.through - int(self.current["base_seq"]) >= self.base_every:
             self._ship_base(index)
 
@@ -131,8 +152,8 @@ class Shipper(Worker):
         current, etag = self.bucket.get_json(self.keys.current)
         self.read_current = True
         self.etag = etag
-        if current is None:
-            return
+        if current is None or self._damaged(current):
+            return  # the next step ships a base (over the damaged one: the ETag is kept)
         self._refuse_newer(current)
         if current["epoch"] == self.epoch:
             self._refuse_twin(current)
@@ -146,15 +167,30 @@ class Shipper(Worker):
             )
 
     def _check_fence(self) -> None:
-        """After a segment lands: ``CURRENT.json`` still as this writer left it, or a newer epoch fenced it."""
+        """After a segment lands, and with each heartbeat: ``CURRENT.json`` still as this writer left it, or
+        a newer epoch fenced it; anything else (damaged, deleted, put back by an older writer) is replaced by
+        a new base next step, so replicas never follow a CURRENT.json this writer did not write."""
         etag = self.bucket.etag(self.keys.current)
         if etag == self.etag:
             return
         current, self.etag = self.bucket.get_json(self.keys.current)
-        if current is not None:
+        if current == self.current:
+            return  # the same object written again
+        if current is not None and not self._damaged(current):
             self._refuse_newer(current)
             if current["epoch"] == self.epoch:
                 self._refuse_twin(current)
+        log.warning("%s is not the one this writer wrote: shipping a base to replace it", self.keys.current)
+        self.current = None
+
+    def _damaged(self, current: dict[str, Any]) -> bool:
+        """Whether ``CURRENT.json`` disagrees with itself (its epoch, then, fences nothing)."""
+        try:
+            check_current(current, self.keys)
+        except BadCurrent as exc:
+            log.warning("%s: this writer replaces it with a new base", exc)
+            return True
+        return False
 
     def _refuse_twin(self, current: dict[str, Any]) -> None:
         if current.get("writer") != self.writer_id:
@@ -207,7 +243,7 @@ class Shipper(Worker):
         except ConditionFailed:
             self.read_current, self.current = False, None  # read it again next step: fenced, or retry
             latest, _ = self.bucket.get_json(self.keys.current)
-            if latest is not None:
+            if latest is not None and not self._damaged(latest):
                 self._refuse_newer(latest)
             return
         self.current, self.etag = current, etag
@@ -219,24 +255,48 @@ class Shipper(Worker):
     # ---- acknowledgements ------------------------------------------------------------------------
 
     def _mark_shipped(self, version: int, seq: int) -> None:
-        with self.shipped_cond:
-            self.shipped = (version, seq)
-            self.shipped_cond.notify_all()
+        self.shipped = (version, seq)
+        self._settle_waiters()
 
-    def wait_shipped(self, position: tuple[int, int], timeout: float) -> bool:
-        """Until ``position`` (version, sequence) is durable in the bucket: False after ``timeout`` or when
-        this writer is fenced."""
+    def on_shipped(self, position: tuple[int, int], done: Callable[[bool], None]) -> Callable[[], None]:
+        """Call ``done(True)`` once ``position`` (version, sequence) is durable in the bucket, ``done(False)``
+        once this writer is fenced: at once if so already, else from the shipper's thread. Nothing blocks, so
+        a waiting write holds no thread. Returns what withdraws the wait (a timeout)."""
+        waiter = Waiter(position, done)
+        with self.waiters_lock:
+            outcome = self._outcome(position)
+            if outcome is None:
+                self.waiters.append(waiter)
+        if outcome is not None:
+            done(outcome)
         self.kick()
-        deadline = time.monotonic() + timeout
-        with self.shipped_cond:
-            while not self.fenced and (self.shipped is None or self.shipped < position):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.shipped_cond.wait(left)
-            return not self.fenced
+        return lambda: self._withdraw(waiter)
+
+    def _outcome(self, position: tuple[int, int]) -> bool | None:
+        if self.fenced:
+            return False
+        return True if self.shipped is not None and self.shipped >= position else None
+
+    def _settle_waiters(self) -> None:
+        with self.waiters_lock:
+            settled = [(waiter, self._outcome(waiter.position)) for waiter in self.waiters]
+            self.waiters = [waiter for waiter, outcome in settled if outcome is None]
+        for waiter, outcome in settled:
+            if outcome is not None:
+                waiter.done(outcome)
+
+    def _withdraw(self, waiter: Waiter) -> None:
+        with self.waiters_lock:
+            if waiter in self.waiters:
+                self.waiters.remove(waiter)
 
     # ---- telling replicas ------------------------------------------------------------------------
+
+    def _heartbeat_due(self) -> bool:
+        since = time.monotonic() - self.heartbeat_at
+        return since >= 2 * HEARTBEAT_S or (
+            since >= HEARTBEAT_S and not self.kicked
+        )  # a waiting write goes first
 
     def _heartbeat(self, index: Any) -> None:
         version, seq = index.position()

@@ -119,6 +119,8 @@ def test_a_writer_lists_its_collections_and_a_newer_epoch_fences_them_all(
         await writer._sync()
         assert read_listing(bucket) == {"vecs": own("vecs", "i1")}
         assert {"vecs", DEFAULT_COLLECTION} == set(writer.workers)
+        for replicated in writer.workers.values():  # each shipper's first step: its CURRENT.json read
+            replicated.worker._read_current()
         assert writer.admit("vecs", "remote") == "remote"
 
         Publisher(bucket, 2, "writer-b").publish({})  # another writer promoted

@@ -141,7 +141,9 @@ def test_a_writer_of_an_older_epoch_is_fenced(tmp_path: Path, tiny_encoder, buck
         old.upsert(docs(2, 2, "z"))
         step(zombie)  # its segment lands under e1; the fence check stops it
         assert zombie.fenced and "epoch 2" in zombie.fenced
-        assert not zombie.wait_shipped(old.position(), timeout=0.1)
+        outcome: list[bool] = []
+        zombie.on_shipped(old.position(), outcome.append)  # a remote-mode write's wait: refused at once
+        assert outcome == [False]
         assert bucket.get_json(keys.current)[0]["epoch"] == 2
         twin = shipper(new, bucket, 2, "twin", tmp_path)
         step(twin)  # a second writer at the promoted one's epoch: refused at once

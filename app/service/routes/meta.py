@@ -124,7 +124,8 @@ async def healthz(request: Request) -> JSONResponse:
 @router.get("/readyz", openapi_extra=declare("probe"))
 async def readyz(request: Request) -> JSONResponse:
     """Ready to serve: the default embedding model is loaded and the collection ``default`` is open and
-    reads (the probe of every round) and, on a replica, holds a copy of the writer's; else 503 with why.
+    reads (the probe of every round) and, on a replica, holds a copy of the writer's (on a writer, it has read
+    the bucket's registry and each ``CURRENT.json`` since it started); else 503 with why.
     ``collections`` reports each collection's status and error: another collection that fails answers 503
     on its own routes but does not take the service out of rotation. With replication, each collection's
     entry carries ``replication``: how current a replica's copy is (applied sequence, lag, staleness; a stale
