@@ -193,6 +193,10 @@ def hostile_stores(good: bytes) -> dict[str, tuple[bytes, str | None]]:
             "nested",
         ),
         "metadata with NaN": (rows("""UPDATE documents SET metadata = '{"n": NaN}'"""), "NaN"),
+        "metadata with a date-time SQLite cannot compare": (
+            rows("""UPDATE documents SET metadata = '{"at": "2024-05-01T10:00:00+15:00"}'"""),
+            "UTC offset",
+        ),
         "NaN vectors": (pack(with_vectors(members, float("nan"))), "NaN"),
         "infinite vectors": (pack(with_vectors(members, float("inf"))), "infinity"),
     }
