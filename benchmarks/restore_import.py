@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE = "0736a04"  # the last commit whose restore adopted the archive's store and FAISS file
+BASELINE = "b3b9c60"  # main before restores imported: the last whose restore adopted the store and FAISS file
 FACTORIES = ("IDMap2,Flat", "IVF1024,Flat")
 
 
