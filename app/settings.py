@@ -17,7 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from index.records import collection_name_problem
+from index.records import DocumentLimits, collection_name_problem
 
 Backend = Literal["auto", "torch", "onnx", "onnx-int8"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -208,14 +208,24 @@ class Settings(BaseSettings):
         "than `limit` (always at least one; follow `next_cursor`)",
     )
     max_document_chars: int = Field(
-        1_000_000, ge=1, description="Most characters in one document's text (`PUT /documents`; 422 above)"
+        DocumentLimits.max_document_chars,
+        ge=1,
+        description="Most characters in one document's text (`PUT /documents` and a restore's import; 422 above)",
     )
     max_metadata_bytes: int = Field(
-        16_384, ge=2, description="Largest metadata object of one document, as JSON"
+        DocumentLimits.max_metadata_bytes,
+        ge=2,
+        description="Largest metadata object of one document, as JSON",
     )
-    max_metadata_depth: int = Field(8, ge=1, description="Deepest nesting of lists and objects in metadata")
+    max_metadata_depth: int = Field(
+        DocumentLimits.max_metadata_depth,
+        ge=1,
+        description="Deepest nesting of lists and objects in metadata",
+    )
     max_metadata_keys: int = Field(
-        256, ge=1, description="Most keys in one document's metadata, all levels together"
+        DocumentLimits.max_metadata_keys,
+        ge=1,
+        description="Most keys in one document's metadata, all levels together",
     )
     max_filter_values: int = Field(
         1024,
@@ -390,6 +400,12 @@ class Settings(BaseSettings):
 
     def scoped_keys(self) -> list[ScopedKey]:
         return [parse_scoped_key(entry) for entry in self.collection_api_keys]
+
+    def document_limits(self) -> DocumentLimits:
+        """What an upsert (and a restore's import of an archive) lets one document hold."""
+        return DocumentLimits(
+            self.max_document_chars, self.max_metadata_bytes, self.max_metadata_depth, self.max_metadata_keys
+        )
 
     @property
     def collections_root(self) -> Path:

@@ -1,8 +1,11 @@
 """Hostile snapshot archives, made from a good one: each a claim the archive makes about itself that a
-restore must check rather than believe. Shared by the restore tests (index and end to end) and the soak.
+restore must check rather than believe. Shared by the restore tests (index, service and end to end) and the
+soak.
 
 Every variant but the decompression bombs has its checksums recomputed, so only the restore's own checks
-can refuse it.
+can refuse it. ``hostile_archives`` must be refused; ``neutralised_archives`` hold what a restore never
+reads (a FAISS file, a trigger) and must restore into a collection that works; ``hostile_stores`` edit the
+store with SQL, and each is refused naming its problem or neutralised by the import.
 """
 
 from __future__ import annotations
@@ -84,19 +87,119 @@ def not_sqlite() -> bytes:
     return b"this is not a database " * 200
 
 
-def sqlite_with_trigger(store: bytes) -> bytes:
-    """The store with a trigger of its own: it would run on every write after the restore."""
+def edited_store(store: bytes, edit: Callable[[sqlite3.Connection], Any]) -> bytes:
+    """The store's bytes after ``edit(connection)`` (committed, journal mode DELETE: a single file)."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "store.sqlite"
         path.write_bytes(store)
         connection = sqlite3.connect(path)
-        connection.execute("PRAGMA journal_mode=DELETE")
-        connection.execute(
-            "CREATE TRIGGER chunks_spy AFTER INSERT ON chunks BEGIN DELETE FROM documents; END"
-        )
-        connection.commit()
-        connection.close()
+        try:
+            connection.execute("PRAGMA journal_mode=DELETE")
+            edit(connection)
+            connection.commit()
+        finally:
+            connection.close()
         return path.read_bytes()
+
+
+def sqlite_with_trigger(store: bytes) -> bytes:
+    """The store with a trigger of its own: it would run on every write after the restore."""
+    return edited_store(
+        store,
+        lambda c: c.execute(
+            "CREATE TRIGGER chunks_spy AFTER INSERT ON chunks BEGIN DELETE FROM documents; END"
+        ),
+    )
+
+
+def rewritten_schema(store: bytes, name: str, sql: Callable[[str], str]) -> bytes:
+    """The schema entry ``name`` rewritten as ``sql(old)`` through ``writable_schema``: SQLite then holds a
+    constraint or index as written, never checked against the rows already there."""
+
+    def edit(connection: sqlite3.Connection) -> None:
+        (old,) = connection.execute("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).fetchone()
+        connection.execute("PRAGMA writable_schema = ON")
+        connection.execute("UPDATE sqlite_master SET sql = ? WHERE name = ?", (sql(old), name))
+
+    return edited_store(store, edit)
+
+
+def with_vectors(members: dict[str, bytes], value: float) -> dict[str, bytes]:
+    """Every stored vector's numbers set to ``value`` (NaN, an infinity), in the store and in a FAISS file
+    rebuilt from it, so that the archive's two copies agree and nothing but a check of the values refuses."""
+    dimension = json.loads(members[INFO])["dimension"]
+    blob = np.full(dimension, value, np.float32).tobytes()
+    store = edited_store(members[STORE], lambda c: c.execute("UPDATE chunks SET vector = ?", (blob,)))
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "s.sqlite").write_bytes(store)
+        connection = sqlite3.connect(Path(folder) / "s.sqlite")
+        ids = np.array([row[0] for row in connection.execute("SELECT id FROM chunks ORDER BY id")], np.int64)
+        connection.close()
+    flat = faiss.IndexIDMap2(faiss.IndexFlatIP(dimension))
+    flat.add_with_ids(np.full((len(ids), dimension), value, np.float32), ids)
+    sidecar = json.loads(members[SIDECAR]) | {"factory": "IDMap2,Flat", "tombstones": []}
+    return members | {
+        STORE: store,
+        VECTORS: faiss.serialize_index(flat).tobytes(),
+        SIDECAR: json.dumps(sidecar).encode(),
+    }
+
+
+def nested(levels: int) -> str:
+    return '{"a": ' + "[" * levels + "1" + "]" * levels + "}"
+
+
+def hostile_stores(good: bytes) -> dict[str, tuple[bytes, str | None]]:
+    """Archives whose store holds the service's tables, edited (schema or rows), with checksums recomputed:
+    each with a word its refusal must name, or None where the import must neutralise it (the restored
+    collection then takes writes, reads and searches). Before restores imported, each restored with 200,
+    and the collection then failed writes, reads or searches, or dense search found nothing."""
+    members = unpack(good)
+    store = members[STORE]
+
+    def rows(sql: str, *params: Any) -> bytes:
+        return pack(members | {STORE: edited_store(store, lambda c: c.execute(sql, params))})
+
+    def schema(name: str, sql: Callable[[str], str]) -> bytes:
+        return pack(members | {STORE: rewritten_schema(store, name, sql)})
+
+    def index(sql: str) -> bytes:  # made empty first, then its definition rewritten as ``sql``
+        made = edited_store(store, lambda c: c.execute("CREATE INDEX spy ON documents(id) WHERE rid < 0"))
+        return pack(members | {STORE: rewritten_schema(made, "spy", lambda _: sql)})
+
+    return {
+        "a CHECK constraint refusing texts of 5 characters or more": (
+            schema(
+                "documents", lambda sql: sql.replace("DEFAULT '{}'", "DEFAULT '{}' CHECK (length(text) < 5)")
+            ),
+            None,
+        ),
+        "a UNIQUE index on chunk text": (rows("CREATE UNIQUE INDEX chunks_text ON chunks(text)"), None),
+        "an index whose WHERE clause raises on every write": (
+            index("CREATE INDEX spy ON documents(id) WHERE abs(-9223372036854775807 - 1 + 0 * rid) > 0"),
+            None,
+        ),
+        "a trigger of its own": (pack(members | {STORE: sqlite_with_trigger(store)}), None),
+        "a row id at the largest integer": (
+            rows("UPDATE chunks SET id = 9223372036854775807 WHERE id = (SELECT MAX(id) FROM chunks)"),
+            None,
+        ),
+        "metadata a JSON list": (rows("UPDATE documents SET metadata = '[1, 2]'"), "not a JSON object"),
+        "metadata a JSON string": (rows("""UPDATE documents SET metadata = '"red"'"""), "not a JSON object"),
+        "metadata 900 levels deep": (
+            rows(
+                "UPDATE documents SET metadata = ? WHERE rid = (SELECT MIN(rid) FROM documents)", nested(900)
+            ),
+            "nested",
+        ),
+        "metadata with NaN": (rows("""UPDATE documents SET metadata = '{"n": NaN}'"""), "NaN"),
+        "metadata with a date-time SQLite cannot compare": (
+            rows("""UPDATE documents SET metadata = '{"at": "2024-05-01T10:00:00+15:00"}'"""),
+            "UTC offset",
+        ),
+        "NaN vectors": (pack(with_vectors(members, float("nan"))), "NaN"),
+        "infinite vectors": (pack(with_vectors(members, float("inf"))), "infinity"),
+    }
 
 
 def gzip_bomb(members: dict[str, bytes], expanded: int = 2 << 30, honest: bool = True) -> bytes:
@@ -142,11 +245,6 @@ def hostile_archives(good: bytes) -> dict[str, tuple[bytes, int, str]]:
         return pack(members, info | {"files": files}, checksums=False)
 
     return {
-        "32-d vectors relabelled as the collection's model": (
-            pack(relabelled_vectors(members)),
-            422,
-            "dimension",
-        ),
         "vectors.json efSearch 'abc'": (
             pack(_json_edit(members, SIDECAR, lambda s: s | {"params": {"efSearch": "abc"}})),
             422,
@@ -157,22 +255,26 @@ def hostile_archives(good: bytes) -> dict[str, tuple[bytes, int, str]]:
             422,
             "NSG64",
         ),
-        "vectors.faiss of 338 bytes declaring 2^28 floats": (
-            pack(members | {VECTORS: faiss_declaring(1 << 28, int(info["dimension"]))}),
-            422,
-            "vectors.faiss",
-        ),
         "snapshot.json files entry a number": (with_files(5), 422, "vectors.faiss"),
         "snapshot.json files entry null": (with_files(None), 422, "vectors.faiss"),
         "snapshot.json files entry a list": (with_files([]), 422, "vectors.faiss"),
         "snapshot.json a list": (pack(members, [], checksums=False), 422, "list"),
         "manifest.json a list": (pack(members | {MANIFEST: b"[]"}), 422, "manifest.json"),
         "store.sqlite not SQLite": (pack(members | {STORE: not_sqlite()}), 422, "store.sqlite"),
-        "store.sqlite with a foreign trigger": (
-            pack(members | {STORE: sqlite_with_trigger(members[STORE])}),
-            422,
-            "trigger",
-        ),
         "gzip of ~2 MB declaring 2 GiB": (gzip_bomb(members), 413, "bound"),
         "gzip of ~2 MB with a 2 GiB PAX record": (gzip_bomb(members, honest=False), 413, "expands past"),
+    }
+
+
+def neutralised_archives(good: bytes) -> dict[str, bytes]:
+    """Archives whose FAISS file lies, each of which must restore into a collection that works: a restore
+    rebuilds FAISS from the imported vectors and never reads the archive's file."""
+    members = unpack(good)
+    dimension = int(json.loads(members[INFO])["dimension"])
+    return {
+        "32-d vectors relabelled as the collection's model": pack(relabelled_vectors(members)),
+        "vectors.faiss of 338 bytes declaring 2^28 floats": pack(
+            members | {VECTORS: faiss_declaring(1 << 28, dimension)}
+        ),
+        "vectors.faiss not FAISS": pack(members | {VECTORS: b"not an index" * 40}),
     }

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import math
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 MAX_ID_CHARS = 512
 MAX_METADATA_KEY_CHARS = 256
+INT64 = (-(2**63), 2**63 - 1)
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (category Cc), all of them
 
 
 def id_problem(doc_id: str) -> str | None:
@@ -71,11 +74,89 @@ def date_problem(text: str) -> str | None:
     return None
 
 
-def _control_character(text: str) -> str | None:
-    for char in text:
-        if unicodedata.category(char) == "Cc":
-            return f"U+{ord(char):04X}"
+@dataclass(frozen=True)
+class DocumentLimits:
+    """How large one document may be: the service's ``CLOZE_MAX_DOCUMENT_CHARS`` and ``CLOZE_MAX_METADATA_*``
+    (their defaults are these). An upsert and a restore's import check a document against the same ones."""
+
+    max_document_chars: int = 1_000_000
+    max_metadata_bytes: int = 16_384
+    max_metadata_depth: int = 8
+    max_metadata_keys: int = 256
+
+
+def text_problem(text: str, limits: DocumentLimits, required: bool) -> str | None:
+    """Why a document's text cannot be stored (None when it can). ``required``: a model's collection embeds
+    the text, so it needs one; a collection of the caller's own vectors keeps text only to search by words."""
+    if required and not text.strip():
+        return "empty or only whitespace"
+    if len(text) > limits.max_document_chars:
+        return f"{len(text)} characters, over the limit of {limits.max_document_chars}"
     return None
+
+
+def check_metadata(metadata: Any, where: str, limits: DocumentLimits) -> None:
+    """``InvalidDocument`` naming the path of what makes ``metadata`` unfit to store: not a JSON object, nested
+    past the depth limit, too many keys or bytes, a key that cannot be filtered on, an integer past 64 bits,
+    a number that is not finite, a string that is not UTF-8 (a lone surrogate) or a date-time no filter can
+    compare (``date_problem``). Iterative, so a document
+    nested thousands of levels deep is refused rather than crashing the walk: such a document, once
+    stored, answered 500 to every later read of it."""
+    if not isinstance(metadata, dict):
+        raise InvalidDocument(f"{where}: {_json_type(metadata)}, not a JSON object", where)
+    keys = 0
+    stack: list[tuple[Any, str, int]] = [(metadata, where, 1)]
+    while stack:
+        node, path, depth = stack.pop()
+        if isinstance(node, dict | list) and depth > limits.max_metadata_depth:
+            raise InvalidDocument(f"{path}: nested deeper than {limits.max_metadata_depth} levels", path)
+        if isinstance(node, dict):
+            keys += len(node)
+            if keys > limits.max_metadata_keys:
+                raise InvalidDocument(f"{where}: more than {limits.max_metadata_keys} keys in all", where)
+            for key in node:
+                if problem := metadata_key_problem(key) or _not_utf8(key):
+                    raise InvalidDocument(f"{path}: {problem}", path)
+            stack.extend((child, f"{path}.{key}", depth + 1) for key, child in node.items())
+        elif isinstance(node, list):
+            stack.extend((child, f"{path}.{i}", depth + 1) for i, child in enumerate(node))
+        elif problem := _scalar_problem(node):
+            raise InvalidDocument(f"{path}: {problem}", path)
+    size = len(json.dumps(metadata, ensure_ascii=False).encode())
+    if size > limits.max_metadata_bytes:
+        raise InvalidDocument(
+            f"{where}: {size} bytes as JSON, over the limit of {limits.max_metadata_bytes}", where
+        )
+
+
+def _scalar_problem(value: Any) -> str | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return None if INT64[0] <= value <= INT64[1] else f"{value} is outside 64-bit integers"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{value} is not a finite number"
+    if isinstance(value, str):
+        return _not_utf8(value) or date_problem(value)
+    return f"a {type(value).__name__}, not a JSON value"
+
+
+def _not_utf8(text: str) -> str | None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone UTF-16 surrogate (\\u{ord(text[exc.start]):04x})"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _control_character(text: str) -> str | None:
+    found = CONTROL.search(text)
+    return None if found is None else f"U+{ord(found.group()):04X}"
 
 
 @dataclass

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from index.archive.importer import ImportRules
 from index.archive.restore import ExpectedModel, check_restored, open_restored, verify_archive
 from index.archive.snapshots import take_snapshot
 from index.build.builder import (
@@ -30,11 +31,13 @@ from index.build.builder import (
     chunk_texts,
     create_empty_version,
 )
+from index.build.own_vectors import OwnVectors
 from index.query.ranking import Fusion, Ranked, Scored, dense_ranking, explain, fuse, fusion_depth
 from index.query.results import assemble_hits
 from index.records import (
     DamagedFile,
     Document,
+    DocumentLimits,
     DocumentStoreError,
     InvalidCursor,
     Landed,
@@ -66,9 +69,11 @@ class SearchIndex:
         version: OpenVersion,
         lease: layout.WriterLease | None = None,
         on_repair: Repair | None = None,
+        limits: DocumentLimits | None = None,
     ):
         self.root = Path(root)
         self.encoder = encoder
+        self.limits = limits or DocumentLimits()  # what a restore's import lets one document hold
         self._live = version
         self._lease = lease  # this process's writer lock (None: read-only)
         self._on_repair = on_repair
@@ -88,6 +93,7 @@ class SearchIndex:
         create: bool = True,
         read_only: bool = False,
         on_repair: Repair | None = None,
+        limits: DocumentLimits | None = None,
     ) -> SearchIndex:
         """A writer takes the index's writer lock for its lifetime (``IndexLocked`` when another process
         holds it). ``read_only``: for replicas, beside a live writer or on a read-only volume; nothing is
@@ -97,12 +103,13 @@ class SearchIndex:
         Opening repairs what a crash or a damaged disk left: a lost or garbled ``CURRENT`` (the newest
         complete version serves), a version that will not open (the newest older one serves), a FAISS
         snapshot that is missing, damaged or disagrees with SQLite (rebuilt from the store's vectors).
-        ``on_repair`` is told the reason of each (the service counts them)."""
+        ``on_repair`` is told the reason of each (the service counts them). ``limits``: what one document may
+        hold, checked of every document a restore imports (the service passes its own settings)."""
         root = Path(root)
         lease = None if read_only else layout.WriterLease(root)
         try:
             version = _open_current(root, encoder, create, read_only, on_repair)
-            index = cls(root, encoder, version, lease, on_repair)
+            index = cls(root, encoder, version, lease, on_repair, limits)
             with index._mutate:
                 index._catch_up()
                 index._live.verify()
@@ -330,7 +337,8 @@ class SearchIndex:
 
     def restore(self, archive: Path, private: bool = False) -> dict[str, Any]:
         """Replace the collection with the snapshot in ``archive``: verified whole before anything is written
-        (``BadArchive`` names the problem; the live version is untouched), extracted into a new version, then
+        (``BadArchive`` names the problem; the live version is untouched), its rows imported into a new
+        version, each checked as an upsert into this collection checks it (``import_rules``), then
         published and swapped in under the writer lock, as a rebuild is. Writes acknowledged between the
         snapshot and this restore are not in it: that is what a restore (a rollback) means. ``private``: the
         archive is the caller's own file, which nothing else changes (a replica's download): its data is
@@ -338,11 +346,12 @@ class SearchIndex:
         self.require_writable()
         expected = ExpectedModel(self.encoder.info.fingerprint, int(self.encoder.dimension))
         info = verify_archive(archive, expected, self.root, data_checksums=not private)
+        rules = import_rules(self.encoder, self.limits)
         with layout.build_lock(self.root):
             number = layout.next_version(self.root)
             fresh: OpenVersion | None = None
             try:
-                fresh = open_restored(self.root, number, archive, info, self._on_repair)
+                fresh = open_restored(self.root, number, archive, info, rules, self._on_repair)
                 check_restored(fresh, info)
                 layout.pause_for_tests("restore")  # complete on disk, not published
                 with self._mutate:
@@ -540,6 +549,14 @@ def _reporting(
 
 
 OPEN_ERRORS = (OSError, ValueError, KeyError, sqlite3.Error, DocumentStoreError, DamagedFile)
+
+
+def import_rules(encoder: Any, limits: DocumentLimits) -> ImportRules:
+    """What a restore into a collection of ``encoder`` checks of each imported document: an upsert's rules.
+    A collection of the caller's own vectors takes documents without text and checks vectors its own way."""
+    if isinstance(encoder, OwnVectors):
+        return ImportRules(limits, text_required=False, vectors=encoder.checked)
+    return ImportRules(limits)
 
 
 def _open_current(

@@ -431,14 +431,19 @@ def _restore(args: argparse.Namespace) -> None:
         with _service(args) as client:
             _print(client.upload_snapshot(args.archive, collection=args.collection))
         return
-    from index.archive.restore import restore_offline
+    from index.archive.restore import read_info, restore_offline
     from index.archive.snapshots import SnapshotError
-    from index.records import IndexLocked
+    from index.build.own_vectors import OwnVectors
+    from index.records import DocumentLimits, IndexLocked
+    from index.search_index import import_rules
     from index.storage.layout import BuildInProgress
 
     _offline_collection(args)
     try:
-        result = restore_offline(args.index, args.archive)
+        # No service, so no collection settings: the archive's model says whether its documents need text;
+        # the default document limits apply.
+        own = OwnVectors.from_fingerprint(str(read_info(args.archive).get("model_fingerprint")))
+        result = restore_offline(args.index, args.archive, import_rules(own, DocumentLimits()))
     except (IndexLocked, BuildInProgress, SnapshotError) as exc:
         raise SystemExit(f"cloze index restore: refused, nothing changed: {exc}") from exc
     print(json.dumps(result))

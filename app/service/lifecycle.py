@@ -150,6 +150,7 @@ class Lifecycle:
                 create=collection.is_default,
                 read_only=collection.read_only,
                 on_repair=self.metrics.count_repair,
+                limits=self.settings.document_limits(),
             )
         except Exception as exc:
             message = f"collection {collection.name!r} failed to open: {exc}"

@@ -20,13 +20,13 @@ from fastapi.routing import APIRoute
 
 from app.service.errors import ApiError, BodyRejected
 from app.settings import Settings
-from index.records import UnknownFilterField, date_problem, metadata_key_problem
+from index.records import InvalidDocument, UnknownFilterField
+from index.records import check_metadata as check_document_metadata
 from index.storage.filters import InvalidFilterValue, compile_filters
 
 MAX_BODY_DEPTH = 32  # metadata has its own, lower limit (CLOZE_MAX_METADATA_DEPTH)
 MAX_BODY_VALUES = Settings.model_fields["max_body_values"].default
 INLINE_PARSE_BYTES = 64 * 1024  # parsed on the event loop below this (a thread hop costs more)
-INT64 = (-(2**63), 2**63 - 1)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -155,33 +155,12 @@ def text_list(value: str | list[str], field: str, settings: Settings) -> list[st
 
 
 def check_metadata(metadata: dict[str, Any], where: str, settings: Settings) -> None:
-    """Depth, key count and size, before anything is stored: a document nested 300 levels deep was
-    stored, and every later read of it answered 500."""
-    keys = 0
-    stack: list[tuple[Any, str, int]] = [(metadata, where, 1)]
-    while stack:
-        node, path, depth = stack.pop()
-        if isinstance(node, dict | list) and depth > settings.max_metadata_depth:
-            raise ApiError(422, f"{path}: nested deeper than {settings.max_metadata_depth} levels", path)
-        if isinstance(node, dict):
-            keys += len(node)
-            if keys > settings.max_metadata_keys:
-                raise ApiError(422, f"{where}: more than {settings.max_metadata_keys} keys in all", where)
-            for key in node:
-                if problem := metadata_key_problem(key):
-                    raise ApiError(422, f"{path}: {problem}", path)
-            stack.extend((child, f"{path}.{key}", depth + 1) for key, child in node.items())
-        elif isinstance(node, list):
-            stack.extend((child, f"{path}.{i}", depth + 1) for i, child in enumerate(node))
-        elif isinstance(node, int) and not isinstance(node, bool) and not INT64[0] <= node <= INT64[1]:
-            raise ApiError(422, f"{path}: {node} is outside 64-bit integers", path)
-        elif isinstance(node, str) and (problem := date_problem(node)):
-            raise ApiError(422, f"{path}: {problem}", path)
-    size = len(json.dumps(metadata, ensure_ascii=False).encode())
-    if size > settings.max_metadata_bytes:
-        raise ApiError(
-            422, f"{where}: {size} bytes as JSON, over the limit of {settings.max_metadata_bytes}", where
-        )
+    """``index.records.check_metadata`` with the service's limits, as a 422 naming the field: the same check a
+    restore's import makes of every document in the archive."""
+    try:
+        check_document_metadata(metadata, where, settings.document_limits())
+    except InvalidDocument as exc:
+        raise ApiError(422, str(exc), exc.field) from exc
 
 
 def check_filter(filters: dict[str, Any] | None, settings: Settings) -> None:

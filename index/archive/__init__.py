@@ -1,2 +1,3 @@
-"""Backups: a snapshot is one tar archive of a version (``snapshots``); a restore checks everything
-(``checks``, ``faiss_file``) before anything is written (``restore``)."""
+"""Backups: a snapshot is one tar archive of a version (``snapshots``); a restore checks the archive
+(``checks``) before anything is written, then imports its rows into a store of its own (``importer``,
+``restore``)."""

@@ -1,8 +1,9 @@
-"""Restoring a snapshot: everything checked (``index.archive.checks``) before anything is written, then
-extracted into a new version folder (each checksum checked again as it is written, the FAISS file and the
-store checked as files before they are opened), opened (FAISS must agree with the store), and published
-atomically under the writer lock. The draft carries the rebuild marker, so a restore killed before its
-switch is deleted when the next writer opens the index."""
+"""Restoring a snapshot: everything checked (``index.archive.checks``) before anything is written, then the
+archive's files extracted into a new version folder's staging folder (each checksum checked again as it is
+written), its store's rows imported into a store this service creates (``index.archive.importer``: the archive's own
+store, schema and FAISS file are never opened as the index), FAISS rebuilt from the imported vectors, and
+the version opened and published atomically under the writer lock. The draft carries the rebuild marker, so
+a restore killed before its switch is deleted when the next writer opens the index."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import reprlib
+import shutil
 import sqlite3
 import tarfile
 import zlib
@@ -24,17 +25,19 @@ from typing import IO, Any
 
 from index.archive import checks
 from index.archive.checks import ARCHIVE_FORMAT, FILES, INFO, MAX_INFO_BYTES, SIDECAR, BadArchive
-from index.archive.faiss_file import FaissFileProblem, check_faiss_file
+from index.archive.importer import ImportRules, import_store, rebuild_vectors
 from index.faultpoints import pause_for_tests
-from index.records import IndexError_
+from index.records import IndexError_, StorageError
 from index.storage import layout
-from index.storage.factories import family
 from index.storage.layout import FORMAT_VERSION, REBUILD_MARKER
+from index.storage.store import DocumentStore
 from index.storage.version import OpenVersion
 
 READ_CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 ARCHIVE_ERRORS = (tarfile.TarError, EOFError, OSError, zlib.error)
+STAGING = ".archive"  # inside the draft: the archive's files while they are imported, then deleted
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(frozen=True)
@@ -77,25 +80,20 @@ def verify_archive(
 
 
 def extract_archive(path: Path, folder: Path, info: dict[str, Any]) -> None:
-    """Each file into ``folder`` (a draft no reader looks at), its checksum checked again as it is written
-    (the archive could have changed since it was verified); then the files are fsync'd and the FAISS file
-    and the store checked as files before anything opens them."""
+    """Each file the import reads into ``folder`` (a staging folder no reader looks at), its checksum checked
+    again as it is written (the archive could have changed since it was verified). Not fsync'd: the files are
+    read once and deleted; what is published is the import. ``vectors.faiss`` is checksummed and skipped:
+    FAISS is rebuilt from the imported vectors, so the archive's file is never read."""
     with _open_archive(path) as (archive, reader):
         _read_info_member(archive)
         reader.limit = checks.declared_bytes(info) + checks.TAR_OVERHEAD + MAX_INFO_BYTES
         for member, stream in _members(archive, info):
+            expected = info["files"][member.name]
+            if member.name == layout.VECTORS:
+                _copy_checked(stream, member.name, expected, None)
+                continue
             with (folder / member.name).open("wb") as out:
-                _copy_checked(stream, member.name, info["files"][member.name], out)
-    layout.fsync_tree(folder)
-    sidecar = json.loads((folder / SIDECAR).read_bytes())
-    factory = checks.check_sidecar(sidecar, info, int(info["dimension"]))
-    try:
-        held = check_faiss_file(folder / layout.VECTORS, int(info["dimension"]), family(factory))
-    except FaissFileProblem as exc:
-        raise BadArchive(f"{layout.VECTORS}: {exc}") from exc
-    if held - len(sidecar.get("tombstones", [])) != info["vectors"]:
-        raise BadArchive(f"{layout.VECTORS} holds {held} vectors, {INFO} says {info['vectors']}")
-    checks.check_store_file(folder / layout.STORE, int(info["dimension"]))
+                _copy_checked(stream, member.name, expected, out)
 
 
 def read_info(path: Path) -> dict[str, Any]:
@@ -223,43 +221,63 @@ def _copy_checked(stream: IO[bytes], name: str, expected: dict[str, Any], out: I
         raise BadArchive(
             f"{name} is corrupted: its sha256 is {digest.hexdigest()}, {INFO} says {expected['sha256']}"
         )
-    if out is not None and not isinstance(out, io.BytesIO):
-        out.flush()
-        os.fsync(out.fileno())
 
 
-def prepare_version(root: Path, number: int, archive: Path, info: dict[str, Any]) -> None:
-    """The archive's files as version ``number``, unpublished and marked as a draft to discard if this
-    process dies: the manifest renumbered and told where it came from."""
+def prepare_version(root: Path, number: int, archive: Path, info: dict[str, Any], rules: ImportRules) -> None:
+    """The archive's contents as version ``number``, unpublished and marked as a draft to discard if this
+    process dies: its rows imported into a new store (``importer``), FAISS rebuilt from them, and the
+    manifest (checked in ``verify_archive``) renumbered, its counts and FAISS settings those of the import."""
     folder = layout.version_dir(root, number)
     folder.mkdir(parents=True)
     (folder / REBUILD_MARKER).touch()
-    manifest_path = folder / layout.MANIFEST
-    extract_archive(archive, folder, info)
-    manifest = json.loads(manifest_path.read_text())
-    manifest_path.unlink()  # written back last, renumbered: the version is complete only then
-    manifest |= {
+    staging = folder / STAGING
+    staging.mkdir()
+    extract_archive(archive, staging, info)
+    dimension = int(info["dimension"])
+    sidecar = json.loads((staging / SIDECAR).read_bytes())
+    checks.check_sidecar(sidecar, info, dimension)
+    store = DocumentStore(folder / layout.STORE)  # as a new collection's store is made
+    try:
+        import_store(staging / layout.STORE, store, dimension, int(info["sequence"]), rules)
+        vectors = rebuild_vectors(store, dimension, sidecar)
+        vectors.save(folder / layout.VECTORS, {"synced_seq": store.max_seq()})
+        counts = store.counts()
+    finally:
+        store.close()
+    manifest = json.loads((staging / layout.MANIFEST).read_bytes())
+    shutil.rmtree(staging)
+    for claim in ("checksum", "input_checksum", "stage_seconds"):  # of the archive's build, not this import
+        manifest.pop(claim, None)
+    manifest |= counts | {
         "version": number,
+        "factory": vectors.factory,
+        "search_params": vectors.params,
+        "vectors": vectors.ntotal,
         "restored_from": {"sequence": info.get("sequence"), "created": info.get("created")},
     }
-    layout.write_manifest(folder, manifest)
+    layout.write_manifest(folder, manifest)  # last: the version is complete only then
 
 
 def open_restored(
-    root: Path, number: int, archive: Path, info: dict[str, Any], on_repair: Any = None
+    root: Path,
+    number: int,
+    archive: Path,
+    info: dict[str, Any],
+    rules: ImportRules,
+    on_repair: Any = None,
 ) -> OpenVersion:
     """``prepare_version``, then the draft opened. A draft that passed every check and still does not open
     is the archive's fault (422), a full disk the disk's (413: the archive is too large for it); the
     messages name no path on the server."""
     try:
-        prepare_version(root, number, archive, info)
+        prepare_version(root, number, archive, info, rules)
         return OpenVersion(root, number, False, on_repair)
     except (BadArchive, checks.ArchiveTooLarge):
         raise
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    except (OSError, StorageError) as exc:
+        if (isinstance(exc, StorageError) and exc.full) or getattr(exc, "errno", None) in NO_SPACE:
             raise checks.ArchiveTooLarge(
-                "the collection's disk filled while the archive was extracted"
+                "the collection's disk filled while the archive was imported"
             ) from exc
         raise
     except (ValueError, KeyError, TypeError, RuntimeError, sqlite3.Error, IndexError_) as exc:
@@ -267,8 +285,7 @@ def open_restored(
 
 
 def check_restored(version: OpenVersion, info: dict[str, Any]) -> None:
-    """The opened copy must hold what the archive says it holds (FAISS agrees with the store after the
-    replay at open: ``OpenVersion`` repairs a disagreement from the store's vectors)."""
+    """The imported copy must hold what the archive says it holds, and FAISS every imported vector."""
     counts = version.store.counts()
     if counts["documents"] != info.get("documents") or counts["chunks"] != info.get("chunks"):
         raise BadArchive(
@@ -277,9 +294,10 @@ def check_restored(version: OpenVersion, info: dict[str, Any]) -> None:
     version.verify()
 
 
-def restore_offline(root: Path, archive: Path) -> dict[str, Any]:
+def restore_offline(root: Path, archive: Path, rules: ImportRules | None = None) -> dict[str, Any]:
     """``cloze index restore`` without a service: takes the writer lock (``IndexLocked`` naming the holder
-    while a service writes the index), verifies, extracts into a new version and publishes it."""
+    while a service writes the index), verifies, imports into a new version and publishes it. ``rules``: what
+    an upsert into the collection checks (by default: a model's collection, the default limits)."""
     root = Path(root)
     lease = layout.WriterLease(root)
     try:
@@ -292,7 +310,7 @@ def restore_offline(root: Path, archive: Path) -> dict[str, Any]:
             info = verify_archive(archive, expected, root)
             number = layout.next_version(root)
             try:
-                version = open_restored(root, number, archive, info)
+                version = open_restored(root, number, archive, info, rules or ImportRules())
                 try:
                     check_restored(version, info)
                 finally:

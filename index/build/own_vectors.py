@@ -11,7 +11,7 @@ each of length at most ``MAX_DOT_NORM``; both rank by FAISS inner product (float
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,17 @@ class OwnVectors:
         self.dimension, self.metric = int(dimension), metric
         self.info = OwnVectorsInfo(fingerprint=f"own-vectors:{metric}:{dimension}")
 
+    @classmethod
+    def from_fingerprint(cls, fingerprint: str) -> OwnVectors | None:
+        """The stand-in a fingerprint names (``own-vectors:<metric>:<dimension>``); None for a model's."""
+        parts = fingerprint.split(":")
+        if len(parts) != 3 or parts[0] != "own-vectors" or parts[1] not in METRICS or not parts[2].isdigit():
+            return None
+        try:
+            return cls(int(parts[2]), parts[1])
+        except ValueError:  # a dimension out of range: not one this service makes
+            return None
+
     def embed(self, texts: Sequence[str], normalize: bool | None = True) -> Any:
         raise OwnVectorsOnly(
             "this collection holds vectors its callers supply (no model embeds its text): give each "
@@ -75,24 +86,33 @@ class OwnVectors:
             raise InvalidVector(
                 f"{field}: {len(values)} numbers, but this collection's vectors have {self.dimension}", field
             )
-        array = np.asarray(values, dtype=np.float64)
-        if not np.isfinite(array).all() or np.abs(array).max() > FLOAT32_MAX:
-            raise InvalidVector(f"{field}: holds NaN or an infinity (or a number beyond float32)", field)
-        norm = float(np.linalg.norm(array))  # float64: finite for any float32 values
-        if self.metric == "dot" and norm > MAX_DOT_NORM:
-            raise InvalidVector(
-                f"{field}: norm {norm:.3g}, over {MAX_DOT_NORM:.0e} (metric dot: a longer vector's scores "
-                "would overflow float32)",
-                field,
-            )
-        if self.metric == "cosine":
-            if norm == 0.0:
-                raise InvalidVector(f"{field}: all zeros, which has no direction (metric cosine)", field)
-            array = array / norm
-        return array.astype(np.float32)
+        return self.checked(np.asarray([values], dtype=np.float64), lambda _: field)[0]
 
     def vectors(self, rows: Sequence[Sequence[float]], fields: Sequence[str]) -> np.ndarray:
         """``vector`` for each row, stacked (shape (len(rows), dimension))."""
         if not rows:
             return np.zeros((0, self.dimension), np.float32)
         return np.stack([self.vector(row, field) for row, field in zip(rows, fields, strict=True)])
+
+    def checked(self, matrix: np.ndarray, field_of: Callable[[int], str]) -> np.ndarray:
+        """Rows of this collection's dimension checked at once, as ``vector`` checks one (a restore imports
+        an archive's vectors through here); ``field_of(row)`` names the first unfit row."""
+        array = np.asarray(matrix, dtype=np.float64)
+        unfit = ~np.isfinite(array).all(axis=1) | (np.abs(array).max(axis=1, initial=0) > FLOAT32_MAX)
+        if unfit.any():
+            field = field_of(int(unfit.argmax()))
+            raise InvalidVector(f"{field}: holds NaN or an infinity (or a number beyond float32)", field)
+        norms = np.linalg.norm(array, axis=1)  # float64: finite for any float32 values
+        if self.metric == "dot" and (norms > MAX_DOT_NORM).any():
+            row = int((norms > MAX_DOT_NORM).argmax())
+            raise InvalidVector(
+                f"{field_of(row)}: norm {norms[row]:.3g}, over {MAX_DOT_NORM:.0e} (metric dot: a longer vector's "
+                "scores would overflow float32)",
+                field_of(row),
+            )
+        if self.metric == "cosine":
+            if (norms == 0.0).any():
+                field = field_of(int((norms == 0.0).argmax()))
+                raise InvalidVector(f"{field}: all zeros, which has no direction (metric cosine)", field)
+            array = array / norms[:, None]
+        return array.astype(np.float32)

@@ -104,13 +104,3 @@ def probe_training_size(factory: str) -> int:
     match = GRAMMAR.fullmatch(factory)
     bits = int(match["bits"] or 8) if match and match["pq"] else 0
     return max(16, int(math.pow(2, bits)) if bits else 0)
-
-
-def family(factory: str) -> str:
-    """``flat``, ``hnsw``, ``ivf-flat`` or ``ivf-pq``: the FAISS layout a grammar factory is saved in."""
-    match = GRAMMAR.fullmatch(factory)
-    if match is None:
-        raise InvalidFactory(f"{factory[:80]!r} is not one of the factories this service builds: {SHAPES}")
-    if match["lists"]:
-        return "ivf-pq" if match["pq"] else "ivf-flat"
-    return "hnsw" if match["m"] else "flat"

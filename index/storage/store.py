@@ -214,7 +214,7 @@ class DocumentStore:
         added: list[int] = []
         new_fields: set[str] = set()
         for document, chunks, vectors in items:
-            meta = json.dumps(document.metadata, ensure_ascii=False, default=str)
+            meta = metadata_json(document)
             row = conn.execute("SELECT rid FROM documents WHERE id = ?", (document.id,)).fetchone()
             if row is None:
                 rid = conn.execute(
@@ -243,10 +243,41 @@ class DocumentStore:
                         (document.id, chunk_id),
                     )
             new_fields.update(k for k in document.metadata if k not in self._fields)
+        self._note_fields(conn, new_fields)
+        return removed, added
+
+    @contextmanager
+    def bulk_load(self) -> Iterator[None]:
+        """Filling an empty store (a restore's import): FTS5 is filled once when the body returns, from the
+        documents table (its ``rebuild``), not by the insert trigger once per document (7x faster measured
+        at 20,000 documents); the trigger is back, exactly as it was, in the same transaction. A body
+        that raises leaves the store without FTS5 rows or trigger: its caller discards such a store."""
+        with self.transaction() as conn:
+            (trigger,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'documents_ai'").fetchone()
+            conn.execute("DROP TRIGGER documents_ai")
+        yield
+        with self.transaction() as conn:
+            conn.execute("INSERT INTO documents_fts(documents_fts) VALUES ('rebuild')")
+            conn.execute(trigger)
+
+    def add_documents(self, conn: sqlite3.Connection, documents: Sequence[Document]) -> None:
+        """Documents new to the store, without chunks, stored as ``write_documents`` stores them but a page
+        at a time (a restore's import into an empty store: one statement per page, not three per document).
+        A repeated id raises ``sqlite3.IntegrityError``."""
+        if not documents:
+            return
+        first = conn.execute("SELECT COALESCE(MAX(rid), 0) FROM documents").fetchone()[0]
+        conn.executemany(
+            "INSERT INTO documents(id, text, metadata) VALUES (?, ?, ?)",
+            [(d.id, d.text, metadata_json(d)) for d in documents],
+        )
+        conn.execute(FILL_VALUES + "d.rid > ?", (first,))
+        self._note_fields(conn, {k for d in documents for k in d.metadata if k not in self._fields})
+
+    def _note_fields(self, conn: sqlite3.Connection, new_fields: set[str]) -> None:
         if new_fields:
             conn.executemany("INSERT OR IGNORE INTO fields(name) VALUES (?)", [(f,) for f in new_fields])
             self._fields |= new_fields
-        return removed, added
 
     def _drop_chunks(self, conn: sqlite3.Connection, rid: int, doc_id: str, log: bool) -> list[int]:
         ids = [r[0] for r in conn.execute("SELECT id FROM chunks WHERE doc_rid = ?", (rid,))]
@@ -265,6 +296,23 @@ class DocumentStore:
         conn.execute("DELETE FROM documents WHERE rid = ?", (row[0],))
         conn.execute("DELETE FROM doc_values WHERE doc_rid = ?", (row[0],))
         return removed
+
+    def add_chunks(
+        self, conn: sqlite3.Connection, rows: Sequence[tuple[int, int, str]], vectors: np.ndarray
+    ) -> None:
+        """Chunks ``(doc_rid, chunk_index, text)`` with their vectors for documents already written, unlogged
+        (a restore's import: its documents are written first, then the archive's chunks page by page)."""
+        conn.executemany(
+            "INSERT INTO chunks(doc_rid, chunk_index, text, vector) VALUES (?, ?, ?, ?)",
+            [(*row, vector.tobytes()) for row, vector in zip(rows, vectors.astype(np.float32), strict=True)],
+        )
+
+    def continue_changelog(self, conn: sqlite3.Connection, seq: int) -> None:
+        """Start an empty version's changelog after ``seq`` (a restored version continues its archive's
+        sequence), every entry up to it counted as pruned: no copy of the index can replay them from here."""
+        conn.execute("DELETE FROM sqlite_sequence WHERE name = 'changelog'")
+        conn.execute("INSERT INTO sqlite_sequence(name, seq) VALUES ('changelog', ?)", (seq,))
+        self.set_state(conn, "changelog_pruned_through", str(seq))
 
     def set_vectors(self, conn: sqlite3.Connection, ids: Sequence[int], vectors: np.ndarray) -> None:
         conn.executemany(
@@ -563,6 +611,11 @@ class DocumentStore:
             (json.dumps([int(i) for i in ids]),),
         )
         return {r[0] for r in rows}
+
+
+def metadata_json(document: Document) -> str:
+    """How a document's metadata is stored."""
+    return json.dumps(document.metadata, ensure_ascii=False, default=str)
 
 
 def wal_file(path: Path) -> Path:

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.archives import hostile_archives
+from harness.archives import hostile_archives, neutralised_archives
 from tests.e2e.conftest import serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -668,6 +668,21 @@ def test_hostile_archives_are_refused_before_anything_is_published(server, good_
         assert searched.status_code == 200 and len(searched.json()["results"]) == 10, searched.text
     good = server.http.post("/collections/hostile/restore", content=good_archive, headers=headers)
     assert good.status_code == 200 and good.json()["documents"] == 12, good.text
+
+
+def test_a_restore_never_reads_the_archives_faiss_file(server, good_archive):
+    """A FAISS file that lies (another shape, 2^28 floats declared in 338 bytes, not FAISS) is never read:
+    FAISS is rebuilt from the imported vectors, with no RSS jump, and the collection searches."""
+    headers = {"content-type": "application/octet-stream"}
+    for case, body in neutralised_archives(good_archive).items():
+        name = f"restore: {case}"
+        before = server.status()["VmRSS"]
+        send = lambda h, body=body: h.post("/collections/hostile/restore", content=body, headers=headers)  # noqa: E731
+        assert check(server, name, send, 200).json()["documents"] == 12, case
+        assert MEASURED[name]["peak_rss_mb"] - before < RESTORE_RSS_JUMP_MB, MEASURED[name]
+        search = {"query": "lighthouse lens", "mode": "dense"}
+        searched = server.http.post("/collections/hostile/search", json=search)
+        assert searched.status_code == 200 and len(searched.json()["results"]) == 10, searched.text
 
 
 # ---- factories and other unbounded work ----------------------------------------------------------------

@@ -9,12 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.archives import STORE, edited_store, pack, unpack
+from index.archive.restore import restore_offline
 from index.archive.snapshots import BadArchive
 from index.build.builder import attach_vectors
 from index.build.own_vectors import InvalidVector, OwnVectors, OwnVectorsOnly
 from index.collections import CollectionError, CollectionInfo, create_collection, read_info
-from index.records import Document
-from index.search_index import SearchIndex
+from index.records import Document, DocumentLimits
+from index.search_index import SearchIndex, import_rules
 from index.text.chunking import Chunker, WholeDocuments
 
 
@@ -73,3 +75,39 @@ def test_an_own_vectors_collection_end_to_end(tmp_path: Path):
             wider.restore(tmp_path / "snaps" / snapshot["name"])
     finally:
         wider.close()
+
+
+def test_a_restore_checks_each_vector_as_an_upsert_does(tmp_path: Path):
+    """A cosine collection's archive: a zero vector is refused as an upsert refuses it, vectors that are not of
+    unit length are normalised as an upsert normalises them, and documents without text (which a collection
+    of the caller's own vectors takes) restore, through the service and offline."""
+    info = CollectionInfo("unit", None, dimension=2, metric="cosine")
+    index = SearchIndex.open(create_collection(tmp_path, info, info.own_vectors()), info.own_vectors())
+    try:
+        shape = index.encoder
+        docs = [Document("a", ""), Document("b", "words")]
+        index.commit(
+            attach_vectors(
+                index.prepare(docs), np.stack([shape.vector([1, 0], "0"), shape.vector([0, 1], "1")])
+            )
+        )
+        members = unpack((tmp_path / "snaps" / index.snapshot(tmp_path / "snaps")["name"]).read_bytes())
+
+        def vectors_set_to(value: list[float]) -> Path:
+            blob = np.asarray(value, np.float32).tobytes()
+            store = edited_store(members[STORE], lambda c: c.execute("UPDATE chunks SET vector = ?", (blob,)))
+            path = tmp_path / "edited.tar"
+            path.write_bytes(pack(members | {STORE: store}))
+            return path
+
+        with pytest.raises(BadArchive, match="all zeros"):
+            index.restore(vectors_set_to([0, 0]))
+        assert index.restore(vectors_set_to([3, 4]))["documents"] == 2
+        hit = index.search(shape.vector([3, 4], "q"), "", top_k=1)[0]
+        assert math.isclose(hit.score, 1.0, rel_tol=1e-5)  # stored as the unit vector (0.6, 0.8)
+    finally:
+        index.close()
+    restored = restore_offline(
+        tmp_path / "offline", tmp_path / "edited.tar", import_rules(shape, DocumentLimits())
+    )
+    assert restored["documents"] == 2

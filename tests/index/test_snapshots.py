@@ -1,12 +1,13 @@
-"""Snapshots in one process (issue 46): a snapshot holds exactly the writes acknowledged before it began,
-restores into a new published version, and every damaged or foreign archive is refused before anything
-is written, with the live index untouched."""
+"""Snapshots in one process: a snapshot holds exactly the writes acknowledged before it began, restores into a
+new published version by importing its rows into a store of the service's own, and every damaged or foreign
+archive is refused before anything is published, with the live index untouched."""
 
 from __future__ import annotations
 
 import io
 import json
 import shutil
+import sqlite3
 import tarfile
 import threading
 import time
@@ -14,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.archives import hostile_archives
+from harness.archives import edited_store, hostile_archives, neutralised_archives, pack, unpack
 from index.archive import restore, snapshots
 from index.records import Document
 from index.search_index import SearchIndex
 from index.storage import layout
+from index.storage.store import DocumentStore
 from tests.index.conftest import tiny_documents
 
 
@@ -276,6 +278,60 @@ def test_an_archive_is_believed_only_where_the_restore_checked_it(
         live.restore(tmp_path / "good.tar")
     monkeypatch.undo()
     assert live.restore(tmp_path / "good.tar")["documents"] == 12
+
+
+def test_a_restore_never_reads_the_archives_faiss_file(live: SearchIndex, tmp_path: Path) -> None:
+    """FAISS is rebuilt from the imported vectors: a FAISS file of another shape, one declaring 2^28 floats
+    (1 GiB when FAISS read it) or not FAISS at all changes nothing, and the restored collection searches."""
+    before = docs(12, 22, "f-")
+    live.upsert(before)
+    good = (tmp_path / "snaps" / live.snapshot(tmp_path / "snaps")["name"]).read_bytes()
+    for case, body in neutralised_archives(good).items():
+        (tmp_path / "neutral.tar").write_bytes(body)
+        assert live.restore(tmp_path / "neutral.tar")["documents"] == 12, case
+        assert_searchable(live, before)
+
+
+def test_nothing_of_the_archives_store_survives_but_its_rows(live: SearchIndex, tmp_path: Path) -> None:
+    """The restored store's schema is exactly a new store's (the archive's extra table, index, trigger and
+    CHECK are gone), its state holds nothing the archive set (a replica's position, a pruning point), its
+    row ids are renumbered (a chunk id at the largest integer would fail every later write), and its
+    changelog continues at the archive's sequence."""
+    live.upsert(docs(8, 23, "s-"))
+    live.delete("s-2")
+    archive = tmp_path / "snaps" / live.snapshot(tmp_path / "snaps")["name"]
+    members = unpack(archive.read_bytes())
+    sequence = json.loads(members[snapshots.INFO])["sequence"]
+
+    def tamper(connection: sqlite3.Connection) -> None:
+        connection.executescript(
+            """
+            CREATE TABLE extra(x);
+            CREATE UNIQUE INDEX chunks_text ON chunks(text);
+            CREATE TRIGGER spy AFTER INSERT ON chunks BEGIN DELETE FROM documents; END;
+            INSERT INTO state(key, value) VALUES ('replica_position', '{"epoch": 9, "version": 9, "seq": 9}');
+            UPDATE state SET value = '999999' WHERE key = 'changelog_pruned_through';
+            UPDATE chunks SET id = 9223372036854775807 WHERE id = (SELECT MAX(id) FROM chunks);
+            """
+        )
+
+    (tmp_path / "tampered.tar").write_bytes(
+        pack(members | {layout.STORE: edited_store(members[layout.STORE], tamper)})
+    )
+    restored = live.restore(tmp_path / "tampered.tar")
+    store = DocumentStore(layout.version_dir(live.root, restored["version"]) / layout.STORE, read_only=True)
+    fresh = DocumentStore(tmp_path / "fresh.sqlite")
+    try:
+        schema = "SELECT type, name, sql FROM sqlite_master ORDER BY name"
+        assert store.query(schema).fetchall() == fresh.query(schema).fetchall()
+        assert store.get_state("replica_position") is None and store.pruned_through() == sequence
+        assert store.max_seq() == sequence and not store.changes_since(0)
+        assert store.query("SELECT MAX(id) FROM chunks").fetchone()[0] == 7
+    finally:
+        store.close()
+        fresh.close()
+    live.upsert([Document("after", "a text after the restore")])  # the archive's trigger would empty it
+    assert len(all_ids(live)) == 8
 
 
 def test_a_poll_between_a_restores_publish_and_swap_does_not_open_it_again(

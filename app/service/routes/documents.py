@@ -20,7 +20,7 @@ from app.service.validation import (
 )
 from index.build.builder import attach_vectors, chunk_texts
 from index.build.own_vectors import InvalidVector, OwnVectors
-from index.records import Document, InvalidCursor, Landed, id_problem
+from index.records import Document, InvalidCursor, Landed, id_problem, text_problem
 from index.search_index import MAX_LIST_LIMIT
 from index.storage.filters import InvalidFilterValue
 
@@ -65,13 +65,9 @@ async def upsert_documents(
         where = str(position)  # as FastAPI names a field of a list body: "0.text"
         if problem := id_problem(doc.id):
             raise ApiError(422, f"{where}.id: {problem}", f"{where}.id")
-        _check_vector_or_text(doc, where, own, collection)
-        if len(doc.text) > settings.max_document_chars:
-            raise ApiError(
-                422,
-                f"{where}.text: {len(doc.text)} characters, over the limit of {settings.max_document_chars}",
-                f"{where}.text",
-            )
+        _check_vector(doc, where, own, collection)
+        if problem := text_problem(doc.text, settings.document_limits(), required=own is None):
+            raise ApiError(422, f"{where}.text: {problem}", f"{where}.text")
         check_metadata(doc.metadata, f"{where}.metadata", settings)
     index = collection.writable_index()
     mode = request.app.state.replication.admit(collection.name, ack)
@@ -91,11 +87,9 @@ async def upsert_documents(
     return UpsertResponse(upserted=landed.upserted, searchable=landed.searchable)
 
 
-def _check_vector_or_text(
-    doc: DocumentIn, where: str, own: OwnVectors | None, collection: Collection
-) -> None:
+def _check_vector(doc: DocumentIn, where: str, own: OwnVectors | None, collection: Collection) -> None:
     """A model's collection embeds each document's text; a collection of the caller's own vectors takes
-    one vector per document, and text only to search it by words (BM25, hybrid)."""
+    one vector per document, and text only to search it by words (BM25, hybrid: ``text_problem``)."""
     if own is None and doc.vector is not None:
         raise ApiError(
             422,
@@ -107,8 +101,6 @@ def _check_vector_or_text(
         raise ApiError(
             422, f"{where}.vector: required in a collection of your own vectors", f"{where}.vector"
         )
-    if own is None and not doc.text.strip():
-        raise ApiError(422, f"{where}.text: empty or only whitespace", f"{where}.text")
 
 
 def _commit_own_vectors(index: Any, own: OwnVectors, documents: list[DocumentIn]) -> Landed:
