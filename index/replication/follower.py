@@ -49,6 +49,7 @@ class Follower(Worker):
         self.caught_up_at: float | None = None  # when the bucket last held nothing newer than this copy
         self.writer: dict[str, Any] | None = None  # the writer's last heartbeat
         self.waiting: str | None = "no copy of the writer's index yet"
+        self.look_from: int | None = None  # where the tail's listing starts (``_pending``); None: the whole tail
         self.fetch = ThreadPoolExecutor(PREFETCH, thread_name_prefix="segment-fetch")
 
     def stop(self) -> None:
@@ -84,9 +85,8 @@ class Follower(Worker):
         self.writer, _ = self.bucket.get_json(self.keys.heartbeat(int(current["epoch"])))
 
     def _follow_tail(self, index: Any, position: Position, current: dict[str, Any], generation: int) -> bool:
-        """Apply every segment after ``position``; True when the bucket had nothing newer left."""
-        prefix = self.keys.tail(position.epoch, position.version)
-        keys = self.bucket.list_after(prefix, f"{prefix}{position.seq:0{12}d}")[: PREFETCH * 4]
+        """Apply every segment that continues from ``position``; True when the bucket had nothing newer left."""
+        keys = self._pending(position)
         if not keys and int(current["base_seq"]) > position.seq:  # the tail before the base is gone
             self._bootstrap(index, current)
             return False
@@ -98,7 +98,9 @@ class Follower(Worker):
         seq = position.seq
         for key, (data, _) in zip(keys, self.fetch.map(self.bucket.get_bytes, keys), strict=True):
             after, through = Keys.segment_range(key)
-            if after != seq:
+            if through <= seq:  # inside what an overlapping segment already applied: its states are older
+                continue
+            if after > seq:
                 if not run and int(current["base_seq"]) > seq:  # the tail was cut behind a newer base
                     self._bootstrap(index, current)
                     return False
@@ -117,9 +119,25 @@ class Follower(Worker):
             self.alive()
         return False  # more may have landed while these applied: list again before saying caught up
 
+    def _pending(self, position: Position) -> list[str]:
+        """The tail's segments that end past ``position``, in order (a batch of downloads at most). A segment
+        holds each document's final state at its end, so one that starts at or before the position and ends
+        past it applies as well as one that starts there (a re-shipped put, a writer that resumed behind a
+        base). Listed from where the last segment seen at or before the position starts, not from the
+        position: the writer never resumes behind its last segment, so nothing that still matters starts
+        earlier; after a copy of a base or a start, from the whole tail once."""
+        prefix = self.keys.tail(position.epoch, position.version)
+        start = "" if self.look_from is None else f"{prefix}{self.look_from:0{12}d}"
+        listed = [(key, *Keys.segment_range(key)) for key in self.bucket.list_after(prefix, start)]
+        starts = [after for _, after, _ in listed if after <= position.seq]
+        if starts:
+            self.look_from = max(starts)
+        return [key for key, _, through in listed if through > position.seq][: PREFETCH * 4]
+
     def _bootstrap(self, index: Any, current: dict[str, Any]) -> None:
         """The base as a new local version (verified, published and swapped as any restore), then its
         position; killed in between, the next start finds no position for it and copies it again."""
+        self.look_from = None  # a segment of this base's tail may have started before it
         started = time.monotonic()
         self.work.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.work, prefix=".base-") as folder:

@@ -332,3 +332,65 @@ def test_a_segment_whose_put_landed_but_failed_is_not_overlapped(
     step(follower)
     step(follower)
     assert everything(replica) == everything(writer) and "c1" in everything(replica)
+
+
+def put_segment(bucket: Bucket, writer: SearchIndex, after: int) -> None:
+    """The writer's changes after ``after`` as one segment, as a shipper puts it (here by hand, to lay out
+    overlaps that a writer of an earlier release, or a put that landed late, leaves in the bucket)."""
+    version, batch = writer.changes_after(after)
+    key = bucket.keys("default").segment(1, version, batch.after, batch.through)
+    bucket.put_bytes(key, segments.encode(batch, version))
+
+
+def test_a_replica_applies_a_segment_that_overlaps_its_position(tmp_path: Path, bucket, pair) -> None:
+    """Segments hold final document states, so one that starts before the replica's position and ends past it
+    applies as well: tail 3-5, then 3-6 (the first put's answer was lost), then 6-7."""
+    writer, replica = pair
+    ship = shipper(writer, bucket, 1, "writer", tmp_path)
+    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
+    writer.upsert(docs(3, 1, "a"))
+    step(ship)  # the base
+    step(follower)
+    base = writer.position()[1]
+    writer.upsert(docs(2, 2, "b"))
+    put_segment(bucket, writer, base)
+    step(follower)
+    writer.upsert(docs(1, 3, "c"))
+    put_segment(bucket, writer, base)  # starts where the first did, ends past it
+    step(follower)
+    assert everything(replica) == everything(writer), "the overlapping segment was skipped"
+    writer.upsert(docs(1, 4, "d"))
+    put_segment(bucket, writer, follower.position(replica).seq)
+    step(follower)
+    step(follower)
+    assert everything(replica) == everything(writer) and follower.error is None
+    assert follower.position(replica).seq == writer.position()[1]
+
+
+def test_a_replica_copied_from_a_base_takes_the_segment_that_straddles_it(
+    tmp_path: Path, bucket, pair
+) -> None:
+    """A base at 10 with the tail 3-9, 9-11 (a writer of an earlier release restarted after the base): the
+    replica copied from the base takes 9-11 and what follows."""
+    writer, replica = pair
+    ship = shipper(writer, bucket, 1, "writer", tmp_path)
+    writer.upsert(docs(3, 1, "a"))
+    step(ship)  # the first base
+    first = writer.position()[1]
+    writer.upsert(docs(2, 2, "b"))
+    put_segment(bucket, writer, first)
+    last_through = writer.position()[1]
+    writer.upsert(docs(2, 3, "c"))
+    ship._ship_base(writer)  # a base past the last segment
+    writer.upsert(docs(1, 4, "d"))
+    put_segment(bucket, writer, last_through)  # resumed from the last segment, behind the base
+
+    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
+    step(follower)  # the base
+    step(follower)
+    assert everything(replica) == everything(writer), "the segment across the base was skipped"
+    writer.upsert(docs(1, 5, "e"))
+    put_segment(bucket, writer, follower.position(replica).seq)
+    step(follower)
+    step(follower)
+    assert everything(replica) == everything(writer) and "e0" in everything(replica)
