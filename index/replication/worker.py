@@ -14,6 +14,11 @@ from index.replication.bucket import BucketUnavailable
 log = logging.getLogger(__name__)
 
 
+class Stuck(RuntimeError):
+    """A step that cannot go on for a reason it states (a replica's tail with a gap): a state to report and
+    log when it changes, not a failure to trace."""
+
+
 class Worker:
     def __init__(self, interval: float, collection: str = DEFAULT_COLLECTION):
         self.interval, self.collection = interval, collection
@@ -81,7 +86,13 @@ class Worker:
                 if self.error != str(exc):
                     log.warning("%s: the bucket is unavailable: %s", type(self).__name__, exc)
                 self.error = str(exc)
+            except Stuck as exc:
+                if self.error != str(exc):
+                    log.warning("%s: %s", type(self).__name__, exc)
+                self.error = str(exc)
             except Exception as exc:  # logged and retried: the thread must outlive any one failure
-                log.exception("%s step failed", type(self).__name__)
-                self.error = f"{type(exc).__name__}: {exc}"
+                error = f"{type(exc).__name__}: {exc}"
+                if self.error != error:  # once, not every poll: a worker stuck on one failure filled the log
+                    log.exception("%s step failed", type(self).__name__)
+                self.error = error
             self._kick.wait(self.interval)
