@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from index.replication.bucket import Keys
+from index.replication.worker import Stuck
 
 CURRENT_FORMAT = 1
 # CURRENT.json's field -> the same figure in the base's snapshot.json (the last two absent before they were
@@ -20,8 +21,9 @@ BASE_FIELDS = {
 }
 
 
-class BadCurrent(ValueError):
-    """``CURRENT.json`` disagrees with itself or with the base it names: nothing is copied from it."""
+class BadCurrent(Stuck):
+    """``CURRENT.json`` disagrees with itself or with the base it names: nothing is copied from it (a state a
+    replica reports, stale, until the writer replaces it)."""
 
 
 def check_current(current: dict[str, Any], keys: Keys) -> None:

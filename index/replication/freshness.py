@@ -38,10 +38,13 @@ class WriterBeats:
         if not self.beats or self.beats[-1] != beat:
             self.beats = (*self.beats[-(KEEP - 1) :], beat)
 
-    def report(self, position: tuple[int, int, int] | None, bound: float) -> dict[str, Any]:
+    def report(
+        self, position: tuple[int, int, int] | None, bound: float, stuck: bool = False
+    ) -> dict[str, Any]:
         """The writer's sequence, the lag behind it and the heartbeat's age; how stale the replica is and
         whether that is over ``bound``. No lag from a heartbeat older than ``bound``: the writer may be far
-        ahead by now. Stale when unknown (no heartbeat held yet)."""
+        ahead by now. Stale when unknown (no heartbeat held yet) or ``stuck`` (the replica knows it cannot
+        reach what the bucket holds)."""
         beats, now = self.beats, time.time()
         latest = beats[-1] if beats else None
         age = None if latest is None else max(0.0, now - latest.time)
@@ -56,5 +59,5 @@ class WriterBeats:
             "lag": lag,
             "writer_heartbeat_age_s": None if age is None else round(age, 3),
             "staleness_s": None if staleness is None else round(staleness, 3),
-            "stale": staleness is None or staleness > bound,
+            "stale": stuck or staleness is None or staleness > bound,
         }

@@ -14,11 +14,17 @@ from index.replication.bucket import BucketUnavailable
 log = logging.getLogger(__name__)
 
 
+class Stuck(RuntimeError):
+    """A step that cannot go on for a reason it states (a replica's tail with a gap): a state to report and
+    log when it changes, not a failure to trace."""
+
+
 class Worker:
     def __init__(self, interval: float, collection: str = DEFAULT_COLLECTION):
         self.interval, self.collection = interval, collection
         self.beat = time.monotonic()
         self.error: str | None = None
+        self.stuck = False  # the last step stopped on a ``Stuck``: behind, whatever the heartbeats say
         self.restarts = 0
         self.lock = threading.Lock()  # held by a step that changes the index or the bucket
         self._generation = 0
@@ -76,12 +82,18 @@ class Worker:
             self._kick.clear()  # before the step: a kick that lands during it makes the next wait return at once
             try:
                 self.step(generation)
-                self.error = None
+                self.error, self.stuck = None, False
             except BucketUnavailable as exc:
                 if self.error != str(exc):
                     log.warning("%s: the bucket is unavailable: %s", type(self).__name__, exc)
                 self.error = str(exc)
+            except Stuck as exc:
+                if self.error != str(exc):
+                    log.warning("%s: %s", type(self).__name__, exc)
+                self.error, self.stuck = str(exc), True
             except Exception as exc:  # logged and retried: the thread must outlive any one failure
-                log.exception("%s step failed", type(self).__name__)
-                self.error = f"{type(exc).__name__}: {exc}"
+                error = f"{type(exc).__name__}: {exc}"
+                if self.error != error:  # once, not every poll: a worker stuck on one failure filled the log
+                    log.exception("%s step failed", type(self).__name__)
+                self.error = error
             self._kick.wait(self.interval)

@@ -4,7 +4,9 @@ same against `cloze serve` processes and a moto server, with kills, a cut networ
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -334,3 +336,113 @@ def test_a_segment_whose_put_landed_but_failed_is_not_overlapped(
     step(follower)
     step(follower)
     assert everything(replica) == everything(writer) and "c1" in everything(replica)
+
+
+def put_segment(bucket: Bucket, writer: SearchIndex, after: int) -> None:
+    """The writer's changes after ``after`` as one segment, as a shipper puts it (here by hand, to lay out
+    overlaps that a writer of an earlier release, or a put that landed late, leaves in the bucket)."""
+    version, batch = writer.changes_after(after)
+    key = bucket.keys("default").segment(1, version, batch.after, batch.through)
+    bucket.put_bytes(key, segments.encode(batch, version))
+
+
+def test_a_replica_applies_a_segment_that_overlaps_its_position(tmp_path: Path, bucket, pair) -> None:
+    """Segments hold final document states, so one that starts before the replica's position and ends past it
+    applies as well: tail 3-5, then 3-6 (the first put's answer was lost), then 6-7."""
+    writer, replica = pair
+    ship = shipper(writer, bucket, 1, "writer", tmp_path)
+    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
+    writer.upsert(docs(3, 1, "a"))
+    step(ship)  # the base
+    step(follower)
+    base = writer.position()[1]
+    writer.upsert(docs(2, 2, "b"))
+    put_segment(bucket, writer, base)
+    step(follower)
+    writer.upsert(docs(1, 3, "c"))
+    put_segment(bucket, writer, base)  # starts where the first did, ends past it
+    step(follower)
+    assert everything(replica) == everything(writer), "the overlapping segment was skipped"
+    writer.upsert(docs(1, 4, "d"))
+    put_segment(bucket, writer, follower.position(replica).seq)
+    step(follower)
+    step(follower)
+    assert everything(replica) == everything(writer) and follower.error is None
+    assert follower.position(replica).seq == writer.position()[1]
+
+
+def test_a_replica_copied_from_a_base_takes_the_segment_that_straddles_it(
+    tmp_path: Path, bucket, pair
+) -> None:
+    """A base at 10 with the tail 3-9, 9-11 (a writer of an earlier release restarted after the base): the
+    replica copied from the base takes 9-11 and what follows."""
+    writer, replica = pair
+    ship = shipper(writer, bucket, 1, "writer", tmp_path)
+    writer.upsert(docs(3, 1, "a"))
+    step(ship)  # the first base
+    first = writer.position()[1]
+    writer.upsert(docs(2, 2, "b"))
+    put_segment(bucket, writer, first)
+    last_through = writer.position()[1]
+    writer.upsert(docs(2, 3, "c"))
+    ship._ship_base(writer)  # a base past the last segment
+    writer.upsert(docs(1, 4, "d"))
+    put_segment(bucket, writer, last_through)  # resumed from the last segment, behind the base
+
+    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
+    step(follower)  # the base
+    step(follower)
+    assert everything(replica) == everything(writer), "the segment across the base was skipped"
+    writer.upsert(docs(1, 5, "e"))
+    put_segment(bucket, writer, follower.position(replica).seq)
+    step(follower)
+    step(follower)
+    assert everything(replica) == everything(writer) and "e0" in everything(replica)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_a_replica_with_a_gap_in_its_tail_says_so_once_and_copies_the_next_base(
+    tmp_path: Path, bucket, pair, caplog, monkeypatch
+) -> None:
+    """A segment that never reached the bucket and a base that is not past it: the replica keeps serving what
+    it holds, reports why (not caught up), logs it once over many polls (no traceback), and copies the
+    writer's next base by itself."""
+    writer, replica = pair
+    ship = shipper(writer, bucket, 1, "writer", tmp_path)
+    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work", interval=0.01)
+    writer.upsert(docs(3, 1, "a"))
+    step(ship)
+    step(follower)
+    held = writer.position()[1]
+    writer.upsert(docs(2, 2, "b"))
+    lost = writer.position()[1]  # the segment through here is lost
+    writer.upsert(docs(1, 3, "c"))
+    put_segment(bucket, writer, lost)
+    listings = []
+    list_after = bucket.list_after
+    monkeypatch.setattr(bucket, "list_after", lambda *a: listings.append(a) or list_after(*a))
+    caplog.set_level(logging.INFO, logger="index.replication")
+    follower.start()
+    try:
+        wait_for(lambda: follower.error is not None, "the gap to be reported")
+        polls = len(listings)
+        wait_for(lambda: len(listings) > polls + 20, "more polls")
+        state = follower.status(replica, stale_after=60)
+        assert f"does not continue from sequence {held}" in state["error"] and "newer base" in state["error"]
+        assert state["stale"] and state["applied_seq"] == held
+        logged = [r for r in caplog.records if r.name.startswith("index.replication")]
+        assert [(r.levelno, r.exc_info) for r in logged] == [(logging.WARNING, None)], logged
+
+        ship._ship_base(writer)  # the writer's next base (base_every, a rebuild) closes the gap
+        # (no position for a moment: the copy is restored, then its position written)
+        wait_for(lambda: follower.status(replica, 60)["applied_seq"] == writer.position()[1], "the copy")
+        wait_for(lambda: follower.error is None, "the error to clear")
+    finally:
+        follower.stop()
+    assert everything(replica) == everything(writer)
