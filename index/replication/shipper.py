@@ -70,6 +70,9 @@ class Shipper(Worker):
         self.etag: str | None = None
         self.read_current = False
         self.shipped: tuple[int, int] | None = None  # (version, sequence) durable in the bucket
+        # Where this version's next segment starts: the last segment's end, kept across a base cut past it so
+        # caught-up replicas continue without copying the base (an overlap applies, a gap does not)
+        self.tail: int | None = None
         self.fenced: str | None = None
         self.heartbeat_at = 0.0
         self.waiters: list[Waiter] = []  # remote-mode writes waiting for their position to ship
@@ -116,16 +119,15 @@ class Shipper(Worker):
     def _ship(self, index: Any) -> None:
         version, _ = index.position()
         if self.current is None or self.current["version"] != version:
-            self._ship_base(index)
+            self._ship_base(index, continue_tail=False)
             return
-        if self.shipped is None:
+        if self.tail is None:
             self._resume_tail(index)
-        assert self.shipped is not None
         try:
-            number, batch = index.changes_after(self.shipped[1], MOST_DOCUMENTS_PER_SEGMENT)
+            number, batch = self._changes(index)
         except (ChangelogPruned, OverflowError) as exc:
             log.info("shipping a new base: %s", exc)
-            self._ship_base(index)
+            self._ship_base(index, continue_tail=False)
             return
         if number != version or batch.through == batch.after:
             return  # a rebuild swapped versions meanwhile (its base goes next step), or nothing new
@@ -136,15 +138,28 @@ class Shipper(Worker):
             log.info("segment %s was already in the bucket", key)
         except Exception:
             # The put may have landed with its answer lost: the next segment continues from what the
-            # bucket lists, never from an earlier sequence under another key that a replica would skip.
-            self.shipped = None
+            # bucket lists, not a longer overlapping one under another key.
+            self.tail = None
             raise
         self._check_fence()
+        self.tail = batch.through
         self._mark_shipped(number, batch.through)
         if self.current is None:  # CURRENT.json was not as this writer left it: a base replaces it next step
             return
         if batch.through - int(self.current["base_seq"]) >= self.base_every:
-            self._ship_base(index)
+            self._ship_base(index, continue_tail=True)
+
+    def _changes(self, index: Any) -> tuple[int, Any]:
+        """The documents changed after the tail's end; after the base's sequence when the changelog no longer
+        reaches back to the tail's end (replicas still there then copy the base)."""
+        assert self.tail is not None and self.current is not None
+        try:
+            return index.changes_after(self.tail, MOST_DOCUMENTS_PER_SEGMENT)
+        except ChangelogPruned:
+            if self.tail >= int(self.current["base_seq"]):
+                raise
+            self.tail = int(self.current["base_seq"])
+            return index.changes_after(self.tail, MOST_DOCUMENTS_PER_SEGMENT)
 
     # ---- CURRENT.json and the fence --------------------------------------------------------------
 
@@ -200,9 +215,9 @@ class Shipper(Worker):
             )
 
     def _resume_tail(self, index: Any) -> None:
-        """After a restart or a failed put: the tail continues after the last segment in the bucket or
-        the base, whichever is newer (a base cut past the last segment is where a replica copied from it
-        stands, and it lists only the segments after that)."""
+        """After a restart or a failed put: the tail continues from the last segment in the bucket (a segment
+        that starts there and ends past a newer base serves replicas at either), from the base when there is
+        none; what is durable is the newer of the two."""
         assert self.current is not None
         version = int(self.current["version"])
         keys = self.bucket.list_after(self.keys.tail(self.epoch, version), "")
@@ -214,9 +229,12 @@ class Shipper(Worker):
                 f"the bucket holds sequence {shipped} of version {version} at epoch {self.epoch}, this "
                 f"writer's index only {local}: is another writer using epoch {self.epoch}?"
             )
+        self.tail = last_segment if keys else shipped
         self._mark_shipped(version, shipped)
 
-    def _ship_base(self, index: Any) -> None:
+    def _ship_base(self, index: Any, continue_tail: bool = False) -> None:
+        """A base of the live version and CURRENT.json pointing at it. ``continue_tail``: the same version's
+        tail goes on from its last segment (a base cut by ``base_every``); otherwise it starts at the base."""
         self.work.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.work, prefix=".base-") as folder:
             entry = index.snapshot(Path(folder))
@@ -250,6 +268,8 @@ class Shipper(Worker):
         log.info(
             "base of version %s at sequence %s shipped in %.1f s", version, seq, time.monotonic() - started
         )
+        if not continue_tail or self.tail is None:
+            self.tail = seq
         self._mark_shipped(version, seq)
 
     # ---- acknowledgements ------------------------------------------------------------------------

@@ -282,29 +282,48 @@ def test_the_writer_deletes_old_bases_and_a_replica_behind_them_copies_the_curre
     assert follower.position(replica).seq == writer.position()[1]
 
 
-def test_a_restarted_writer_continues_its_tail_from_a_base_cut_past_its_last_segment(
-    tmp_path: Path, tiny_encoder, bucket, pair
+@pytest.mark.parametrize("restart", [False, True], ids=["steady", "restarted"])
+def test_a_base_cut_past_the_last_segment_leaves_caught_up_replicas_on_the_tail(
+    tmp_path: Path, tiny_encoder, bucket, pair, restart: bool
 ) -> None:
+    """A base cut past the last segment (writes landed between them: base_every under load), steady or after
+    the writer restarted: the next segment starts at the last one's end and ends past the base, so a replica
+    caught up on the tail continues without copying the base, and one copied from the base applies it too."""
     writer, replica = pair
     ship = shipper(writer, bucket, 1, "writer", tmp_path)
+    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
     writer.upsert(docs(3, 1, "a"))
     step(ship)  # the first base
+    step(follower)
     writer.upsert(docs(2, 2, "b"))
     step(ship)  # a segment
+    step(follower)  # caught up on the tail
     writer.upsert(docs(2, 3, "c"))
-    ship._ship_base(writer)  # a base past the last segment, as base_every or a pruned changelog cut one
-
-    restarted = shipper(writer, bucket, 1, "writer", tmp_path)
+    ship._ship_base(writer, continue_tail=True)  # past the last segment, as base_every cuts one
+    if restart:
+        ship = shipper(writer, bucket, 1, "writer", tmp_path)
     writer.upsert(docs(1, 4, "d"))
-    step(restarted)
+    step(ship)
     base_seq = bucket.get_json(bucket.keys("default").current)[0]["base_seq"]
     tail = bucket.list_after(bucket.keys("default").tail(1, writer.position()[0]), "")
-    assert bucket.keys("default").segment_range(tail[-1])[0] == base_seq
+    after, through = bucket.keys("default").segment_range(tail[-1])
+    assert after < base_seq < through  # straddles the base
 
-    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
-    step(follower)  # the base
-    step(follower)  # the tail after it
+    copies = []
+    bootstrap = follower._bootstrap
+    follower._bootstrap = lambda *a: copies.append(a) or bootstrap(*a)
+    step(follower)
     assert everything(replica) == everything(writer) and "d0" in everything(replica)
+    assert copies == [], "a caught-up replica copied the whole base"
+
+    fresh_index = SearchIndex.open(tmp_path / "fresh", tiny_encoder)
+    try:
+        fresh = Follower(lambda: fresh_index, bucket, bucket.keys("default"), tmp_path / "f.work")
+        step(fresh)  # the base
+        step(fresh)  # the segment across it
+        assert everything(fresh_index) == everything(writer)
+    finally:
+        fresh_index.close()
 
 
 def test_a_segment_whose_put_landed_but_failed_is_not_overlapped(

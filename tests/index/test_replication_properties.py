@@ -142,7 +142,7 @@ class History:
 
     def cut_base(self, which: int, seed: int) -> None:
         """What ``base_every``, a pruned changelog or a start on a new version make the shipper do."""
-        self.shipper._ship_base(self.writer)
+        self.shipper._ship_base(self.writer, continue_tail=seed % 2 == 0)
 
     def land(self, which: int, seed: int) -> None:
         if self.faulty.held:
