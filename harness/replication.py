@@ -73,7 +73,8 @@ class TcpProxy:
     ones are accepted but never answered; ``heal()`` resets those and forwards again. ``lose_answers()``
     forwards every request whole but drops what the bucket answers (``"drop"``: the client waits for its
     timeout) or closes the connection once it answers (``"close"``): the request has landed either way, as
-    on a real store whose answer is lost (moto paused with SIGSTOP applies nothing); ``answer_again()``."""
+    on a real store whose answer is lost (moto paused with SIGSTOP applies nothing); ``answer_again()``.
+    ``delay_s``: every answer that late (a slow store)."""
 
     def __init__(self, target_port: int):
         self.target = ("127.0.0.1", target_port)
@@ -82,6 +83,7 @@ class TcpProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self.is_cut = False
         self.losing: str | None = None  # "drop" or "close" while answers are lost
+        self.delay_s = 0.0
         self._open: set[socket.socket] = set()
         self._guard = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -118,6 +120,8 @@ class TcpProxy:
                     if self.losing == "close":
                         break  # the bucket answered, so the request landed: the connection just closes
                     continue
+                if answers and self.delay_s:
+                    time.sleep(self.delay_s)
                 sink.sendall(data)
         except OSError:
             pass
