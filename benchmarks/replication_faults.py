@@ -99,7 +99,9 @@ def main() -> None:
         "--lost-answers-s", type=float, default=20.0, help="the bucket's answers lost so long"
     )
     parser.add_argument("--cut-s", type=float, default=10.0, help="test 4's partition")
-    parser.add_argument("--base-every", type=int, default=50, help="the writer cuts a base every N changes")
+    parser.add_argument(
+        "--base-every", type=int, default=50, help="the writer's bases, until writer-restarted's kill"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/replication_faults.json")
     parser.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "replication_faults.log")
     args = parser.parse_args()

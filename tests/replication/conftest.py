@@ -26,8 +26,6 @@ ACK_TIMEOUT_S = 3.0
 WRITER_ONLY_MODEL = "writer-only"
 GC_AFTER_S = 2.0  # old versions' objects go within seconds (test 7)
 FROZEN_STAGE = "replication-default"  # default's follower thread pauses here, once the test arms it (test 8)
-# The fault record (benchmarks/replication_faults.py) has the writer cut bases often, as steady writes do
-BASE_EVERY = os.environ.get("REPLICA_BASE_EVERY")
 
 
 def volume(work: Path, name: str) -> dict[str, str]:
@@ -85,7 +83,6 @@ class Cluster:
             poll_s="0.3",
             ack_timeout_s=str(ACK_TIMEOUT_S),
             gc_after_s=str(GC_AFTER_S),
-            **({"base_every": BASE_EVERY} if BASE_EVERY else {}),
         )
         # a second model the replicas lack: its collection is listed, and not followable there (test 10)
         env["CLOZE_MODELS"] = f"{WRITER_ONLY_MODEL}={self.chain.model}"

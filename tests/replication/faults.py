@@ -63,7 +63,9 @@ class Writes:
             if answer.status_code == 200:
                 with self.guard:
                     self.acked[mode][doc["id"]] = doc["text"]
-            self.stop.wait(0.05)
+            self.stop.wait(
+                0.05 if answer.status_code == 200 else 0.2
+            )  # a starting writer answers 503 at once
 
     def count(self, answer: str) -> None:
         with self.guard:
@@ -261,10 +263,16 @@ def started(cluster: Cluster, modes: tuple[str, ...] = ("remote", "local")) -> t
     return writes, log, converged
 
 
-def a_writer_restart_after_a_base(cluster: Cluster, watch_s: float = 30) -> dict[str, Any]:
+def a_writer_restart_after_a_base(cluster: Cluster, base_every: int, watch_s: float = 30) -> dict[str, Any]:
     """The writer killed (SIGKILL) mid-writes right after it cut a base past its last segment, then started
     again on its volume while writes go on: a tail resumed from its last segment instead of the base begins
-    behind where a replica copied from that base stands, and that replica skips it (issue 66)."""
+    behind where a replica copied from that base stands, and that replica skips it (issue 66). Before the
+    kill it cuts a base every ``base_every`` changes, so that one comes within seconds; after it, bases are
+    as rare as the writer's settings make them (20,000 changes by default), so a gap stays open as it would
+    in service instead of closing at the next base."""
+    usual = cluster.writer_env
+    cluster.chain.kill()
+    cluster.chain.start("writer", usual | {"CLOZE_REPLICATION_BASE_EVERY": str(base_every)})
     bucket = BucketView(cluster)
     bucket.base_past_tail()  # what stood before: the base to wait past
     first_base = bucket.current()[1]["base"]  # type: ignore[index]
@@ -285,7 +293,7 @@ def a_writer_restart_after_a_base(cluster: Cluster, watch_s: float = 30) -> dict
     time.sleep(0.5)  # a request in flight at the kill lands or not: look afterwards
     past, current = bucket.base_past_tail()
     writes.modes = ("remote", "local")
-    cluster.restart_writer()
+    cluster.restart_writer()  # as it usually runs
     time.sleep(5)
     writes.finish()
     return {

@@ -41,6 +41,7 @@ CUT_S = float(os.environ.get("REPLICA_CUT_SECONDS", "10"))  # a 30 s partition: 
 # many times on the same cluster, the bucket's answers to the writer lost for so many seconds in each round
 FAULT_ROUNDS = int(os.environ.get("REPLICA_FAULT_ROUNDS", "0"))
 LOST_ANSWERS_S = float(os.environ.get("REPLICA_LOST_ANSWERS_SECONDS", "20"))
+BASE_EVERY = int(os.environ.get("REPLICA_BASE_EVERY", "50"))  # before the writer-restarted scenario's kill
 
 
 def top_hit(server: Server, text: str) -> str | None:
@@ -384,9 +385,9 @@ if FAULT_ROUNDS:
         "bucket-paused": test_5_a_paused_bucket_stops_remote_acks_not_local_writes,
     }
     MEASURED = {
-        "writer-restarted": lambda cluster, _: faults.a_writer_restart_after_a_base(cluster),
+        "writer-restarted": lambda cluster, _: faults.a_writer_restart_after_a_base(cluster, BASE_EVERY),
         "answers-lost-then-failover": lambda cluster, round_number: faults.lost_answers_then_failover(
-            cluster, LOST_ANSWERS_S, ("close", "drop")[round_number % 2]
+            cluster, LOST_ANSWERS_S, ("drop", "close")[round_number % 2]
         ),
         "current-garbled": lambda cluster, _: faults.current_damaged_and_put_back(cluster, "garbled"),
         "current-version-flipped": lambda cluster, _: faults.current_damaged_and_put_back(cluster, "version"),
