@@ -14,6 +14,7 @@ import shutil
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -250,17 +251,32 @@ def holding(server: Server) -> dict[str, tuple[str, dict]] | None:
         return None
 
 
-def started(cluster: Cluster, modes: tuple[str, ...] = ("remote", "local")) -> tuple[Writes, StatusLog, bool]:
-    """The status log and the writes running, after a look at whether the cluster began converged."""
-    try:
-        wait_converged(cluster, timeout=CONVERGE_S)
-        converged = True
-    except TimeoutError:
-        converged = False
+@contextlib.contextmanager
+def running(
+    cluster: Cluster, modes: tuple[str, ...] = ("remote", "local")
+) -> Iterator[tuple[Writes, StatusLog]]:
+    """The status log and the writes running; stopped however the scenario ends (a scenario that raised must
+    not leave writes going into the next), the writer's bucket answering again."""
     log, writes = StatusLog(cluster), Writes(cluster, modes)
     log.start()
     writes.start()
-    return writes, log, converged
+    try:
+        yield writes, log
+    finally:
+        writes.finish()
+        log.stop.set()
+        cluster.writer_proxy.delay_s = 0.0
+        if cluster.writer_proxy.losing:
+            cluster.writer_proxy.answer_again()
+
+
+def began_converged(cluster: Cluster) -> bool:
+    """Whether the scenario found the cluster converged: a round after a failed one may not."""
+    try:
+        wait_converged(cluster, timeout=CONVERGE_S)
+        return True
+    except TimeoutError:
+        return False
 
 
 def a_writer_restart_after_a_base(cluster: Cluster, base_every: int, watch_s: float = 30) -> dict[str, Any]:
@@ -273,36 +289,37 @@ def a_writer_restart_after_a_base(cluster: Cluster, base_every: int, watch_s: fl
     usual = cluster.writer_env
     cluster.chain.kill()
     cluster.chain.start("writer", usual | {"CLOZE_REPLICATION_BASE_EVERY": str(base_every)})
+    converged = began_converged(cluster)
     bucket = BucketView(cluster)
     bucket.base_past_tail()  # what stood before: the base to wait past
     first_base = bucket.current()[1]["base"]  # type: ignore[index]
     # Local acks only until the kill: a remote one wakes the shipper at once, so a segment follows each base
     # before anyone can look. A slow bucket widens the moment between a segment and the base after it (writes
     # land in between: the base stands past the segment) and makes that state last long enough to be seen.
-    writes, log, began_converged = started(cluster, modes=("local",))
-    cluster.writer_proxy.delay_s = SLOW_BUCKET_S
-    deadline = time.monotonic() + watch_s
-    while time.monotonic() < deadline:
+    with running(cluster, modes=("local",)) as (writes, log):
+        cluster.writer_proxy.delay_s = SLOW_BUCKET_S
+        deadline = time.monotonic() + watch_s
+        while time.monotonic() < deadline:
+            past, current = bucket.base_past_tail()
+            if past and current["base"] != first_base:
+                break
+            time.sleep(0.03)
+        waited = round(watch_s - (deadline - time.monotonic()), 1)
+        cluster.writer.kill()
+        cluster.writer_proxy.delay_s = 0.0
+        time.sleep(0.5)  # a request in flight at the kill lands or not: look afterwards
         past, current = bucket.base_past_tail()
-        if past and current["base"] != first_base:
-            break
-        time.sleep(0.03)
-    waited = round(watch_s - (deadline - time.monotonic()), 1)
-    cluster.writer.kill()
-    cluster.writer_proxy.delay_s = 0.0
-    time.sleep(0.5)  # a request in flight at the kill lands or not: look afterwards
-    past, current = bucket.base_past_tail()
-    writes.modes = ("remote", "local")
-    cluster.restart_writer()  # as it usually runs
-    time.sleep(5)
-    writes.finish()
-    return {
-        "began_converged": began_converged,
-        "waited_for_base_s": waited,
-        "base_past_last_segment_at_kill": past,
-        "base_seq_at_kill": current["base_seq"],
-        **outcome(cluster, writes, log),
-    }
+        writes.modes = ("remote", "local")
+        cluster.restart_writer()  # as it usually runs
+        time.sleep(5)
+        writes.finish()
+        return {
+            "began_converged": converged,
+            "waited_for_base_s": waited,
+            "base_past_last_segment_at_kill": past,
+            "base_seq_at_kill": current["base_seq"],
+            **outcome(cluster, writes, log),
+        }
 
 
 def lost_answers_then_failover(cluster: Cluster, lost_s: float, how: str) -> dict[str, Any]:
@@ -310,25 +327,26 @@ def lost_answers_then_failover(cluster: Cluster, lost_s: float, how: str) -> dic
     dropped, the client times out, or the connection closed), writes going on; then the writer's host dies
     and a replica is promoted by the runbook. ``ok`` needs every remote-acknowledged write on the new writer
     and every replica."""
-    writes, log, began_converged = started(cluster)
-    time.sleep(2)
-    cluster.writer_proxy.lose_answers(how)
-    time.sleep(lost_s)
-    cluster.writer_proxy.answer_again()
-    time.sleep(3)
-    writes.finish()
-    breaks = BucketView(cluster).tail_breaks()  # before the failover: then the old epoch's tail goes
-    _, writer = readyz(cluster.writer)
-    failover = fail_over(cluster)
-    return {
-        "began_converged": began_converged,
-        "lost_answers_s": lost_s,
-        "answers_were": how,
-        "tail": breaks,
-        "old_writer": {k: writer.get(k) for k in ("seq", "shipped_seq", "unshipped", "error")},
-        "failover": failover,
-        **outcome(cluster, writes, log, local_may_be_lost=True),
-    }
+    converged = began_converged(cluster)
+    with running(cluster) as (writes, log):
+        time.sleep(2)
+        cluster.writer_proxy.lose_answers(how)
+        time.sleep(lost_s)
+        cluster.writer_proxy.answer_again()
+        time.sleep(3)
+        writes.finish()
+        breaks = BucketView(cluster).tail_breaks()  # before the failover: then the old epoch's tail goes
+        _, writer = readyz(cluster.writer)
+        failover = fail_over(cluster)
+        return {
+            "began_converged": converged,
+            "lost_answers_s": lost_s,
+            "answers_were": how,
+            "tail": breaks,
+            "old_writer": {k: writer.get(k) for k in ("seq", "shipped_seq", "unshipped", "error")},
+            "failover": failover,
+            **outcome(cluster, writes, log, local_may_be_lost=True),
+        }
 
 
 def fail_over(cluster: Cluster, wait_s: float = 30) -> dict[str, Any]:
@@ -387,24 +405,24 @@ def current_damaged_and_put_back(cluster: Cluster, how: str, damaged_s: float = 
     """``CURRENT.json`` damaged (``how``: see ``damaged``) for ``damaged_s`` seconds under writes, then put
     back as it was, unless the writer wrote a newer one meanwhile (an older one put over it would be a fault
     of its own)."""
-    bucket = BucketView(cluster)
-    writes, log, began_converged = started(cluster)
-    time.sleep(2)
-    original, _ = bucket.current()
-    key = bucket.keys.current
-    etag = bucket.client.put_object(Bucket=BUCKET, Key=key, Body=damaged(original, how))["ETag"]
-    time.sleep(damaged_s)
-    try:
-        bucket.client.put_object(Bucket=BUCKET, Key=key, Body=original, IfMatch=etag)
-        put_back = True
-    except ClientError:
-        put_back = False
-    time.sleep(3)
-    writes.finish()
-    return {
-        "began_converged": began_converged,
-        "damage": how,
-        "damaged_s": damaged_s,
-        "put_back": put_back,
-        **outcome(cluster, writes, log),
-    }
+    converged, bucket = began_converged(cluster), BucketView(cluster)
+    with running(cluster) as (writes, log):
+        time.sleep(2)
+        original, _ = bucket.current()
+        key = bucket.keys.current
+        etag = bucket.client.put_object(Bucket=BUCKET, Key=key, Body=damaged(original, how))["ETag"]
+        time.sleep(damaged_s)
+        try:
+            bucket.client.put_object(Bucket=BUCKET, Key=key, Body=original, IfMatch=etag)
+            put_back = True
+        except ClientError:
+            put_back = False
+        time.sleep(3)
+        writes.finish()
+        return {
+            "began_converged": converged,
+            "damage": how,
+            "damaged_s": damaged_s,
+            "put_back": put_back,
+            **outcome(cluster, writes, log),
+        }
