@@ -65,7 +65,7 @@ def summary(rows: list[dict], figures: dict) -> dict:
         counts["rounds"] += 1
         counts["green"] += each["passed"]
     for name, records in figures.items():
-        if name not in found or not all(isinstance(r, dict) for r in records):
+        if name not in found or not all(isinstance(r, dict) and "acked" in r for r in records):
             continue  # a figure of the tests' own scenarios
         converged = [r["converged_s"] for r in records if r["converged_s"] is not None]
         found[name] |= {
@@ -75,6 +75,9 @@ def summary(rows: list[dict], figures: dict) -> dict:
             "local_acked": sum(r["acked"]["local"] for r in records),
             "local_acked_lost_on_writer": sum(r["lost"]["local"]["writer"] or 0 for r in records),
             "rounds_a_replica_differed": sum(not all(r["replicas_equal_writer"]) for r in records),
+            # a round that began behind inherits an earlier scenario's damage: judge it by that one
+            "rounds_begun_unconverged": sum(not r["began_converged"] for r in records),
+            "overlapping_segments": sum(r.get("tail", {}).get("overlaps", 0) for r in records),
             "converged_s": {
                 "median": round(statistics.median(converged), 2) if converged else None,
                 "max": max(converged, default=None),
@@ -147,7 +150,8 @@ def main() -> None:
             "from the bucket), 8 (a frozen follower), 5 (the bucket paused), then writer-restarted, "
             "answers-lost-then-failover (answers closed in odd rounds, dropped in even ones), current-garbled "
             "and current-version-flipped (tests/replication/faults.py); --rounds times in a row on one "
-            "cluster (a moto S3 server, a writer and two replicas on loopback, tiny model)",
+            "cluster (a moto S3 server, a writer and two replicas on loopback, tiny model); a scenario that "
+            "leaves replicas unable to continue is followed by a rebuild (rebuilt_after)",
             "engine": "changelog segments and snapshot bases in the S3 bucket (index/replication)",
             "settings": settings,
             "rounds": args.rounds,
@@ -156,6 +160,8 @@ def main() -> None:
             "exit_code": done.returncode,
             "total_seconds": round(time.monotonic() - started, 1),
             "summary": summary(rows, found),
+            # scenarios that left replicas unable to continue: a rebuild's new base got them going again
+            "rebuilt_after": found.get("rebuilt_after", []),
             "rows": rows,
             "figures": found,
             "load_average": load_average(),
@@ -163,7 +169,7 @@ def main() -> None:
         if done.returncode != 0:
             record["output_tail"] = args.log.read_text(errors="replace")[-4000:]
     args.out.write_text(json.dumps(record, indent=2) + "\n")
-    keys = ("scenarios_run", "green", "exit_code", "total_seconds", "summary")
+    keys = ("scenarios_run", "green", "exit_code", "total_seconds", "summary", "rebuilt_after")
     print(json.dumps({k: record[k] for k in keys}, indent=1))
 
 

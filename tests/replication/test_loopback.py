@@ -396,11 +396,15 @@ if FAULT_ROUNDS:
 
     @pytest.mark.parametrize("round_number, name", ROUNDS, ids=[f"{n}-{name}" for n, name in ROUNDS])
     def test_fault_round(cluster: Cluster, record, round_number: int, name: str) -> None:
-        if name in ASSERTED:
-            ASSERTED[name](cluster, record)
-            return
-        figures = MEASURED[name](cluster, round_number)
-        record(name, figures | {"round": round_number})
-        assert figures["ok"], {
-            k: figures[k] for k in ("acked", "lost", "replicas_equal_writer", "converged_s")
-        }
+        try:
+            if name in ASSERTED:
+                ASSERTED[name](cluster, record)
+                return
+            figures = MEASURED[name](cluster, round_number)
+            record(name, figures | {"round": round_number})
+            assert figures["ok"], {
+                k: figures[k] for k in ("acked", "lost", "replicas_equal_writer", "converged_s")
+            }
+        finally:
+            if faults.repair_if_stuck(cluster):
+                record("rebuilt_after", {"round": round_number, "scenario": name})
