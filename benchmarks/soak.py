@@ -172,7 +172,8 @@ def wrk(url: str, connections: int, seconds: int, script: Path) -> subprocess.Po
 class RssSampler(threading.Thread):
     def __init__(self, pid: int, every: float = 5.0):
         super().__init__(daemon=True)
-        self.pid, self.every, self.samples = pid, every, []
+        self.pid, self.every = pid, every
+        self.samples: list[tuple[float, float]] = []  # (seconds since start, MB)
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -189,7 +190,8 @@ class ReplicaWatch(threading.Thread):
 
     def __init__(self, writer: str, replica: str, every: float = 5.0):
         super().__init__(daemon=True)
-        self.writer, self.replica, self.every, self.samples = writer, replica, every, []
+        self.writer, self.replica, self.every = writer, replica, every
+        self.samples: list[dict] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -305,10 +307,12 @@ def main() -> None:
         time.sleep(5)  # the fill-mask model loads just after readiness
         samplers = [RssSampler(process.pid)] + ([RssSampler(follower[1].pid)] if follower else [])
         watch = ReplicaWatch(url, follower[0]) if follower else None
-        for thread in [*samplers, *([watch] if watch else [])]:
-            thread.start()
+        watchers: list[RssSampler | ReplicaWatch] = [*samplers, *([watch] if watch else [])]
+        for watcher in watchers:
+            watcher.start()
         load_before = load_average()
-        side = [Lifecycle(url), AcknowledgedWriter(url)]  # the warm-up runs the whole mix, lifecycles too
+        lifecycles, writes = Lifecycle(url), AcknowledgedWriter(url)
+        side = [lifecycles, writes]  # the warm-up runs the whole mix, lifecycles too
         for thread in side:
             thread.start()
         replica_url = follower[0] if follower else None
@@ -318,18 +322,18 @@ def main() -> None:
         for thread in side:
             thread.finish()
         load_after = load_average()
-        acknowledged = side[1].check()
-        replica = replica_figures(side[1], follower[0], url) if follower else None
-        for thread in [*samplers, *([watch] if watch else [])]:
-            thread.stop.set()
-            thread.join()
+        acknowledged = writes.check()
+        replica = replica_figures(writes, follower[0], url) if follower else None
+        for watcher in watchers:
+            watcher.stop.set()
+            watcher.join()
     five_xx = sum(
         count
         for route in measured.values()
         for status, count in route.get("statuses", {}).items()
         if status.startswith("5")
     )
-    lifecycle, writer = side[0].report(), side[1].report()
+    lifecycle, writer = lifecycles.report(), writes.report()
     five_xx += lifecycle["five_xx"] + writer["five_xx"]
     if replica is not None:
         replica |= {

@@ -102,9 +102,8 @@ class StatusLog(threading.Thread):
         self.max_lag: dict[str, int] = {}
         self.max_behind: dict[str, int] = {}
         self.stuck_fresh_s: dict[str, float] = {}
-        self._stuck: dict[
-            str, tuple[float, int]
-        ] = {}  # replica -> (since, at sequence) while stuck and fresh
+        # replica -> (since when, at which sequence) it stood still behind while saying it was fresh
+        self._stuck: dict[str, tuple[float, int | None]] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
