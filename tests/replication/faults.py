@@ -64,9 +64,8 @@ class Writes:
             if answer.status_code == 200:
                 with self.guard:
                     self.acked[mode][doc["id"]] = doc["text"]
-            self.stop.wait(
-                0.05 if answer.status_code == 200 else 0.2
-            )  # a starting writer answers 503 at once
+            # a writer that is starting answers 503 at once: no need to hammer it
+            self.stop.wait(0.05 if answer.status_code == 200 else 0.2)
 
     def count(self, answer: str) -> None:
         with self.guard:
@@ -121,9 +120,8 @@ class StatusLog(threading.Thread):
             claim = {k: state.get(k) for k in ("stale", "waiting")} | {"error": short(state.get("error"))}
             self.note(name, code, claim)
             self.max_lag[name] = max(self.max_lag.get(name, 0), state.get("lag") or 0)
-            self.watch_stuck(
-                name, now, code == 200 and not claim["stale"] and not claim["error"], state, writer
-            )
+            fresh = code == 200 and not claim["stale"] and not claim["error"]
+            self.watch_stuck(name, now, fresh, state, writer)
 
     def watch_stuck(self, name: str, now: float, fresh: bool, state: dict, writer: dict) -> None:
         same = [state.get(k) for k in ("epoch", "version")] == [writer.get(k) for k in ("epoch", "version")]
@@ -162,9 +160,8 @@ class BucketView:
     def __init__(self, cluster: Cluster):
         self.client = cluster.moto.client()
         self.keys = Keys(f"{PREFIX}/default")
-        self.highest: dict[
-            tuple[int, int], int
-        ] = {}  # (epoch, version) -> the last sequence a segment reached
+        # (epoch, version) -> the last sequence a segment reached, as far as seen
+        self.highest: dict[tuple[int, int], int] = {}
 
     def current(self) -> tuple[bytes, dict[str, Any] | None]:
         body = self.client.get_object(Bucket=BUCKET, Key=self.keys.current)["Body"].read()
