@@ -175,13 +175,13 @@ class AcknowledgedWriter(Recorder):
                 last_snapshot = time.monotonic()
             self.stop.wait(0.2)
 
-    def check(self) -> dict[str, Any]:
+    def check(self, url: str | None = None) -> dict[str, Any]:
+        """Every acknowledged write read back from the server written to, or from ``url`` (a replica)."""
+        http = httpx.Client(base_url=url, timeout=120) if url else self.http
+        headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
         missing = [
             doc_id
             for doc_id in self.acknowledged
-            if self.http.get(
-                f"/documents/{doc_id}", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
-            ).status_code
-            != 200
+            if http.get(f"/documents/{doc_id}", headers=headers).status_code != 200
         ]
         return {"checked": len(self.acknowledged), "lost": len(missing), "missing": missing[:20]}

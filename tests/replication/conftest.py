@@ -1,6 +1,7 @@
 """The loopback tier of replication (``make test-replicas``): a moto S3 server, a writer and two replicas, each
-a real `cloze serve` with its own index folder, the replicas reaching the bucket through a proxy each that a
-test can cut. One cluster serves the module's tests in order (1)-(8); each leaves it converged."""
+a real `cloze serve` with its own index folder, each reaching the bucket through a proxy of its own that a
+test can cut (or, the writer's, make lose the bucket's answers). One cluster serves the module's tests in
+order (1)-(8); each leaves it converged."""
 
 from __future__ import annotations
 
@@ -37,17 +38,23 @@ def volume(work: Path, name: str) -> dict[str, str]:
 class Cluster:
     chain: Chain  # the writer, its ledger of acknowledged documents
     moto: MotoServer
-    proxies: list[TcpProxy]
+    proxies: list[TcpProxy]  # replica ``number``'s way to the bucket
+    writer_proxy: TcpProxy  # the writer's, whoever it is (a failover promotes a replica)
     replicas: list[Server] = field(default_factory=list)
+    volumes: dict[int, str] = field(default_factory=dict)  # a replica's volume once a failover took the first
+    writer_env: dict[str, str] = field(default_factory=dict)  # how the writer of the moment was started
 
     @property
     def writer(self) -> Server:
         assert self.chain.server is not None
         return self.chain.server
 
+    def volume_of(self, number: int) -> str:
+        return self.volumes.get(number, f"replica{number}")
+
     def replica_env(self, number: int) -> dict[str, str]:
         return {
-            **volume(self.chain.work, f"replica{number}"),
+            **volume(self.chain.work, self.volume_of(number)),
             "CLOZE_INDEX_PAUSE_AT": FROZEN_STAGE,  # fires only while the test arms it (test 8)
             **replication_env(
                 "replica",
@@ -67,17 +74,25 @@ class Cluster:
             self.replicas.append(server)
         return server
 
-    def start_writer(self) -> Server:
+    def start_writer(self, on: str = "writer", epoch: int = 1) -> Server:
+        """A writer on volume ``on`` (a promoted replica's, after a failover) at ``epoch``."""
         env = replication_env(
             "writer",
-            self.moto.url,
+            self.writer_proxy.url,
+            epoch=str(epoch),
             poll_s="0.3",
             ack_timeout_s=str(ACK_TIMEOUT_S),
             gc_after_s=str(GC_AFTER_S),
         )
         # a second model the replicas lack: its collection is listed, and not followable there (test 10)
         env["CLOZE_MODELS"] = f"{WRITER_ONLY_MODEL}={self.chain.model}"
-        return self.chain.start("writer", env | volume(self.chain.work, "writer"))
+        self.writer_env = env | volume(self.chain.work, on)
+        return self.chain.start("writer", self.writer_env)
+
+    def restart_writer(self) -> Server:
+        """The writer of the moment started again as it was (same volume, same epoch)."""
+        self.chain.kill()
+        return self.chain.start("writer", self.writer_env)
 
     # The faults of tests/replication/scenarios.py: a replica's proxy cut, the moto server stopped.
     def cut(self, number: int) -> None:
@@ -153,15 +168,16 @@ def wait_converged(
     raise TimeoutError(f"replicas did not converge in {timeout}s: {last}")
 
 
-FIGURES: dict[str, list[float | None]] = {}
+FIGURES: dict[str, list[float | dict | None]] = {}  # a fault scenario's record is a dict
 
 
 @pytest.fixture
-def record() -> Callable[[str, float | None], None]:
-    """Keep a figure (each time a test runs); with REPLICA_RESULTS set they are written there as JSON."""
+def record() -> Callable[[str, float | dict | None], None]:
+    """Keep a figure or a record (each time a test runs); with REPLICA_RESULTS set they are written there as
+    JSON."""
 
-    def keep(name: str, value: float | None) -> None:
-        FIGURES.setdefault(name, []).append(None if value is None else round(value, 3))
+    def keep(name: str, value: float | dict | None) -> None:
+        FIGURES.setdefault(name, []).append(round(value, 3) if isinstance(value, float | int) else value)
         if os.environ.get("REPLICA_RESULTS"):
             Path(os.environ["REPLICA_RESULTS"]).write_text(json.dumps(FIGURES, indent=2))
 
@@ -172,9 +188,9 @@ def record() -> Callable[[str, float | None], None]:
 def cluster(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path) -> Iterator[Cluster]:
     work = tmp_path_factory.mktemp("replicas")
     moto = MotoServer(work / "moto.log")
-    proxies = [TcpProxy(moto.port) for _ in range(2)]
+    proxies = [TcpProxy(moto.port) for _ in range(3)]  # the replicas', then the writer's
     chain = Chain(root=work / "writer", model=tiny_bert, work=work)
-    cluster = Cluster(chain, moto, proxies)
+    cluster = Cluster(chain, moto, proxies[:2], proxies[2])
     try:
         cluster.start_writer()
         for _ in range(5):

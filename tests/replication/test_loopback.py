@@ -21,7 +21,7 @@ import pytest
 
 from harness.crashes import AUTH, Server, wait_ready
 from harness.replication import BUCKET, replication_env
-from tests.replication import scenarios
+from tests.replication import faults, scenarios
 from tests.replication.conftest import (
     ACK_TIMEOUT_S,
     GC_AFTER_S,
@@ -37,8 +37,11 @@ from tests.replication.conftest import (
 
 pytestmark = pytest.mark.replicas
 CUT_S = float(os.environ.get("REPLICA_CUT_SECONDS", "10"))  # a 30 s partition: REPLICA_CUT_SECONDS=30
-# benchmarks/replication_faults.py: the fault tests (3, 4, 8, 5) again this many times on the same cluster
+# benchmarks/replication_faults.py: the fault tests (3, 4, 8, 5) and the scenarios of ``faults`` again this
+# many times on the same cluster, the bucket's answers to the writer lost for so many seconds in each round
 FAULT_ROUNDS = int(os.environ.get("REPLICA_FAULT_ROUNDS", "0"))
+LOST_ANSWERS_S = float(os.environ.get("REPLICA_LOST_ANSWERS_SECONDS", "20"))
+BASE_EVERY = int(os.environ.get("REPLICA_BASE_EVERY", "50"))  # before the writer-restarted scenario's kill
 
 
 def top_hit(server: Server, text: str) -> str | None:
@@ -372,10 +375,36 @@ def test_9_failover_by_the_runbook_loses_no_acknowledged_write(cluster: Cluster)
 
 
 if FAULT_ROUNDS:
+    # The tests' scenarios assert; those of ``faults`` measure, and their record is kept before the verdict.
+    ASSERTED = {
+        "replica-killed": test_3_a_replica_killed_under_searches_rejoins_and_converges,
+        "replica-cut": test_4_a_replica_cut_from_the_bucket_serves_flags_stale_and_converges,
+        "follower-frozen": lambda cluster, record: test_8_a_frozen_follower_is_restarted_by_the_watchdog(
+            cluster
+        ),
+        "bucket-paused": test_5_a_paused_bucket_stops_remote_acks_not_local_writes,
+    }
+    MEASURED = {
+        "writer-restarted": lambda cluster, _: faults.a_writer_restart_after_a_base(cluster, BASE_EVERY),
+        "answers-lost-then-failover": lambda cluster, round_number: faults.lost_answers_then_failover(
+            cluster, LOST_ANSWERS_S, ("drop", "close")[round_number % 2]
+        ),
+        "current-garbled": lambda cluster, _: faults.current_damaged_and_put_back(cluster, "garbled"),
+        "current-version-flipped": lambda cluster, _: faults.current_damaged_and_put_back(cluster, "version"),
+    }
+    ROUNDS = [(number, name) for number in range(1, FAULT_ROUNDS + 1) for name in [*ASSERTED, *MEASURED]]
 
-    @pytest.mark.parametrize("round_number", range(1, FAULT_ROUNDS + 1))
-    def test_fault_round(cluster: Cluster, record, round_number: int) -> None:
-        test_3_a_replica_killed_under_searches_rejoins_and_converges(cluster, record)
-        test_4_a_replica_cut_from_the_bucket_serves_flags_stale_and_converges(cluster, record)
-        test_8_a_frozen_follower_is_restarted_by_the_watchdog(cluster)
-        test_5_a_paused_bucket_stops_remote_acks_not_local_writes(cluster, record)
+    @pytest.mark.parametrize("round_number, name", ROUNDS, ids=[f"{n}-{name}" for n, name in ROUNDS])
+    def test_fault_round(cluster: Cluster, record, round_number: int, name: str) -> None:
+        try:
+            if name in ASSERTED:
+                ASSERTED[name](cluster, record)
+                return
+            figures = MEASURED[name](cluster, round_number)
+            record(name, figures | {"round": round_number})
+            assert figures["ok"], {
+                k: figures[k] for k in ("acked", "lost", "replicas_equal_writer", "converged_s")
+            }
+        finally:
+            if faults.repair_if_stuck(cluster):
+                record("rebuilt_after", {"round": round_number, "scenario": name})
