@@ -732,6 +732,50 @@ def snapshots(data: dict, command: str) -> Body:
     )
 
 
+@section(
+    "Restore by import against the copy it replaced",
+    "restore_import.json",
+    "python benchmarks/restore_import.py --documents 100000",
+)
+def restore_import(data: dict, command: str) -> Body:
+    def peak(runs: list[dict]) -> float:
+        return max(run["peak_rss_mb"] for run in runs)
+
+    rows = [
+        [
+            f"`{factory}`",
+            f"{f['median_restore_seconds']['copy']:.1f} s",
+            f"{f['median_restore_seconds']['import']:.1f} s",
+            f"{f['import_over_copy']:.1f}x",
+            f"{num(peak(f['runs']['copy']))} / {num(peak(f['runs']['import']))} MB",
+        ]
+        for factory, f in data["factories"].items()
+    ]
+    loads = data["load_average_before_and_after"]
+    ratios = ", ".join(
+        f"`{name}` {f['median_restore_seconds']['import']:.1f} s against {f['median_restore_seconds']['copy']:.1f} s "
+        f"({f['import_over_copy']:.1f}x)"
+        for name, f in data["factories"].items()
+    )
+    return Body(
+        fill(
+            "restore_import",
+            documents=data["documents"],
+            dimension=data["dimension"],
+            baseline=data["baseline_commit"][:7],
+            load_before=loads[0][0],
+            load_after=loads[1][0],
+            table=table(
+                ["FAISS factory", "copy (before)", "import", "import / copy", "peak RSS, copy / import"], rows
+            ),
+        ),
+        summary=[
+            "What does restoring by import (every row checked, FAISS rebuilt) cost over copying the archive's store?",
+            f"{data['documents']:,} chunks: {ratios}, synthetic",
+        ],
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Training
 

@@ -141,8 +141,8 @@ class Shipper(Worker):
             # bucket lists, not a longer overlapping one under another key.
             self.tail = None
             raise
+        self.tail = batch.through  # landed: a fence check that fails next must not make it ship again
         self._check_fence()
-        self.tail = batch.through
         self._mark_shipped(number, batch.through)
         if self.current is None:  # CURRENT.json was not as this writer left it: a base replaces it next step
             return
