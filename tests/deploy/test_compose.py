@@ -139,7 +139,9 @@ def test_replicas_gateway_sends_every_write_route_to_the_writer(tmp_path: Path) 
         for method in entry.methods or ():
             access = app.state.routes.resolve_path(method, path).access
             expected = (
-                "writer" if access == "write" or re.search(r"/(jobs|snapshots)(/|$)", path) else "replica"
+                "writer"
+                if access in ("write", "admin") or re.search(r"/(jobs|snapshots)(/|$)", path)
+                else "replica"
             )
             sent = next(
                 (target for pattern, target in rules if re.search(pattern, f"{method} {path}")), "replica"
