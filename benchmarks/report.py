@@ -1378,13 +1378,12 @@ def replication(data: dict, command: str) -> Body:
 
 
 def replication_faults(faults: dict | None) -> list[str]:
-    """The fault tests' rounds on one cluster, when they were run: how fast each fault was seen and healed."""
+    """The fault record's rounds on one cluster, when they were run: how fast each fault was seen and healed,
+    and with the scenarios the acknowledged writes each lost."""
     if faults is None:
         return []
     figures = faults["figures"]
-    return fill(
-        "replication.faults",
-        **figures_of(faults, "runs", "green"),
+    healing = dict(
         ran=ran(faults["command"], "replication_faults.json"),
         killed_median=median(figures["killed_replica_converged_after_ready_s"]),
         killed_max=max(figures["killed_replica_converged_after_ready_s"]),
@@ -1393,6 +1392,47 @@ def replication_faults(faults: dict | None) -> list[str]:
         local_max=max(figures["paused_bucket_local_write_s"]),
         remote_median=median(figures["paused_bucket_remote_write_s"]),
     )
+    if "summary" in faults:  # with the scenarios of tests/replication/faults.py
+        record = fill(
+            "replication.faults.scenarios",
+            **figures_of(faults, "rounds", "green", "scenarios_run"),
+            minutes=faults["total_seconds"] / 60,
+            load=faults["load_average"][0],
+            table=scenario_table(faults["summary"]),
+            **healing,
+        )
+    else:
+        record = fill("replication.faults.tests_only", **figures_of(faults, "runs", "green"), **healing)
+    return fill("replication.faults", record=record)
+
+
+def scenario_table(summary: dict) -> str:
+    """A row per scenario: rounds green, and for a measured one the acknowledged writes and those lost."""
+    rows = []
+    for name, row in summary.items():
+        measured = "remote_acked" in row
+        converged = row.get("converged_s") or {}
+        rows.append(
+            [
+                name,
+                f"{row['green']} of {row['rounds']}",
+                f"{row['remote_acked']:,} / {row['local_acked']:,}" if measured else "-",
+                f"{row['remote_acked_lost_on_writer']} / {row['remote_acked_lost_on_a_replica']}"
+                if measured
+                else "-",
+                str(row["local_acked_lost_on_writer"]) if measured else "-",
+                f"{converged['median']} / {converged['max']} s" if converged else "-",
+            ]
+        )
+    header = [
+        "scenario",
+        "green",
+        "acked remote / local",
+        "remote-acked lost: writer / a replica",
+        "local-acked lost on the writer",
+        "converged, median / max",
+    ]
+    return table(header, rows)
 
 
 def remote_added(upsert: dict) -> str:
