@@ -74,6 +74,19 @@ def step(worker: Shipper | Follower) -> None:
     worker.step(worker._generation)
 
 
+def started(
+    pair: tuple[SearchIndex, SearchIndex], bucket: Bucket, tmp_path: Path
+) -> tuple[Shipper, Follower]:
+    """A writer whose first four documents went out as its first base, and a replica that copied it."""
+    writer, replica = pair
+    ship = shipper(writer, bucket, 1, "writer", tmp_path)
+    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
+    writer.upsert(docs(4, 1, "a"))
+    step(ship)
+    step(follower)
+    return ship, follower
+
+
 def everything(index: SearchIndex) -> dict[str, Document | None]:
     page, _ = index.list_documents(limit=1000)
     return {d.id: d for d in page}

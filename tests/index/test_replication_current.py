@@ -11,7 +11,7 @@ import pytest
 from index.replication.current import BadCurrent
 from index.replication.follower import Follower
 from index.replication.shipper import Shipper
-from tests.index.test_replication import bucket, docs, everything, pair, shipper, step  # noqa: F401  (fixtures)
+from tests.index.test_replication import bucket, docs, everything, pair, shipper, started, step  # noqa: F401  (fixtures)
 
 
 def test_a_flipped_digit_is_refused_by_replicas_and_replaced_by_the_writer(
@@ -21,11 +21,7 @@ def test_a_flipped_digit_is_refused_by_replicas_and_replaced_by_the_writer(
 ) -> None:
     writer, replica = pair
     keys = bucket.keys("default")
-    ship = shipper(writer, bucket, 1, "writer", tmp_path)
-    follower = Follower(lambda: replica, bucket, keys, tmp_path / "r.work")
-    writer.upsert(docs(4, 1, "a"))
-    step(ship)
-    step(follower)
+    ship, follower = started(pair, bucket, tmp_path)
     copied = follower.position(replica)
 
     current, _ = bucket.get_json(keys.current)

@@ -9,20 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from index.replication.follower import Follower
 from index.replication.freshness import WriterBeats
-from tests.index.test_replication import bucket, docs, pair, shipper, step  # noqa: F401  (fixtures)
+from tests.index.test_replication import bucket, docs, pair, shipper, started, step  # noqa: F401  (fixtures)
 
 STALE_AFTER_S = 10
 
 
 def test_a_failing_step_still_reads_the_heartbeat(tmp_path: Path, bucket, pair, monkeypatch) -> None:  # noqa: F811
     writer, replica = pair
-    ship = shipper(writer, bucket, 1, "writer", tmp_path)
-    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
-    writer.upsert(docs(4, 1, "a"))
-    step(ship)
-    step(follower)  # the base
+    ship, follower = started(pair, bucket, tmp_path)
     assert follower.status(replica, STALE_AFTER_S)["writer_seq"] == writer.position()[1]
 
     def stuck(*_: object) -> bool:
@@ -42,11 +37,7 @@ def test_a_failing_step_still_reads_the_heartbeat(tmp_path: Path, bucket, pair, 
 def test_no_lag_from_a_heartbeat_older_than_the_bound(tmp_path: Path, bucket, pair) -> None:  # noqa: F811
     writer, replica = pair
     keys = bucket.keys("default")
-    ship = shipper(writer, bucket, 1, "writer", tmp_path)
-    follower = Follower(lambda: replica, bucket, keys, tmp_path / "r.work")
-    writer.upsert(docs(4, 1, "a"))
-    step(ship)
-    step(follower)
+    ship, follower = started(pair, bucket, tmp_path)
     step(follower)
     fresh = follower.status(replica, STALE_AFTER_S)
     assert fresh["lag"] == 0 and fresh["writer_heartbeat_age_s"] < STALE_AFTER_S
@@ -61,11 +52,7 @@ def test_no_lag_from_a_heartbeat_older_than_the_bound(tmp_path: Path, bucket, pa
 
 def test_a_replica_applying_writes_every_poll_is_not_stale(tmp_path: Path, bucket, pair) -> None:  # noqa: F811
     writer, replica = pair
-    ship = shipper(writer, bucket, 1, "writer", tmp_path)
-    follower = Follower(lambda: replica, bucket, bucket.keys("default"), tmp_path / "r.work")
-    writer.upsert(docs(4, 1, "a"))
-    step(ship)
-    step(follower)  # the base
+    ship, follower = started(pair, bucket, tmp_path)
     for round_ in range(5):  # every poll finds a new segment: the bucket never holds "nothing newer"
         writer.upsert(docs(2, 10 + round_, f"r{round_}-"))
         ship.heartbeat_at = 0
