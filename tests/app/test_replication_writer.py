@@ -39,6 +39,9 @@ def test_a_writer_started_at_an_old_epoch_takes_no_write_before_its_first_check(
             writer.admit(DEFAULT_COLLECTION, None)
         assert refused.value.status == 503 and "not yet read" in refused.value.message
         assert refused.value.headers == {"Retry-After": "1"}
+        with pytest.raises(ApiError) as creating:  # nor a collection made (or deleted, rebuilt, restored)
+            writer.refuse_unless_writing("new")
+        assert creating.value.status == 503 and "not yet read" in creating.value.message
         assert not writer.ready(writer.status())
         with pytest.raises(Fenced, match="epoch 2"):
             await writer._sync()
@@ -71,6 +74,7 @@ def test_a_writer_takes_writes_once_it_has_read_the_registry_and_each_current_js
         async with writer.lifecycle.created(own("new", "i2"), own("new", "i2").own_vectors()):
             pass
         assert writer.admit("new", None) == "local"  # made here after the check: nothing to read for it
+        writer.refuse_unless_writing("another")  # checked: collections are made again
 
     try:
         asyncio.run(scenario())

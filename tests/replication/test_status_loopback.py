@@ -135,7 +135,8 @@ def test_writes_waiting_for_a_paused_bucket_do_not_slow_readyz(cluster: Cluster)
 
 def test_a_writer_started_at_an_old_epoch_refuses_its_first_write(cluster: Cluster) -> None:
     """Replica 1 promoted at epoch 2 (the runbook); the old writer started again at epoch 1 answers its very
-    first write 503, before and after it learns it was fenced."""
+    first write 503, before and after it learns it was fenced, and so every other write: a collection made or
+    deleted, a rebuild, a restore."""
     chain = cluster.chain
     wait_converged(cluster, timeout=60)
     old = chain.server
@@ -152,5 +153,16 @@ def test_a_writer_started_at_an_old_epoch_refuses_its_first_write(cluster: Clust
         first = httpx.put(zombie.url + "/documents", json=chain.new_docs(1), headers=AUTH, timeout=30)
         assert first.status_code == 503, first.text
         assert "epoch 2" in (replication(zombie).get("fenced") or ""), replication(zombie)
+        others = {
+            "create": ("POST", "/collections", {"json": {"name": "late", "dimension": 4}}),
+            "delete": ("DELETE", "/collections/late", {}),
+            "rebuild": ("POST", "/index/rebuild", {}),
+            "restore": ("POST", "/collections/default/restore", {"content": b"not read"}),
+        }
+        for what, (method, path, body) in others.items():
+            answer = httpx.request(method, zombie.url + path, headers=AUTH, timeout=30, **body)
+            assert answer.status_code == 503 and "epoch 2" in answer.text, (what, answer.text)
+        listed = httpx.get(zombie.url + "/collections", headers=AUTH, timeout=30).json()
+        assert [c["name"] for c in listed["collections"]] == ["default"], listed
     finally:
         zombie.kill()

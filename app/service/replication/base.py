@@ -244,6 +244,10 @@ class Replication(Generic[W]):
             )
         return "local"
 
+    def refuse_unless_writing(self, collection: str) -> None:
+        """Before any write: nothing to refuse unless this service ships (a replica's routes refuse writes
+        themselves: ``Collection.writable_index``)."""
+
     async def acknowledge(self, mode: Ack, collection: Collection, index: Any) -> None:
         """After a commit: nothing to wait for unless this service ships it."""
 

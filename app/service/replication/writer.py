@@ -132,15 +132,19 @@ class Writer(Replication[Shipper]):
         return self._unchecked() is None
 
     def admit(self, collection: str, ack: Ack | None) -> Ack:
-        """Before a write: the ack mode it gets; 503 when this writer was fenced or has not yet read the
-        bucket (it may have been replaced)."""
+        """Before a write of documents: the ack mode it gets (503 as ``refuse_unless_writing``)."""
+        self.refuse_unless_writing(collection)
+        return ack or self.settings.replication_ack
+
+    def refuse_unless_writing(self, collection: str) -> None:
+        """Before any write (documents, a rebuild, a restore, a collection made or deleted): 503 when this
+        writer was fenced or has not yet read the bucket (it may have been replaced)."""
         replicated = self.workers.get(collection)
         fenced = self.fenced or (replicated.worker.fenced if replicated else None)
         if fenced:
             raise ApiError(503, f"this writer no longer ships the collection: {fenced}")
         if unchecked := self._unchecked():
             raise ApiError(503, f"{unchecked}: retry shortly", headers={"Retry-After": "1"})
-        return ack or self.settings.replication_ack
 
     async def acknowledge(self, mode: Ack, collection: Collection, index: Any) -> None:
         """After a commit: in remote mode, until the bucket holds it and the registry lists its collection

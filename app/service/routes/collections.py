@@ -77,6 +77,7 @@ async def create(body: CollectionCreate, request: Request) -> CollectionOut:
     if problem := collection_name_problem(body.name):
         raise ApiError(422, f"name: {body.name!r} is not a collection name: {problem}", "name")
     refuse_on_a_copy(settings, "create")
+    request.app.state.replication.refuse_unless_writing(body.name)
     info, encoder = _new_collection(body, engines)
     async with request.app.state.lifecycle.created(info, encoder) as collection:
         return await engines.work_pool.run(describe, collection)
@@ -100,6 +101,7 @@ async def delete(name: CollectionName, request: Request) -> CollectionDeleted:
             "name",
         )
     refuse_on_a_copy(settings, "delete")
+    request.app.state.replication.refuse_unless_writing(name)
 
     def busy(name: str) -> str | None:
         running = jobs.running(name)
@@ -107,6 +109,14 @@ async def delete(name: CollectionName, request: Request) -> CollectionDeleted:
 
     await request.app.state.lifecycle.delete(name, busy)
     return CollectionDeleted(deleted=name)
+
+
+def writable(request: Request, collection: Collection) -> Any:
+    """The collection's index for a write other than of documents (those ask ``admit``): 409 on a read-only
+    service or a replica, 503 on a writer that was fenced or has not yet read the bucket."""
+    index = collection.writable_index()
+    request.app.state.replication.refuse_unless_writing(collection.name)
+    return index
 
 
 def refuse_on_a_copy(settings: Any, verb: str) -> None:

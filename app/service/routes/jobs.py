@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from app.service.collections import Collection
 from app.service.errors import ApiError
 from app.service.route_table import declare
-from app.service.routes.collections import current_collection
+from app.service.routes.collections import current_collection, writable
 from app.service.schemas import JobAccepted, JobStatus
 from app.service.validation import StrictJSONRoute
 
@@ -27,7 +27,7 @@ async def rebuild_index(
     request: Request, collection: Annotated[Collection, Depends(current_collection)]
 ) -> JobAccepted:
     """Re-embed every document into a new index version; searches use the old one until it is published."""
-    index = collection.writable_index()  # at once, not a 202 for a job that must fail
+    index = writable(request, collection)  # at once, not a 202 for a job that must fail
     if collection.info.own_vectors() is not None:
         raise ApiError(
             409,

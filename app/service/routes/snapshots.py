@@ -20,7 +20,7 @@ from app.service.collection_schemas import RestoreResult, SnapshotDeleted, Snaps
 from app.service.collections import Collection, snapshot_folder_of
 from app.service.errors import ApiError
 from app.service.route_table import declare
-from app.service.routes.collections import current_collection
+from app.service.routes.collections import current_collection, writable
 from app.service.validation import StrictJSONRoute
 from index.archive import snapshots
 
@@ -104,7 +104,7 @@ async def restore_snapshot(
     """Replace the collection with a stored snapshot (a rollback): verified before anything is written,
     published atomically; 422 naming what is wrong with a damaged or foreign archive."""
     folder = snapshot_folder(request, collection)
-    index = collection.writable_index()
+    index = writable(request, collection)
     path = snapshots.path_of(folder, snapshot)
     with snapshots.exclusive(folder):
         result = await run_in_threadpool(index.restore, path)
@@ -126,7 +126,7 @@ async def restore_upload(request: Request, collection: InCollection) -> RestoreR
     """Replace the collection with an uploaded archive (the body, as `application/octet-stream`): streamed to
     disk up to `CLOZE_MAX_SNAPSHOT_UPLOAD_BYTES` (413 above), then restored as a stored snapshot is."""
     folder = snapshot_folder(request, collection)
-    index = collection.writable_index()
+    index = writable(request, collection)
     with snapshots.exclusive(folder):
         upload = folder / f".upload-{secrets.token_hex(6)}{snapshots.PARTIAL}"
         try:
