@@ -113,13 +113,7 @@ def _import_documents(archive: sqlite3.Connection, store: DocumentStore, rules: 
 
 
 def _document(doc_id: Any, text: Any, metadata: Any, rules: ImportRules) -> Document:
-    if not isinstance(doc_id, str) or (problem := id_problem(doc_id)):
-        raise BadArchive(f"{STORE}: a document id {str(doc_id)[:80]!r} is not one an upsert accepts")
-    where = f"{STORE}: document {doc_id[:80]!r}"
-    if not isinstance(text, str):
-        raise BadArchive(f"{where}: its text is {type(text).__name__}, not text")
-    if problem := text_problem(text, rules.limits, rules.text_required):
-        raise BadArchive(f"{where}: text: {problem}")
+    where = f"{STORE}: document {str(doc_id)[:80]!r}"
     if not isinstance(metadata, str):
         raise BadArchive(f"{where}: its metadata is {type(metadata).__name__}, not JSON text")
     try:
@@ -129,10 +123,23 @@ def _document(doc_id: Any, text: Any, metadata: Any, rules: ImportRules) -> Docu
     except ValueError as exc:
         raise BadArchive(f"{where}: its metadata is not JSON: {str(exc)[:100]}") from exc
     try:
-        check_metadata(parsed, "metadata", rules.limits)
+        return checked_document(doc_id, text, parsed, rules)
     except InvalidDocument as exc:
-        raise BadArchive(f"{where}: {exc}") from exc
-    return Document(doc_id, text, parsed)
+        raise BadArchive(f"{STORE}: {exc}") from exc
+
+
+def checked_document(doc_id: Any, text: Any, metadata: Any, rules: ImportRules) -> Document:
+    """The document an upsert would store, or ``InvalidDocument`` naming it and why not (a restore's rows and
+    a replica's tail segments come through here: neither is trusted more than a request)."""
+    if not isinstance(doc_id, str) or id_problem(doc_id):
+        raise InvalidDocument(f"a document id {str(doc_id)[:80]!r} is not one an upsert accepts", "id")
+    where = f"document {doc_id[:80]!r}"
+    if not isinstance(text, str):
+        raise InvalidDocument(f"{where}: its text is {type(text).__name__}, not text", "text")
+    if problem := text_problem(text, rules.limits, rules.text_required):
+        raise InvalidDocument(f"{where}: text: {problem}", "text")
+    check_metadata(metadata, f"{where}: metadata", rules.limits)
+    return Document(doc_id, text, metadata)
 
 
 def _not_json(constant: str) -> Any:
@@ -191,14 +198,20 @@ def _check_chunk(
 
 
 def _checked_vectors(matrix: np.ndarray, rules: ImportRules, name: Callable[[int], str]) -> np.ndarray:
+    try:
+        return checked_vectors(matrix, rules, name)
+    except ValueError as exc:
+        raise BadArchive(f"{STORE}: {exc}") from exc
+
+
+def checked_vectors(matrix: np.ndarray, rules: ImportRules, name: Callable[[int], str]) -> np.ndarray:
+    """``matrix`` as an upsert into the collection would store it, or ``ValueError`` naming the first unfit
+    row (``name(row)``): the caller's own vectors by their collection's rules, a model's checked finite."""
     if rules.vectors is not None:
-        try:
-            return rules.vectors(matrix, name)
-        except ValueError as exc:
-            raise BadArchive(f"{STORE}: {exc}") from exc
+        return rules.vectors(matrix, name)
     unfit = ~np.isfinite(matrix).all(axis=1)
     if unfit.any():
-        raise BadArchive(f"{STORE}: {name(int(unfit.argmax()))} holds NaN or an infinity")
+        raise ValueError(f"{name(int(unfit.argmax()))} holds NaN or an infinity")
     return matrix
 
 

@@ -23,6 +23,7 @@ from index.replication.bucket import SEQ_DIGITS, Bucket, Keys
 from index.replication.current import check_base, check_current
 from index.replication.freshness import WriterBeats
 from index.replication.worker import Stuck, Worker
+from index.search_index import import_rules
 from index.storage.changelog import ChangeBatch, merge_batches
 
 log = logging.getLogger(__name__)
@@ -103,13 +104,14 @@ class Follower(Worker):
         # back from a crash had hundreds of small segments, each a commit and a FAISS catch-up.
         run: list[ChangeBatch] = []
         seq = position.seq
+        rules = import_rules(index.encoder, index.limits)
         for key, (data, _) in zip(keys, self.fetch.map(self.bucket.get_bytes, keys), strict=True):
             after, through = Keys.segment_range(key)
             if through <= seq:  # inside what an overlapping segment already applied: its states are older
                 continue
             if after > seq or data is None:  # a gap (the next step sees it first), or deleted meanwhile
                 break
-            run.append(segments.decode(data, int(index.encoder.dimension))[1])
+            run.append(segments.decode(data, int(index.encoder.dimension), rules)[1])
             seq = through
             if sum(len(batch.upserts) for batch in run) >= MERGE_DOCUMENTS:
                 break

@@ -4,6 +4,9 @@ same against `cloze serve` processes and a moto server, with kills, a cut networ
 
 from __future__ import annotations
 
+import base64
+import gzip
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -11,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import numpy as np
 import pytest
 from moto import mock_aws
 
@@ -19,7 +23,7 @@ from index.replication import garbage, registry, segments
 from index.replication.bucket import Bucket
 from index.replication.follower import Follower
 from index.replication.shipper import Shipper
-from index.search_index import SearchIndex
+from index.search_index import SearchIndex, import_rules
 from index.storage.changelog import ChangeBatch, merge_batches, read_changes
 from tests.index.conftest import tiny_documents
 
@@ -98,7 +102,8 @@ def test_a_segment_carries_a_batch_whole(tmp_path: Path, tiny_encoder) -> None:
         index.upsert(docs(6, 1, "a"))
         index.delete("a2")
         _, batch = index.changes_after(0)
-        version, decoded = segments.decode(segments.encode(batch, 7), tiny_encoder.dimension)
+        rules = import_rules(tiny_encoder, index.limits)
+        version, decoded = segments.decode(segments.encode(batch, 7), tiny_encoder.dimension, rules)
         assert version == 7 and (decoded.after, decoded.through) == (0, batch.through)
         assert decoded.deletes == ["a2"] and [d.id for d, _, _ in decoded.upserts] == [
             d.id for d, _, _ in batch.upserts
@@ -106,9 +111,50 @@ def test_a_segment_carries_a_batch_whole(tmp_path: Path, tiny_encoder) -> None:
         for (_, _, sent), (_, _, got) in zip(batch.upserts, decoded.upserts, strict=True):
             assert (sent == got).all()
         with pytest.raises(segments.BadSegment):
-            segments.decode(b"not gzip", tiny_encoder.dimension)
+            segments.decode(b"not gzip", tiny_encoder.dimension, rules)
     finally:
         index.close()
+
+
+def deep(levels: int) -> dict:
+    node: dict = {}
+    for _ in range(levels):
+        node = {"k": node}
+    return node
+
+
+@pytest.mark.parametrize(
+    "tamper, why",
+    [
+        (lambda item: item.update(metadata=deep(900)), "nested deeper"),
+        (lambda item: item.update(metadata=["a", "list"]), "not a JSON object"),
+        (lambda item: item.update(id=" "), "not one an upsert accepts"),
+        (lambda item: item.update(text=7), "not text"),
+        (lambda item: item.update(vectors=nan_like(item["vectors"])), "NaN"),
+        (lambda item: item.update(chunks=[[0, 5]]), "a chunk's text"),
+    ],
+)
+def test_a_segment_is_checked_as_an_upsert_is(tmp_path: Path, tiny_encoder, tamper, why) -> None:
+    """Whatever the bucket holds is refused when no upsert would store it (a replica applied a segment's
+    metadata 900 levels deep, or NaN vectors, as they came), as a restore's rows are."""
+    index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    try:
+        index.upsert(docs(2, 1, "a"))
+        _, batch = index.changes_after(0)
+        body = json.loads(gzip.decompress(segments.encode(batch, 7)))
+        tamper(body["upserts"][0])
+        hostile = gzip.compress(json.dumps(body).encode())
+        with pytest.raises(segments.BadSegment, match=why):
+            segments.decode(hostile, tiny_encoder.dimension, import_rules(tiny_encoder, index.limits))
+    finally:
+        index.close()
+
+
+def nan_like(vectors: str) -> str:
+    """A segment's base64 vectors, every number NaN."""
+    return base64.b64encode(
+        np.full(len(base64.b64decode(vectors)) // 4, np.nan, np.float32).tobytes()
+    ).decode()
 
 
 def test_a_replica_copies_the_base_then_follows_the_tail(tmp_path: Path, tiny_encoder, bucket, pair) -> None:
