@@ -269,3 +269,36 @@ def test_collection_list_and_show_agree_offline_and_over_url(server, server_env)
                        str(listed["chunk_window"])]  # fmt: skip
         card = quiet_cli("collection", "show", "cli-agree", *where).stdout
         assert f"bytes_on_disk: {shown_served['bytes_on_disk']}" in " ".join(card.split())
+
+
+def test_a_url_that_is_not_the_service_root_says_what_is_wrong(server):
+    """A base URL with a path (as the openai client takes, ``.../v1``; or the page ``.../docs``) got a bare 404,
+    and one without a scheme a ConnectionFailed about protocols: each now says what to write instead."""
+    for wrong in (server + "/v1", server + "/docs/"):
+        shown = wrong.rstrip("/")
+        with Client(wrong, api_key=WRITE_KEY) as client, pytest.raises(NotFound) as refused:
+            client.list_collections()
+        message = str(refused.value)
+        assert f"{shown}/collections found no route" in message, message
+        assert f"URL {shown} has a path" in message and "probably not the service's root" in message, message
+        assert message.endswith(f"as {server}"), message
+
+        async def search(url: str = wrong) -> None:
+            async with AsyncClient(url, api_key=WRITE_KEY) as client:
+                await client.search("moon")
+
+        with pytest.raises(NotFound, match="probably not the service's root"):
+            asyncio.run(search())
+        cli = cloze("search", "moon", "--url", wrong, "--api-key", WRITE_KEY)
+        assert cli.returncode != 0 and f"{shown} has a path" in cli.stderr, cli.stderr
+    with Client(server, api_key=WRITE_KEY) as client, pytest.raises(NotFound) as missing:
+        client.get_collection("no-such-collection")  # the service's own 404s stay as they are
+    assert "no collection named 'no-such-collection'" in (kept := str(missing.value)) and "route" not in kept
+    bare = server.removeprefix("http://")
+    for make in (Client, AsyncClient):
+        with pytest.raises(ValueError, match=f"has no scheme: add http:// \\(http://{bare}\\)"):
+            make(bare)
+    with pytest.raises(ValueError, match="the client speaks http:// or https://"):
+        Client("ftp://" + bare)
+    cli = cloze("documents", "get", "x", "--url", bare)
+    assert cli.returncode != 0 and f"add http:// (http://{bare})" in cli.stderr, cli.stderr
