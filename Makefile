@@ -7,21 +7,35 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 # CPU torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
+# `make serve` installs what serving needs (the project and ONNX Runtime, as the Docker image does); `make test`
+# and the other developer targets add the tests' tools and Ray (its engine is tested) on top: tests/test_setup.py.
+SERVE_EXTRAS ?= cpu
 EXTRAS ?= cpu,dev,ray
 DEMO_INDEX ?= data/demo-index
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install serve test test-fast lint demo-index browser clean docker-engine test-deploy test-deploy-replicas test-replicas gpu-image
+.PHONY: install install-serve serve test test-fast lint demo-index browser clean docker-engine test-deploy test-deploy-replicas test-replicas gpu-image
 
 install: $(VENV)/.installed
+install-serve: $(VENV)/.installed-serve
 
-$(VENV)/.installed: pyproject.toml
+# Each install in one pip call (`EXTRAS=gpu,dev` must never meet the `cpu` extra's onnxruntime); the full one
+# holds what serving needs as well, so it marks both.
+define pip_install
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[$(EXTRAS)]"
+	$(PIP) install -q -e ".[$(1)]"
+endef
+
+$(VENV)/.installed-serve: pyproject.toml
+	$(call pip_install,$(SERVE_EXTRAS))
 	touch $@
 
-demo-index: install
+$(VENV)/.installed: pyproject.toml
+	$(call pip_install,$(EXTRAS))
+	touch $@ $(VENV)/.installed-serve
+
+demo-index: install-serve
 	$(VENV)/bin/cloze index build --input app/demo/corpus.jsonl.gz --out $(DEMO_INDEX) --skip-if-current
 
 serve: demo-index

@@ -80,7 +80,7 @@ class AsyncClient(ClientSettings):
         response, retries = await self._send(operation.method, operation.path, **operation.options)
         if retries and response.status_code == 404 and (operation.gone is not None):
             return operation.gone
-        return operation.read(checked(response).json())
+        return operation.read(checked(response, self.url).json())
 
     async def create_collection(
         self,
@@ -237,7 +237,7 @@ class AsyncClient(ClientSettings):
         async with self._http.stream("GET", ops.snapshot_path(collection, name)) as response:
             if response.status_code >= 400:
                 await response.aread()
-                checked(response)
+                checked(response, self.url)
             with DownloadFile(path, response, progress) as out:
                 async for block in response.aiter_bytes(DOWNLOAD_BLOCK):
                     out.write(block)

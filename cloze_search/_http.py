@@ -30,8 +30,10 @@ class ClientSettings:
         batch_size: int = 64,
         http_options: dict[str, Any] | None = None,
     ):
-        """``http_options`` go to the httpx client as they are (``verify``, ``proxy``, ``transport``...)."""
-        self.url = url.rstrip("/")
+        """``http_options`` go to the httpx client as they are (``verify``, ``proxy``, ``transport``...). ``url``
+        is the service's root (``http://host:port``); one with no ``http://`` or ``https://`` is a ValueError
+        saying so, at once rather than at the first request."""
+        self.url = service_url(url)
         self.http_options = {"base_url": self.url, "timeout": timeout} | (http_options or {})
         self.http_options["headers"] = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.max_retries, self.batch_size = max_retries, batch_size
@@ -44,6 +46,24 @@ class ClientSettings:
         return min(0.5 * 2**attempt, 30.0) if asked is None else asked
 
 
+def service_url(url: str) -> str:
+    """``url`` without its trailing slash, or a ValueError that says what to write instead."""
+    url = url.strip().rstrip("/")
+    scheme, separator, rest = url.partition("://")
+    if not url:
+        raise ValueError("the service's URL is empty: give its root, as http://127.0.0.1:8000")
+    if not separator:
+        raise ValueError(
+            f"the service's URL {url!r} has no scheme: add http:// (http://{url}), or https:// where it "
+            "answers over TLS"
+        )
+    if scheme.lower() not in ("http", "https") or not rest:
+        raise ValueError(
+            f"the service's URL {url!r}: the client speaks http:// or https://, as http://{rest or 'host:port'}"
+        )
+    return url
+
+
 def retry_after(response: httpx.Response) -> float | None:
     try:
         return max(0.0, float(response.headers.get("retry-after", "")))
@@ -51,16 +71,35 @@ def retry_after(response: httpx.Response) -> float | None:
         return None
 
 
-def checked(response: httpx.Response) -> httpx.Response:
-    """The response, or the service's error as an exception (its message and field)."""
+def checked(response: httpx.Response, root: str | None = None) -> httpx.Response:
+    """The response, or the service's error as an exception (its message and field). A 404 that names nothing
+    (no route answers the path; the service's own 404s say which collection, document or snapshot is missing)
+    says that ``root``, the client's URL, is probably not the service's root."""
     if response.status_code < 400:
         return response
     try:
         body = response.json()
         message, field = str(body.get("error") or body), body.get("field")
+        routed = message != "Not Found"  # Starlette's answer for a path no route matches
     except (ValueError, AttributeError):
         message, field = response.text[:500] or response.reason_phrase, None
+        routed = False  # not the service's JSON: another server, or a proxy's page
+    if response.status_code == 404 and not routed and root is not None:
+        message = no_route(root, response.request)
     raise error_for(response.status_code, message, field, retry_after(response))
+
+
+def no_route(root: str, request: httpx.Request) -> str:
+    """What a 404 for a path no route answers most likely means: a URL that is not the service's root."""
+    asked = f"{request.method} {request.url} found no route"
+    url = httpx.URL(root)
+    if url.path.strip("/"):
+        bare = str(url.copy_with(path="/", query=None, fragment=None)).rstrip("/")
+        return (
+            f"{asked}: the client's URL {root} has a path ({url.path}), so it is probably not the service's "
+            f"root; give the URL its routes start at (/search, /collections, /v1/embeddings), as {bare}"
+        )
+    return f"{asked}: is {root} a cloze-search service, and one as new as this client?"
 
 
 def unreachable(url: str, exc: httpx.TransportError) -> ConnectionFailed:

@@ -86,7 +86,7 @@ class Client(ClientSettings):
         response, retries = self._send(operation.method, operation.path, **operation.options)
         if retries and response.status_code == 404 and operation.gone is not None:
             return operation.gone
-        return operation.read(checked(response).json())
+        return operation.read(checked(response, self.url).json())
 
     # ---- collections ----
     def create_collection(
@@ -232,7 +232,7 @@ class Client(ClientSettings):
         with self._http.stream("GET", ops.snapshot_path(collection, name)) as response:
             if response.status_code >= 400:
                 response.read()
-                checked(response)
+                checked(response, self.url)
             with DownloadFile(path, response, progress) as out:
                 for block in response.iter_bytes(DOWNLOAD_BLOCK):
                     out.write(block)

@@ -93,5 +93,15 @@ def test_cli_help_lists_every_stage():
     out = subprocess.run(
         [sys.executable, "-m", "app.cli", "--help"], capture_output=True, text=True, check=True
     ).stdout
-    for command in ("train", "eval", "index", "serve", "export", "adapt"):
+    for command in (
+        "train",
+        "eval",
+        "index",
+        "collection",
+        "search",
+        "documents",
+        "serve",
+        "export",
+        "adapt",
+    ):
         assert command in out

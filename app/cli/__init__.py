@@ -13,6 +13,7 @@ import os
 import sys
 
 from app.cli import index as index_cli
+from app.cli import service as service_cli
 from encoder_training import cli as training_cli
 from evaluation import cli as evaluation_cli
 
@@ -26,12 +27,14 @@ def build_parser() -> argparse.ArgumentParser:
         ("eval", "STS, BEIR retrieval, masked-token accuracy, LAMA"),
         ("index", "build and update search indexes"),
         ("collection", "create, list, show and delete collections (named indexes, each on one model)"),
+        ("documents", "put and get documents of a running service (--url), for quick checks"),
     ):
         sub = top.add_parser(group, help=help_text)
         groups[group] = sub.add_subparsers(dest=f"{group}_command", required=True, metavar="COMMAND")
     _add_serve(top)
     _add_export(top)
     index_cli.register(groups)
+    service_cli.register(top, groups)
     evaluation_cli.register(groups)
     training_cli.register(groups)
     return parser
@@ -87,9 +90,11 @@ def _export(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(
-        level=os.environ.get("CLOZE_LOG_LEVEL", "INFO").upper(), format="%(levelname)s %(name)s: %(message)s"
-    )
+    level = os.environ.get("CLOZE_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if level != "DEBUG":  # httpx logs every request at INFO: noise on the stderr of every --url command
+        for name in ("httpx", "httpcore"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
     try:

@@ -13,6 +13,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from app.cli import output
+from app.cli.output import add_json_flag, emit
+
 log = logging.getLogger(__name__)
 BACKENDS = ["auto", "torch", "onnx", "onnx-int8"]
 
@@ -105,16 +108,26 @@ def _register_collections(collection: argparse._SubParsersAction) -> None:
     create.add_argument("--metric", choices=["cosine", "dot"], help="with --dimension (default cosine)")
     _model_args(create)
     for name, text, handler in (
-        ("list", "list the collections", _collection_list),
-        ("show", "one collection: model, documents, version, bytes on disk", _collection_show),
+        (
+            "list",
+            "the collections: model, status, documents, chunks, factory, chunk window",
+            _collection_list,
+        ),
+        (
+            "show",
+            "one collection: what list says, and version, overlap, bytes on disk, last write",
+            _collection_show,
+        ),
         ("delete", "delete a collection and its documents", _collection_delete),
     ):
         command = collection.add_parser(name, help=text)
         if name != "list":
             command.add_argument("name")
         _collection_target(command)
+        add_json_flag(command)
         command.set_defaults(handler=handler)
     _collection_target(create)
+    add_json_flag(create)
     create.set_defaults(handler=_collection_create)
 
 
@@ -137,8 +150,12 @@ def _collection_create(args: argparse.Namespace) -> None:
     own = {"dimension": args.dimension, "metric": args.metric}
     if args.url:
         model = None if args.dimension else args.model_name
-        with _service(args) as client:
-            _print(client.create_collection(args.name, model=model, **own, **options))
+        with client_for(args) as client:
+            emit(
+                args,
+                client.create_collection(args.name, model=model, **own, **options),
+                output.collection_card,
+            )
         return
     if args.dimension:
         info = CollectionInfo(
@@ -147,56 +164,71 @@ def _collection_create(args: argparse.Namespace) -> None:
     else:
         info = CollectionInfo(args.name, args.model_name, **options)
     try:
-        path = create_collection(args.root, info, info.own_vectors() or _encoder(args))
+        create_collection(args.root, info, info.own_vectors() or _encoder(args))
     except (CollectionError, ValueError) as exc:
         raise SystemExit(f"cloze collection create: {exc}") from exc
-    print(
-        json.dumps(
-            {
-                "created": args.name,
-                "path": str(path),
-                "model": info.model,
-                "dimension": info.dimension,
-                "metric": info.metric,
-            }
-        )
-    )
+    emit(args, _stored_collection(args.root, args.name), output.collection_card)
 
 
 def _collection_list(args: argparse.Namespace) -> None:
-    from dataclasses import asdict
-
     from index.collections import list_collections
 
     if args.url:
-        with _service(args) as client:
-            print(json.dumps({"collections": [asdict(c) for c in client.list_collections()]}))
-        return
-    print(json.dumps({"collections": [asdict(info) for info in list_collections(args.root)]}))
+        with client_for(args) as client:
+            collections = client.list_collections()
+    else:
+        collections = [_stored_collection(args.root, info.name) for info in list_collections(args.root)]
+    emit(args, {"collections": collections}, lambda answer: output.collection_list(answer["collections"]))
 
 
 def _collection_show(args: argparse.Namespace) -> None:
-    from dataclasses import asdict
+    if args.url:
+        with client_for(args) as client:
+            collection = client.get_collection(args.name)
+    else:
+        _existing_collection(args.root, args.name)
+        collection = _stored_collection(args.root, args.name, detailed=True)
+    emit(args, collection, output.collection_card)
 
+
+def _stored_collection(root: Path, name: str, detailed: bool = False) -> Any:
+    """A collection on disk described as the service describes it (``GET /collections``, and with
+    ``detailed`` ``GET /collections/{name}``): build options from the published version's manifest, the
+    live counts (writes since the build included, read as a replica reads), bytes on disk only in detail."""
+    from cloze_search import Collection
     from index.collections import disk_usage, folder_of, last_write, read_info
     from index.storage import layout
     from index.storage.store import DocumentStore
 
-    if args.url:
-        with _service(args) as client:
-            _print(client.get_collection(args.name))
-        return
-    folder = _existing_collection(args.root, args.name)
+    folder = folder_of(root, name)
+    info = read_info(folder)
+    assert info is not None  # listed, or checked by _existing_collection
+    described = Collection(
+        name=name, model=info.model, status="ready", dimension=info.dimension, metric=info.metric,
+        created=info.created,
+    )  # fmt: skip
     version = layout.current_version(folder)
-    counts: dict[str, Any] = {"version": version}
-    if version is not None:  # the live counts (writes since the build included), read as a replica reads
-        store = DocumentStore(
-            layout.version_dir(folder, version) / layout.STORE, create=False, read_only=True
+    published = None if version is None else layout.version_dir(folder, version)
+    manifest = None if published is None else layout.read_manifest_safely(published)
+    if published is None or manifest is None:
+        described.status, described.error = "failed", "no published version with a readable manifest"
+    else:
+        store = DocumentStore(published / layout.STORE, create=False, read_only=True)
+        try:
+            counts = store.counts()
+        finally:
+            store.close()
+        build = manifest.get("build", {})
+        described.version, described.documents, described.chunks = (
+            version,
+            counts["documents"],
+            counts["chunks"],
         )
-        counts |= store.counts()
-        store.close()
-    usage = {"bytes_on_disk": disk_usage(folder), "last_write": last_write(folder)}
-    print(json.dumps(asdict(read_info(folder_of(args.root, args.name))) | counts | usage))
+        described.factory, described.chunk_window = build.get("factory"), build.get("chunk_window")
+        described.chunk_overlap = build.get("chunk_overlap")
+    if detailed:
+        described.bytes_on_disk, described.last_write = disk_usage(folder), last_write(folder)
+    return described
 
 
 def _collection_delete(args: argparse.Namespace) -> None:
@@ -205,8 +237,8 @@ def _collection_delete(args: argparse.Namespace) -> None:
     from index.storage.layout import WriterLease
 
     if args.url:
-        with _service(args) as client:
-            print(json.dumps({"deleted": client.delete_collection(args.name)}))
+        with client_for(args) as client:
+            emit(args, {"deleted": client.delete_collection(args.name)}, _deleted)
         return
     folder = _existing_collection(args.root, args.name)
     try:
@@ -218,7 +250,11 @@ def _collection_delete(args: argparse.Namespace) -> None:
         delete_collection(args.root, args.name)
     except CollectionError as exc:
         raise SystemExit(f"cloze collection delete: {exc}") from exc
-    print(json.dumps({"deleted": args.name}))
+    emit(args, {"deleted": args.name}, _deleted)
+
+
+def _deleted(answer: dict[str, str]) -> str:
+    return f"deleted the collection {answer['deleted']!r}"
 
 
 def _existing_collection(root: Path, name: str) -> Path:
@@ -406,7 +442,7 @@ def _delete(args: argparse.Namespace) -> None:
 
 def _snapshot(args: argparse.Namespace) -> None:
     if args.url:
-        with _service(args) as client:
+        with client_for(args) as client:
             entry = client.create_snapshot(collection=args.collection)
             if args.download:
                 client.download_snapshot(entry.name, args.download, collection=args.collection)
@@ -428,7 +464,7 @@ def _restore(args: argparse.Namespace) -> None:
     if not args.archive.is_file():
         raise SystemExit(f"cloze index restore: no archive at {args.archive}")
     if args.url:
-        with _service(args) as client:
+        with client_for(args) as client:
             _print(client.upload_snapshot(args.archive, collection=args.collection))
         return
     from index.archive.restore import read_info, restore_offline
@@ -458,7 +494,7 @@ def _offline_collection(args: argparse.Namespace) -> None:
 
 
 @contextmanager
-def _service(args: argparse.Namespace) -> Iterator[Any]:
+def client_for(args: argparse.Namespace) -> Iterator[Any]:
     """The Python client on ``--url`` (no timeout: an upload or a snapshot may take long); a refusal exits
     with the service's message and the field it names."""
     from cloze_search import Client, ClozeError
@@ -467,6 +503,8 @@ def _service(args: argparse.Namespace) -> Iterator[Any]:
         with Client(args.url, api_key=args.api_key, timeout=None) as client:
             yield client
     except ClozeError as exc:
+        if not exc.status:  # nothing answered
+            raise SystemExit(f"cloze: {exc.message}") from exc
         raise SystemExit(f"cloze: {args.url} answered {exc}") from exc
 
 

@@ -157,7 +157,7 @@ def cloze(*args: str) -> subprocess.CompletedProcess:
 
 def test_the_cli_url_commands_go_through_the_client(server, tmp_path):
     """The six ``--url`` commands: collection create, list, show, delete; index snapshot (+ download), restore."""
-    key = ["--url", server, "--api-key", WRITE_KEY]
+    key = ["--url", server, "--api-key", WRITE_KEY, "--json"]
     made = cloze("collection", "create", "cli-vectors", "--dimension", "3", "--metric", "dot", *key)
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout) | {"name": "cli-vectors", "model": None, "metric": "dot"} == json.loads(
@@ -169,9 +169,11 @@ def test_the_cli_url_commands_go_through_the_client(server, tmp_path):
         client.upsert([Document("v", vector=[1, 2, 3])], collection="cli-vectors")
     assert json.loads(cloze("collection", "show", "cli-vectors", *key).stdout)["documents"] == 1
     archive = tmp_path / "cli.tar"
-    snapshot = cloze("index", "snapshot", "--collection", "cli-vectors", "--download", str(archive), *key)
+    snapshot = cloze(
+        "index", "snapshot", "--collection", "cli-vectors", "--download", str(archive), *key[:-1]
+    )
     assert snapshot.returncode == 0 and tarfile.is_tarfile(archive), snapshot.stderr
-    restored = cloze("index", "restore", str(archive), "--collection", "cli-vectors", *key)
+    restored = cloze("index", "restore", str(archive), "--collection", "cli-vectors", *key[:-1])
     assert restored.returncode == 0 and json.loads(restored.stdout)["documents"] == 1, restored.stderr
     assert json.loads(cloze("collection", "delete", "cli-vectors", *key).stdout) == {"deleted": "cli-vectors"}
     refused = cloze("collection", "show", "cli-vectors", *key)
@@ -182,3 +184,121 @@ def test_the_cli_url_commands_go_through_the_client(server, tmp_path):
     )
     bad_key = cloze("collection", "create", "x", "--url", server, "--api-key", READ_KEY)
     assert bad_key.returncode != 0 and ("403" in bad_key.stderr or "401" in bad_key.stderr), bad_key.stderr
+
+
+def quiet_cli(*args: str) -> subprocess.CompletedProcess:
+    """A ``cloze`` command that succeeded and logged nothing of its HTTP requests (httpx logs each at INFO)."""
+    done = cloze(*args)
+    assert done.returncode == 0, done.stderr
+    assert "httpx" not in done.stderr and "HTTP Request" not in done.stderr, done.stderr
+    return done
+
+
+def test_the_cli_puts_gets_and_searches_for_people_and_for_scripts(server, tmp_path):
+    """``cloze documents put|get`` and ``cloze search`` on --url: lines to read by default, JSON with --json."""
+    key = ["--url", server, "--api-key", WRITE_KEY, "--collection", "cli-docs"]
+    quiet_cli("collection", "create", "cli-docs", "--url", server, "--api-key", WRITE_KEY)
+    stored = quiet_cli("documents", "put", "kestrel", "Kestrels hover over fields hunting voles.",
+                       "--metadata", '{"kind": "bird"}', *key)  # fmt: skip
+    assert stored.stdout.strip() == "stored 1 document in 'cli-docs'"
+    lines = tmp_path / "more.jsonl"
+    lines.write_text(json.dumps({"id": "trout", "text": "Trout swim up cold rivers.", "metadata": {"kind": "fish"}})
+                     + "\n\n" + json.dumps({"id": "heron", "text": "Herons wade and spear fish."}) + "\n")  # fmt: skip
+    assert json.loads(quiet_cli("documents", "put", "--input", str(lines), *key, "--json").stdout) == {
+        "upserted": 2,
+        "collection": "cli-docs",
+    }
+    shown = quiet_cli("documents", "get", "kestrel", *key).stdout
+    assert shown.splitlines()[0].split() == ["id:", "kestrel"] and '"kind": "bird"' in shown
+    assert shown.rstrip().endswith("Kestrels hover over fields hunting voles.") and not shown.startswith("{")
+    assert json.loads(quiet_cli("documents", "get", "trout", *key, "--json").stdout) == {
+        "id": "trout",
+        "text": "Trout swim up cold rivers.",
+        "metadata": {"kind": "fish"},
+        "vector": None,
+    }
+    found = quiet_cli("search", "birds hunting voles", "-k", "2", *key).stdout.splitlines()
+    assert found[0].startswith("2 hits (hybrid, ") and found[1].split()[:3] == [
+        "1",
+        found[1].split()[1],
+        "kestrel",
+    ]
+    assert "Kestrels hover over fields hunting voles." in found[1] and found[2].split() == ["kind=bird"]
+    answer = json.loads(quiet_cli("search", "cold rivers", "--mode", "bm25", "--filter", '{"kind": "fish"}', *key,
+                                  "--json").stdout)  # fmt: skip
+    assert answer["mode"] == "bm25" and [hit["id"] for hit in answer["results"]] == ["trout"]
+    missing = cloze("documents", "get", "nobody", *key)
+    assert missing.returncode != 0 and "404" in missing.stderr and "nobody" in missing.stderr, missing.stderr
+
+
+def test_collection_list_and_show_agree_offline_and_over_url(server, server_env):
+    """The same fields from the same collection, read by the service (--url) or from its folder (--root):
+    build options as the published version was built, live counts in both, bytes on disk in show."""
+    root = str(Path(server_env["CLOZE_INDEX"]).parent / "collections")
+    url = ["--url", server, "--api-key", WRITE_KEY]
+    quiet_cli("collection", "create", "cli-agree", "--chunk-overlap", "3", "--factory", "HNSW16", *url)
+    with Client(server, api_key=WRITE_KEY) as client:
+        client.upsert(ANIMALS, collection="cli-agree")
+        client.delete_document("dog", collection="cli-agree")
+    served = {
+        c["name"]: c
+        for c in json.loads(quiet_cli("collection", "list", *url, "--json").stdout)["collections"]
+    }
+    stored = {c["name"]: c for c in json.loads(quiet_cli("collection", "list", "--root", root, "--json").stdout)["collections"]}  # fmt: skip
+    assert stored["cli-agree"] == served["cli-agree"]
+    listed = stored["cli-agree"]
+    assert (listed["documents"], listed["factory"], listed["chunk_overlap"]) == (4, "HNSW16", 3)
+    assert listed["chunk_window"] and listed["bytes_on_disk"] is None, listed
+    shown_served = json.loads(quiet_cli("collection", "show", "cli-agree", *url, "--json").stdout)
+    shown_stored = json.loads(quiet_cli("collection", "show", "cli-agree", "--root", root, "--json").stdout)
+    assert shown_stored == shown_served and shown_served["bytes_on_disk"] > 0
+    assert shown_served | {"bytes_on_disk": None, "last_write": None} == listed
+    for where in (url, ["--root", root]):  # for people: a table, and one field a line
+        table = quiet_cli("collection", "list", *where).stdout.splitlines()
+        assert table[0].split() == [
+            "NAME",
+            "MODEL",
+            "STATUS",
+            "DOCUMENTS",
+            "CHUNKS",
+            "FACTORY",
+            "CHUNK_WINDOW",
+        ]
+        row = next(line.split() for line in table if line.startswith("cli-agree "))
+        assert row == ["cli-agree", "default", "ready", "4", str(listed["chunks"]), listed["factory"],
+                       str(listed["chunk_window"])]  # fmt: skip
+        card = quiet_cli("collection", "show", "cli-agree", *where).stdout
+        assert f"bytes_on_disk: {shown_served['bytes_on_disk']}" in " ".join(card.split())
+
+
+def test_a_url_that_is_not_the_service_root_says_what_is_wrong(server):
+    """A base URL with a path (as the openai client takes, ``.../v1``; or the page ``.../docs``) got a bare 404,
+    and one without a scheme a ConnectionFailed about protocols: each now says what to write instead."""
+    for wrong in (server + "/v1", server + "/docs/"):
+        shown = wrong.rstrip("/")
+        with Client(wrong, api_key=WRITE_KEY) as client, pytest.raises(NotFound) as refused:
+            client.list_collections()
+        message = str(refused.value)
+        assert f"{shown}/collections found no route" in message, message
+        assert f"URL {shown} has a path" in message and "probably not the service's root" in message, message
+        assert message.endswith(f"as {server}"), message
+
+        async def search(url: str = wrong) -> None:
+            async with AsyncClient(url, api_key=WRITE_KEY) as client:
+                await client.search("moon")
+
+        with pytest.raises(NotFound, match="probably not the service's root"):
+            asyncio.run(search())
+        cli = cloze("search", "moon", "--url", wrong, "--api-key", WRITE_KEY)
+        assert cli.returncode != 0 and f"{shown} has a path" in cli.stderr, cli.stderr
+    with Client(server, api_key=WRITE_KEY) as client, pytest.raises(NotFound) as missing:
+        client.get_collection("no-such-collection")  # the service's own 404s stay as they are
+    assert "no collection named 'no-such-collection'" in (kept := str(missing.value)) and "route" not in kept
+    bare = server.removeprefix("http://")
+    for make in (Client, AsyncClient):
+        with pytest.raises(ValueError, match=f"has no scheme: add http:// \\(http://{bare}\\)"):
+            make(bare)
+    with pytest.raises(ValueError, match="the client speaks http:// or https://"):
+        Client("ftp://" + bare)
+    cli = cloze("documents", "get", "x", "--url", bare)
+    assert cli.returncode != 0 and f"add http:// (http://{bare})" in cli.stderr, cli.stderr

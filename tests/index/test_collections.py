@@ -79,13 +79,16 @@ def test_the_cli_creates_builds_adds_shows_and_deletes(tmp_path: Path, tiny_bert
     extra = tmp_path / "more.jsonl"
     write_jsonl(extra, [{"id": "extra", "text": "one more"}])
     run_cli(capsys, "index", "add", "--collection", "notes", "--input", str(extra), *common)
-    shown = json.loads(run_cli(capsys, "collection", "show", "notes", "--root", str(root)))
+    shown = json.loads(run_cli(capsys, "collection", "show", "notes", "--root", str(root), "--json"))
     assert (shown["documents"], shown["chunk_overlap"], shown["model"]) == (21, 2, "default")
     assert shown["bytes_on_disk"] > 0
-    listed = json.loads(run_cli(capsys, "collection", "list", "--root", str(root)))
+    listed = json.loads(run_cli(capsys, "collection", "list", "--root", str(root), "--json"))
     assert [entry["name"] for entry in listed["collections"]] == ["notes"]
     run_cli(capsys, "index", "delete", "--collection", "notes", "extra", *common)
-    assert json.loads(run_cli(capsys, "collection", "show", "notes", "--root", str(root)))["documents"] == 20
+    assert (
+        json.loads(run_cli(capsys, "collection", "show", "notes", "--root", str(root), "--json"))["documents"]
+        == 20
+    )
     run_cli(capsys, "collection", "delete", "notes", "--root", str(root))
     assert list_collections(root) == []
     with pytest.raises(SystemExit, match="not a collection name"):

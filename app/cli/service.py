@@ -1,0 +1,167 @@
+"""Quick checks against a running service, through the Python client: ``cloze search`` and ``cloze documents
+put|get``. Lines to read by default, ``--json`` for scripts; a refusal exits with the service's message and the
+field it names (``app.cli.index.client_for``). The client is imported in the handlers: ``cloze --help``
+loads no httpx."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from app.cli import output
+from app.cli.index import client_for
+from app.cli.output import add_json_flag, emit
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def register(top: argparse._SubParsersAction, groups: dict[str, argparse._SubParsersAction]) -> None:
+    search = top.add_parser("search", help="search a running service (--url): dense, BM25 or hybrid")
+    search.add_argument("query", nargs="?", help="the query text (or --vector, or both for hybrid)")
+    _target(search)
+    search.add_argument("-k", "--top-k", type=int, default=10, help="hits to answer (default 10)")
+    search.add_argument("--offset", type=int, default=0, help="hits to skip first (paging)")
+    search.add_argument(
+        "--mode", choices=["dense", "bm25", "hybrid"], help="default: hybrid (dense for --vector)"
+    )
+    search.add_argument(
+        "--filter", type=_json_object, help='a metadata filter, JSON: \'{"year": {"$gte": 1960}}\''
+    )
+    search.add_argument(
+        "--vector", type=_json_list, help="a query vector, JSON (collections of your own vectors)"
+    )
+    search.add_argument("--text", action="store_true", help="each hit's whole document text as well")
+    search.set_defaults(handler=_search)
+
+    documents = groups["documents"]
+    put = documents.add_parser(
+        "put", help="store (or replace) one document, or every line of a JSONL file (--input), by id"
+    )
+    put.add_argument("id", nargs="?", help="the document's id (without --input)")
+    put.add_argument("text", nargs="?", default="", help="its text")
+    put.add_argument("--metadata", type=_json_object, help="JSON: '{\"year\": 1962}'")
+    put.add_argument("--vector", type=_json_list, help="JSON: its vector (collections of your own vectors)")
+    put.add_argument(
+        "--input",
+        help="JSONL, one document a line as PUT /documents takes it ({id, text, metadata, vector}); - reads stdin",
+    )
+    _target(put)
+    put.set_defaults(handler=_put)
+
+    get = documents.add_parser("get", help="one stored document by id: its metadata and text")
+    get.add_argument("id")
+    _target(get)
+    get.set_defaults(handler=_get)
+
+
+def _target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("CLOZE_URL") or DEFAULT_URL,
+        help=f"the service's root URL (default: $CLOZE_URL, else {DEFAULT_URL})",
+    )
+    parser.add_argument("--collection", default="default", help="default: the service's own index")
+    parser.add_argument("--api-key", default=os.environ.get("CLOZE_API_KEY"), help="a key (or CLOZE_API_KEY)")
+    add_json_flag(parser)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    value = _json(text)
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
+def _json_list(text: str) -> list[Any]:
+    value = _json(text)
+    if not isinstance(value, list):
+        raise argparse.ArgumentTypeError(f"expected a JSON list, got {text!r}")
+    return value
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
+
+
+def _search(args: argparse.Namespace) -> None:
+    if args.query is None and args.vector is None:
+        raise SystemExit("cloze search: give a query, --vector, or both")
+    with client_for(args) as client:
+        results = client.search(
+            args.query, collection=args.collection, vector=args.vector, top_k=args.top_k, offset=args.offset,
+            mode=args.mode, filter=args.filter, include_text=args.text,
+        )  # fmt: skip
+    emit(args, results, lambda answer: _hits(answer, args.offset))
+
+
+def _hits(results: Any, offset: int) -> str:
+    """One line a hit (rank, score, id, the best chunk cut to the terminal), its metadata under it."""
+    count = len(results.results)
+    lines = [f"{count} hit{'s' * (count != 1)} ({results.mode}, {results.took_ms:.0f} ms)"]
+    width = shutil.get_terminal_size((100, 24)).columns
+    for rank, hit in enumerate(results.results, start=offset + 1):
+        head = f"{rank:>3}  {hit.score:.4f}  {hit.id}  "
+        lines.append(head + output.one_line(hit.chunk, max(20, width - len(head))))
+        if hit.metadata:
+            lines.append(" " * 5 + "  ".join(f"{k}={output.shown(v)}" for k, v in hit.metadata.items()))
+        if hit.text is not None:
+            lines.append(" " * 5 + " ".join(hit.text.split()))
+    return "\n".join(lines)
+
+
+def _put(args: argparse.Namespace) -> None:
+    if args.input:
+        documents: Iterator[dict[str, Any]] = _jsonl(args.input)
+        if args.id or args.metadata or args.vector:
+            raise SystemExit("cloze documents put: --input reads documents from a file; give no id with it")
+    elif args.id:
+        one: dict[str, Any] = {"id": args.id, "text": args.text, "metadata": args.metadata or {}}
+        documents = iter([one | ({"vector": args.vector} if args.vector is not None else {})])
+    else:
+        raise SystemExit("cloze documents put: give an id and a text, or --input FILE")
+    with client_for(args) as client:
+        count = client.upsert(documents, collection=args.collection)
+    answer = {"upserted": count, "collection": args.collection}
+    emit(
+        args,
+        answer,
+        lambda a: f"stored {a['upserted']} document{'s' * (a['upserted'] != 1)} in {a['collection']!r}",
+    )
+
+
+def _jsonl(path: str) -> Iterator[dict[str, Any]]:
+    handle = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115 (closed below)
+    try:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                document = json.loads(line)
+            except ValueError as exc:
+                raise SystemExit(f"cloze documents put: {path} line {number}: not JSON: {exc}") from exc
+            if not isinstance(document, dict):
+                raise SystemExit(f"cloze documents put: {path} line {number}: a document is a JSON object")
+            yield document
+    finally:
+        if handle is not sys.stdin:
+            handle.close()
+
+
+def _get(args: argparse.Namespace) -> None:
+    with client_for(args) as client:
+        document = client.get_document(args.id, collection=args.collection)
+    emit(args, document, _document)
+
+
+def _document(document: Any) -> str:
+    vector = None if document.vector is None else f"{len(document.vector)} numbers"
+    head = output.fields({"id": document.id, "metadata": document.metadata or None, "vector": vector})
+    return head + ("\n\n" + document.text if document.text else "")
