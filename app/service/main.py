@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 from starlette.routing import Mount
 
 from app.service.auth import KeyRing, bearer
@@ -36,7 +40,9 @@ from app.service.routes import (
 )
 from app.settings import Settings, get_settings
 
+log = logging.getLogger("cloze.service")
 STATIC = Path(__file__).resolve().parents[1] / "static"
+READY_POLL_S = 0.2  # how often the start-up checks whether /readyz would answer 200 yet
 OAUTH_REDIRECT = "/docs/oauth2-redirect"  # FastAPI's default swagger_ui_oauth2_redirect_url
 
 
@@ -52,11 +58,13 @@ def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
         loading = asyncio.create_task(load_engines(engines, lifecycle, settings, metrics))
         follower = asyncio.create_task(lifecycle.follow())
         replication = asyncio.create_task(app.state.replication.run())
+        announcer = asyncio.create_task(announce_ready(app.state, time.monotonic()))
         yield
         follower.cancel()
         replication.cancel()
+        announcer.cancel()
         loading.cancel()  # a load in a worker thread finishes there; its retries and backoff end here
-        await asyncio.gather(loading, follower, replication, return_exceptions=True)
+        await asyncio.gather(loading, follower, replication, announcer, return_exceptions=True)
         app.state.jobs.shutdown()
         await close_engines(engines, lifecycle)
 
@@ -115,6 +123,27 @@ def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
     app.add_middleware(BrowserGuard, settings=settings)
     app.add_middleware(RequestLog, recorder=app.state.recorder, routes=routes)
     return app
+
+
+async def announce_ready(state: Any, since: float) -> None:
+    """One log line when /readyz first would answer 200. Uvicorn's "running" line comes seconds earlier (the
+    models load and the collections open after it), and a request sent on seeing it answers 503: this is the
+    line to wait for. It names every collection, each tried by then, and says which did not open."""
+    engines, replication = state.engines, state.replication
+    while not (engines.ready and replication.ready(await run_in_threadpool(replication.status))):
+        if engines.load_failed:  # the model failed every attempt: logged as that, never ready
+            return
+        await asyncio.sleep(READY_POLL_S)
+    collections = list(engines.collections.collections.values())
+    opened = [c.name for c in collections if c.status == "ready"]
+    failed = [f"{c.name} ({c.status}: {c.error})" for c in collections if c.status != "ready"]
+    log.info(
+        "ready: %d collection(s) open (%s)%s, %.1f s after start-up",
+        len(opened),
+        ", ".join(opened),
+        f"; not open: {'; '.join(failed)}" if failed else "",
+        time.monotonic() - since,
+    )
 
 
 def create_service(settings: Settings | None = None) -> FastAPI:
