@@ -317,3 +317,58 @@ def test_search_picks_a_collection(browser, server, client, demo_slice):
     assert errors == []
     page.context.close()
     assert client.delete("/collections/picked").status_code == 200
+
+
+def offline_page(browser, url: str, server: str):
+    """A page that can reach the service and nothing else: every other request is refused and recorded."""
+    context = browser.new_context(viewport=WIDE)
+    elsewhere: list[str] = []
+
+    def only_the_service(route) -> None:
+        if route.request.url.startswith(server + "/"):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort("internetdisconnected")
+
+    context.route("**/*", only_the_service)
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(url)
+    return page, errors, elsewhere
+
+
+def operations(client) -> dict[tuple[str, str], str]:
+    """Each operation of the schema, (method, path), and its operationId."""
+    paths = client.get("/openapi.json").json()["paths"]
+    return {
+        (method, path): op["operationId"] for path, methods in paths.items() for method, op in methods.items()
+    }
+
+
+def test_swagger_ui_renders_every_operation_without_internet(browser, server, client):
+    """/docs loads Swagger UI's script and style from the service itself (they came from a CDN: blank page)."""
+    page, errors, elsewhere = offline_page(browser, server + "/docs", server)
+    expected = operations(client)
+    page.locator(".opblock").first.wait_for()
+    shown = page.locator(".opblock")
+    assert shown.count() == len(expected) > 30
+    assert page.locator('.opblock-put [data-path="/documents"]').count() == 1
+    shoot(page, "docs")
+    assert elsewhere == [] and errors == []
+    page.context.close()
+
+
+def test_redoc_renders_every_operation_without_internet(browser, server, client):
+    page, errors, elsewhere = offline_page(browser, server + "/redoc", server)
+    expected = {f"operation/{operation}" for operation in operations(client).values()}
+    page.locator("[data-section-id^='operation/']").first.wait_for()
+    sections = (
+        "[...document.querySelectorAll('[data-section-id^=\"operation/\"]')].map(e => e.dataset.sectionId)"
+    )
+    assert set(page.evaluate(sections)) == expected and len(expected) > 30
+    shoot(page, "redoc")
+    assert elsewhere == [] and errors == []
+    page.context.close()
