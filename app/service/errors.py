@@ -103,6 +103,31 @@ def _known_error(exc: Exception) -> tuple[int, dict, dict[str, str] | None] | No
     return None
 
 
+def method_not_allowed(request: Request) -> JSONResponse:
+    """405 naming every method the path takes, in the message and in ``Allow`` (RFC 9110 requires it). The
+    router raises it from the first route whose path matched, whose methods may be only some of the path's."""
+    allowed = request.app.state.routes.allowed(request.url.path)
+    message = f"{request.method} is not a method of {request.url.path}: it takes {', '.join(allowed)}"
+    return JSONResponse({"error": message, "field": None}, 405, headers={"Allow": ", ".join(allowed)})
+
+
+def list_expected(request: Request, errors: list) -> str | None:
+    """For a route whose body is a list (PUT /documents) sent something else, often the list wrapped in an
+    object as other services take it (``{"documents": [...]}``): say what the body must be. None otherwise."""
+    first = errors[0] if errors else {}
+    if first.get("type") != "list_type" or tuple(first.get("loc", ())) != ("body",):
+        return None
+    body_field = getattr(request.scope.get("route"), "body_field", None)
+    noun = body_field.name if body_field is not None else "values"
+    message = f"body: a list of {noun} is expected (a JSON array, [{{...}}, ...])"
+    sent = first.get("input")
+    if isinstance(sent, dict):
+        wrapped = [key for key, value in sent.items() if isinstance(value, list)]
+        named = f" under {wrapped[0]!r}" if wrapped else ""
+        return f"{message}, not an object: send the array{named} itself as the body"
+    return f"{message}, not {type(sent).__name__}"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def known(_: Request, exc: Exception) -> JSONResponse:
         status, body, headers = known_error(exc) or (500, {"error": "internal error", "field": None}, None)
@@ -112,12 +137,15 @@ def install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, known)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         message, field = validation_error(exc.errors())
+        message = list_expected(request, exc.errors()) or message
         return JSONResponse({"error": message, "field": field}, 422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 405:
+            return method_not_allowed(request)
         field = getattr(exc, "field", None)
         message = without_server_paths(str(exc.detail))
         return JSONResponse({"error": message, "field": field}, exc.status_code, headers=exc.headers)

@@ -101,6 +101,15 @@ class RouteTable:
                 self._cache[(method, path)] = found
         return found
 
+    def allowed(self, path: str) -> list[str]:
+        """The methods some route takes at ``path`` (every route of that path, not only the first one the
+        router found: ``/documents`` is GET's and PUT's), for a 405's ``Allow``."""
+        methods = set()
+        for entry in self.entries:
+            if entry.methods is not None and entry.regex.match(path) is not None:
+                methods |= entry.methods
+        return sorted(methods)
+
     def _resolve(self, method: str, path: str) -> Resolved:
         partial = None
         for entry in self.entries:

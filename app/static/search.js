@@ -1,6 +1,8 @@
 // Search: POST /collections/{name}/search (the chosen collection; /search is default's) with mode, top_k and
 // metadata filters; chunks shown with the server's highlights marked; beside them the matches' facets
-// (POST .../facets): each field's most frequent values, and its range of numbers or dates.
+// (POST .../facets): each field's most frequent values, and its range of numbers or dates. A collection of
+// the caller's own vectors has no model to embed a text query: there the page searches by words (BM25) and
+// says so.
 "use strict";
 
 (() => {
@@ -15,6 +17,9 @@
   const filterFields = document.getElementById("s-filter-fields");
   const facetList = document.getElementById("s-facets");
   const seen = new Map(); // field -> Set of values met in results, offered as suggestions
+  const modeNote = document.getElementById("s-mode-note");
+  const models = new Map(); // collection -> its model, null for a collection of your own vectors
+  let chosenMode = mode.value; // the reader's mode, given back on leaving a collection of own vectors
 
   // A collection's routes: /collections/{name}/..., or the old routes for default.
   function scoped(route) {
@@ -32,8 +37,25 @@
     }
     const chosen = new URLSearchParams(location.search).get("collection") || collection.value;
     const names = answer.collections.map((entry) => entry.name);
+    models.clear();
+    for (const entry of answer.collections) models.set(entry.name, entry.model ?? null);
     collection.replaceChildren(...names.map((name) => el("option", { value: name }, name)));
     collection.value = names.includes(chosen) ? chosen : names[0] || "default";
+    fitModeToCollection();
+  }
+
+  // Own vectors, no model: dense and hybrid would need the query's vector, which a text box cannot give; the
+  // words still rank (BM25). The other modes are disabled there, and the note says why and where they work.
+  function fitModeToCollection() {
+    const name = collection.value;
+    const own = models.has(name) && models.get(name) === null;
+    for (const option of mode.options) option.disabled = own && option.value !== "bm25";
+    mode.value = own ? "bm25" : chosenMode;
+    modeNote.hidden = !own;
+    modeNote.textContent = own
+      ? `"${name}" holds your own vectors and no model to embed a text query: searching by words (BM25). ` +
+        `Dense and hybrid search there take the query's vector: "vector" in POST /collections/${name}/search.`
+      : "";
   }
 
   async function loadFields() {
@@ -209,9 +231,13 @@
     event.preventDefault();
     run();
   });
-  mode.addEventListener("change", () => query.value.trim() && run());
+  mode.addEventListener("change", () => {
+    if (!mode.options[mode.selectedIndex].disabled && modeNote.hidden) chosenMode = mode.value;
+    return query.value.trim() && run();
+  });
   collection.addEventListener("change", () => {
     list.replaceChildren();
+    fitModeToCollection();
     loadFields().then(() => query.value.trim() && run());
   });
   document.addEventListener("cloze:key-changed", () => loadCollections().then(loadFields));

@@ -350,7 +350,7 @@ class Columns:
         for flag, value in ((TRUE, True), (FALSE, False)):
             if (kind == flag).any():
                 counted.append((value, len(np.unique(rows[kind == flag]))))
-        counted.sort(key=lambda item: (-item[1], str(item[0]), type(item[0]).__name__))
+        counted.sort(key=_facet_order)
         dates = texts & ~np.isnan(num)
         names = {NUMBER: "number", TRUE: "boolean", FALSE: "boolean", OTHER: "other"}
         kinds = {names[k] for k in np.unique(kind) if k != TEXT}
@@ -388,6 +388,15 @@ class Selection:
 
     def chunk_ids(self) -> np.ndarray:
         return np.flatnonzero(self.chunks)
+
+
+def _facet_order(item: tuple[Any, int]) -> tuple:
+    """Most documents first; ties by value: numbers by magnitude (as text, 180 sorted before 20), ahead of the
+    booleans and texts, those by their text then their type."""
+    value, count = item
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (-count, 0, value, "", "")
+    return (-count, 1, 0, str(value), type(value).__name__)
 
 
 def _range(sign: str, operand: Any):

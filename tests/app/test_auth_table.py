@@ -11,7 +11,16 @@ import pytest
 from app.service.main import create_app
 from app.settings import Settings
 
-PUBLIC = {"/", "/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", "/static/{path}"}
+PUBLIC = {
+    "/",
+    "/healthz",
+    "/docs",
+    "/docs/oauth2-redirect",
+    "/docs/assets/{path}",
+    "/redoc",
+    "/openapi.json",
+    "/static/{path}",
+}
 PROBES = {"/readyz"}  # open; what they show depends on the caller's key
 OPERATIONS = {"/metrics"}
 # Everything else reads, but these (with or without /collections/{collection} in front).

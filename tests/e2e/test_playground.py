@@ -317,3 +317,96 @@ def test_search_picks_a_collection(browser, server, client, demo_slice):
     assert errors == []
     page.context.close()
     assert client.delete("/collections/picked").status_code == 200
+
+
+def offline_page(browser, url: str, server: str):
+    """A page that can reach the service and nothing else: every other request is refused and recorded."""
+    context = browser.new_context(viewport=WIDE)
+    elsewhere: list[str] = []
+
+    def only_the_service(route) -> None:
+        if route.request.url.startswith(server + "/"):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort("internetdisconnected")
+
+    context.route("**/*", only_the_service)
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(url)
+    return page, errors, elsewhere
+
+
+def operations(client) -> dict[tuple[str, str], str]:
+    """Each operation of the schema, (method, path), and its operationId."""
+    paths = client.get("/openapi.json").json()["paths"]
+    return {
+        (method, path): op["operationId"] for path, methods in paths.items() for method, op in methods.items()
+    }
+
+
+def test_swagger_ui_renders_every_operation_without_internet(browser, server, client):
+    """/docs loads Swagger UI's script and style from the service itself (they came from a CDN: blank page)."""
+    page, errors, elsewhere = offline_page(browser, server + "/docs", server)
+    expected = operations(client)
+    page.locator(".opblock").first.wait_for()
+    shown = page.locator(".opblock")
+    assert shown.count() == len(expected) > 30
+    assert page.locator('.opblock-put [data-path="/documents"]').count() == 1
+    shoot(page, "docs")
+    assert elsewhere == [] and errors == []
+    page.context.close()
+
+
+def test_redoc_renders_every_operation_without_internet(browser, server, client):
+    page, errors, elsewhere = offline_page(browser, server + "/redoc", server)
+    expected = {f"operation/{operation}" for operation in operations(client).values()}
+    page.locator("[data-section-id^='operation/']").first.wait_for()
+    sections = (
+        "[...document.querySelectorAll('[data-section-id^=\"operation/\"]')].map(e => e.dataset.sectionId)"
+    )
+    assert set(page.evaluate(sections)) == expected and len(expected) > 30
+    shoot(page, "redoc")
+    assert elsewhere == [] and errors == []
+    page.context.close()
+
+
+def test_search_falls_back_to_bm25_in_a_collection_of_own_vectors_and_says_so(browser, server, client):
+    """Own vectors, no model: the page cannot embed the typed query, so it searches by words and says why;
+    back on a collection with a model, the reader's mode returns."""
+    created = client.post("/collections", json={"name": "own-playground", "dimension": 3})
+    assert created.status_code == 201, created.text
+    documents = [
+        {"id": "own-1", "text": "lighthouse keepers watch the coast", "vector": [1, 0, 0]},
+        {"id": "own-2", "text": "a harbour full of fishing boats", "vector": [0, 1, 0]},
+        {"id": "own-3", "text": "the keepers of the lighthouse sleep by day", "vector": [0, 0, 1]},
+    ]
+    assert client.put("/collections/own-playground/documents", json=documents).status_code == 200
+    page, errors = open_page(browser, server + "/static/search.html", WIDE)
+    page.locator('#s-collection option[value="own-playground"]').wait_for(state="attached")
+    assert page.input_value("#s-mode") == "hybrid"
+    page.select_option("#s-collection", "own-playground")
+    note = page.locator("#s-mode-note")
+    assert note.is_visible() and "searching by words (BM25)" in note.inner_text()
+    assert page.input_value("#s-mode") == "bm25"
+    assert page.locator("#s-mode option:disabled").all_inner_texts() == ["hybrid", "dense"]
+    page.fill("#s-query", "lighthouse keepers")
+    page.press("#s-query", "Enter")
+    page.locator("#s-status", has_text="(bm25)").wait_for()
+    request = {"query": "lighthouse keepers", "mode": "bm25", "top_k": 10}
+    expected = client.post("/collections/own-playground/search", json=request).json()["results"]
+    shown = page.locator("#s-results > li.result")
+    assert [shown.nth(i).get_attribute("data-id") for i in range(shown.count())] == [
+        r["id"] for r in expected
+    ]
+    assert len(expected) == 2
+    shoot(page, "search-own-vectors")
+    page.select_option("#s-collection", "default")  # a model again: hybrid, every mode offered
+    page.locator("#s-status", has_text="(hybrid)").wait_for()
+    assert note.is_hidden() and page.locator("#s-mode option:disabled").count() == 0
+    assert errors == []
+    page.context.close()
+    assert client.delete("/collections/own-playground").status_code == 200

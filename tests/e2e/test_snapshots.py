@@ -60,11 +60,15 @@ def download(url: str, name: str, out: Path) -> Path:
 
 
 class Stream:
-    """Two clients upserting batches of 3; each batch is recorded with the instant it was acknowledged."""
+    """Two clients upserting batches of 3; each acknowledged batch is recorded with two instants that bound the
+    server's own: ``sent`` (taken before the request leaves: the server received it later) and ``answered``
+    (taken after the answer arrived: the server acknowledged it earlier). A batch's thread may be held up
+    between the answer and the clock under load, so only these bounds, never one reading, say on which side of
+    a snapshot's instant a write fell."""
 
     def __init__(self, chain: Chain):
         self.chain, self.stop = chain, threading.Event()
-        self.acked: list[tuple[float, list[str]]] = []
+        self.acked: list[tuple[float, float, list[str]]] = []
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(2)]
         for thread in self.threads:
@@ -73,13 +77,21 @@ class Stream:
     def run(self) -> None:
         while not self.stop.is_set():
             docs = self.chain.new_docs(3)
+            sent = time.monotonic()
             if self.chain.put(docs, timeout=30) == 200:
+                answered = time.monotonic()
                 with self.lock:
-                    self.acked.append((time.monotonic(), [d["id"] for d in docs]))
+                    self.acked.append((sent, answered, [d["id"] for d in docs]))
 
-    def acked_between(self, start: float, end: float) -> set[str]:
+    def sent_after(self, instant: float) -> set[str]:
+        """Batches the server received after ``instant``."""
         with self.lock:
-            return {i for at, ids in self.acked if start <= at < end for i in ids}
+            return {i for sent, _, ids in self.acked if sent >= instant for i in ids}
+
+    def answered_after(self, instant: float) -> set[str]:
+        """Batches that may have been acknowledged after ``instant`` (the others certainly were before)."""
+        with self.lock:
+            return {i for _, answered, ids in self.acked if answered >= instant for i in ids}
 
     def finish(self) -> None:
         self.stop.set()
@@ -110,16 +122,18 @@ def test_a_snapshot_mid_stream_restores_exactly_the_writes_acknowledged_before_i
         asked = time.monotonic()
         snapshot = snapshot_in_background(chain.server.url, answers)
         chain.wait_paused("backup")  # the instant is fixed: writes go on, into the live collection only
-        paused = time.monotonic()
-        while len(stream.acked_between(paused, time.monotonic())) < 30:
+        paused = time.monotonic()  # after the instant: a batch sent from now on is after it too
+        while len(stream.sent_after(paused)) < 30:
             time.sleep(0.02)
-        during = stream.acked_between(paused, time.monotonic())
         chain.resume()
         snapshot.join(timeout=120)
         stream.finish()
         assert answers and answers[0].status_code == 201, answers[0].text if answers else "no answer"
         entry = answers[0].json()
-        before = {doc_id for doc_id in chain.acked if doc_id not in stream.acked_between(asked, 1e12)}
+        # Acknowledged before the snapshot was asked for: in it. Sent after it paused: not in it. The others
+        # (answered after the ask, sent before the pause was seen) raced the instant: either side.
+        before = {doc_id for doc_id in chain.acked if doc_id not in stream.answered_after(asked)}
+        during = stream.sent_after(paused)
         assert present(chain.server.url, during) == during  # the live collection has them
 
         archive = download(chain.server.url, entry["name"], tmp_path / "download.tar")
@@ -130,7 +144,7 @@ def test_a_snapshot_mid_stream_restores_exactly_the_writes_acknowledged_before_i
         row = fresh.check(
             "restored into a fresh service"
         )  # each one found, its own top hit, vectors == chunks
-        in_flight = stream.acked_between(asked, paused)  # answered while the snapshot began: either side
+        in_flight = stream.answered_after(asked) - during
         found_in_flight = present(fresh.server.url, in_flight)
         print(row, {"during": len(during), "in_flight": len(in_flight), "of_them_kept": len(found_in_flight)})
         assert present(fresh.server.url, during) == set()

@@ -81,7 +81,7 @@ def test_columns_select_what_sql_selects_through_writes_and_deletes(
 
 def expected_counts(stored: dict[str, dict], chosen: set[str], name: str) -> list[dict[str, Any]]:
     """Each value's documents (a document once per value; 1 and 1.0 one number, as equality has it), most first,
-    ties by the value's text then its type: the facets' order."""
+    ties by number (numbers first, by magnitude), then the value's text then its type: the facets' order."""
     counts: Counter = Counter()
     shown: dict = {}
     for doc_id in chosen:
@@ -97,7 +97,10 @@ def expected_counts(stored: dict[str, dict], chosen: set[str], name: str) -> lis
                 continue  # null: present, but no value to count
             keys.add(key)
         counts.update(keys)
-    order = sorted(counts, key=lambda k: (-counts[k], str(shown[k]), type(shown[k]).__name__))
+    order = sorted(
+        counts,
+        key=lambda k: (-counts[k], k[0] != "number", k[1] if k[0] == "number" else 0, str(shown[k]), k[0]),
+    )
     return [{"value": shown[key], "count": counts[key]} for key in order]
 
 
@@ -140,5 +143,22 @@ def test_a_selection_made_before_a_write_ignores_the_write_s_chunks(tmp_path, ti
             index.upsert([Document(f"n{i}", f"later {i}", {"color": "blue"})])
             assert columns.size > len(selection.documents)  # the write grew the rows under the selection
             assert selection.chunk_count == 2 * i + 1 and len(selection.chunk_ids()) == 2 * i + 1
+    finally:
+        index.close()
+
+
+def test_facet_numbers_tied_on_count_sort_by_magnitude_not_text(tmp_path, tiny_encoder) -> None:
+    """Years with one document each read 20, 25, 40, 45, 180 (their text's order put 180 first); a number more
+    frequent still leads, and texts tied with numbers follow them. Wide integers (counted from the store) too."""
+    index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    try:
+        years = [180, 45, 20, 40, 25, 9.5]
+        index.upsert([Document(f"y{year}", "text", {"year": year}) for year in years])
+        index.upsert([Document("again", "text", {"year": 45}), Document("word", "text", {"year": "10"})])
+        values = index.facets(None, ["year"], top=10)["fields"]["year"]["values"]
+        assert [v["value"] for v in values] == [45, 9.5, 20, 25, 40, 180, "10"]
+        index.upsert([Document(f"w{i}", "text", {"wide": 2**60 + i}) for i in (11, 2, 100)])
+        wide = index.facets(None, ["wide"], top=10)["fields"]["wide"]["values"]
+        assert [v["value"] for v in wide] == [2**60 + 2, 2**60 + 11, 2**60 + 100]
     finally:
         index.close()
