@@ -26,7 +26,14 @@ from app.service.jobs import JobRegistry
 from app.service.lane import lane_routes
 from app.service.lifecycle import Lifecycle
 from app.service.metrics import Metrics
-from app.service.middleware import AccessGate, BodySizeLimit, BrowserGuard, RequestLog, RequestRecorder
+from app.service.middleware import (
+    AccessGate,
+    BodySizeLimit,
+    BrowserGuard,
+    CloseAfterUnreadBody,
+    RequestLog,
+    RequestRecorder,
+)
 from app.service.replication import replication_for
 from app.service.route_table import RouteTable, declare, declare_route
 from app.service.routes import (
@@ -129,6 +136,7 @@ def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
     )
     app.add_middleware(BrowserGuard, settings=settings)
     app.add_middleware(RequestLog, recorder=app.state.recorder, routes=routes)
+    app.add_middleware(CloseAfterUnreadBody)
     return app
 
 

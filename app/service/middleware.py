@@ -75,6 +75,40 @@ async def read_body(scope: Scope, receive: Receive, max_bytes: int) -> bytes | N
 CLOSE = [(b"connection", b"close")]
 
 
+class CloseAfterUnreadBody:
+    """An answer sent before its request's body was read (a refused key, an unknown collection, a 405) ends
+    the connection, so it says ``connection: close``: the server drains the rest and closes
+    (``server.HeaderTimeoutProtocol``), and a client that kept the connection for its next request got no
+    answer to it (one snapshot in each soak, ``RemoteProtocolError``)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not _has_body(scope):
+            return await self.app(scope, receive, send)
+        read = False
+
+        async def receiving() -> Message:
+            nonlocal read
+            message = await receive()
+            read = read or message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        async def sending(message: Message) -> None:
+            headers = message.get("headers", [])
+            if message["type"] == "http.response.start" and not read and CLOSE[0] not in headers:
+                message = {**message, "headers": [*headers, *CLOSE]}
+            await send(message)
+
+        return await self.app(scope, receiving, sending)
+
+
+def _has_body(scope: Scope) -> bool:
+    length = _header(scope, b"content-length")
+    return _header(scope, b"transfer-encoding") is not None or (length is not None and length != b"0")
+
+
 class BodySizeLimit:
     """413 for a body over ``max_bytes``: at once when its Content-Length says so, else as soon as a chunked
     body grows past it. The body is read here (at most ``max_bytes``) and handed on whole: a limit raised

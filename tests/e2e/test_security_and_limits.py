@@ -274,3 +274,40 @@ def test_a_client_that_sends_its_whole_body_first_gets_the_refusal_and_the_end(k
         elapsed = time.monotonic() - started
     assert reply.startswith(f"HTTP/1.1 {status} ".encode()), reply[:200]
     assert elapsed < 3, f"{elapsed:.1f} s to the connection's end"
+
+
+def answer_head(url: str, head: str, body: bytes = b"") -> tuple[bytes, bytes]:
+    """Send ``head`` (and ``body``) on a raw socket and read the answer's status line and headers."""
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(10)
+        sock.sendall(head.encode() + body)
+        reply = b""
+        while b"\r\n\r\n" not in reply and (piece := sock.recv(65_536)):
+            reply += piece
+    status, _, headers = reply.partition(b"\r\n\r\n")[0].partition(b"\r\n")
+    return status, headers.lower()
+
+
+@pytest.mark.parametrize(
+    ("key", "path", "status"),
+    [(None, "/documents", 401), (READ_KEY, "/documents", 403), ("ka", "/collections/t/documents", 403)],
+)
+def test_an_answer_sent_before_its_body_was_read_says_the_connection_closes(keyed, key, path, status):
+    """A refusal answered before the request's body arrived ends the connection (the server drains the
+    body and closes): without `connection: close` a keep-alive client sent its next request onto it and got
+    no answer (a soak's lifecycle saw `RemoteProtocolError` on the snapshot after a refused upsert)."""
+    head = (
+        f"PUT {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 60\r\n"
+    )
+    head += f"Authorization: Bearer {key}\r\n\r\n" if key else "\r\n"
+    line, headers = answer_head(keyed, head)  # the body never sent: the answer cannot have waited for it
+    assert line.startswith(f"HTTP/1.1 {status} ".encode()) and b"connection: close" in headers, (
+        line,
+        headers,
+    )
+    whole = b'[{"id": "kept", "text": "a document sent whole"}]'
+    head = "PUT /documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    head += f"Content-Length: {len(whole)}\r\nAuthorization: Bearer {ADMIN}\r\n\r\n"
+    line, headers = answer_head(keyed, head, whole)
+    assert line.startswith(b"HTTP/1.1 200 ") and b"connection: close" not in headers, (line, headers)
