@@ -58,6 +58,27 @@ def register(top: argparse._SubParsersAction, groups: dict[str, argparse._SubPar
     _target(get)
     get.set_defaults(handler=_get)
 
+    _add_mcp(top)
+
+
+def _add_mcp(top: argparse._SubParsersAction) -> None:
+    mcp = top.add_parser(
+        "mcp",
+        help="an MCP server on stdio for agents (Claude Desktop, IDEs): search, facets, documents, fill-mask and "
+        "collections of a running service (--url) as tools; needs the mcp extra",
+    )
+    mcp.add_argument(
+        "--url",
+        default=os.environ.get("CLOZE_URL") or DEFAULT_URL,
+        help=f"the service's root URL (default: $CLOZE_URL, else {DEFAULT_URL})",
+    )
+    mcp.add_argument(
+        "--api-key", "--key", dest="api_key", default=os.environ.get("CLOZE_API_KEY"),
+        help="the key every tool call sends (default: $CLOZE_API_KEY); the service enforces its scope",
+    )  # fmt: skip
+    mcp.add_argument("--collection", default="default", help="the collection a tool call naming none reads")
+    mcp.set_defaults(handler=_mcp)
+
 
 def _target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -159,6 +180,19 @@ def _get(args: argparse.Namespace) -> None:
     with client_for(args) as client:
         document = client.get_document(args.id, collection=args.collection)
     emit(args, document, _document)
+
+
+def _mcp(args: argparse.Namespace) -> None:
+    from cloze_search import Client
+
+    Client(args.url).close()  # a malformed URL stops the start (exit 2, saying why), not the first tool call
+    try:
+        from app.cli.mcp_server import serve_stdio
+    except ModuleNotFoundError as exc:
+        if exc.name != "mcp" and not (exc.name or "").startswith("mcp."):
+            raise
+        raise SystemExit("cloze mcp needs the MCP SDK: pip install 'cloze-search[mcp]'") from exc
+    serve_stdio(args.url, args.api_key, args.collection)
 
 
 def _document(document: Any) -> str:
