@@ -141,7 +141,8 @@ async def _answer(call: Awaitable[T]) -> T:
 
 
 def _problem(exc: ClozeError) -> str:
-    where = f" (field {exc.field})" if exc.field else ""
+    # The service's message often starts with the field already; name it only where it does not.
+    where = f" (field {exc.field})" if exc.field and exc.field not in exc.message else ""
     if not exc.status:
         return f"the service did not answer: {exc.message}"
     if exc.status == 401:
