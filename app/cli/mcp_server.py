@@ -146,7 +146,8 @@ def _problem(exc: ClozeError) -> str:
     if not exc.status:
         return f"the service did not answer: {exc.message}"
     if exc.status == 401:
-        return f"the service refused the key (401): {exc.message}; start `cloze mcp` with a valid --api-key"
+        fix = "start cloze mcp with a valid --api-key (or CLOZE_API_KEY)"
+        return f"the service refused the key (401): {exc.message}; {fix}"
     if exc.status == 403:
         return f"this key may not do that (403): {exc.message}"
     return f"the service answered {exc.status}: {exc.message}{where}"
