@@ -14,7 +14,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import asdict
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -25,7 +25,7 @@ from cloze_search import AsyncClient, ClozeError
 
 T = TypeVar("T")
 READ_ONLY = ToolAnnotations(
-    readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
 INSTRUCTIONS = (
     "Semantic search over the collections of a cloze-search service. Call list_collections first to learn "
@@ -129,7 +129,7 @@ def _tools(default: str) -> list[Any]:
 
 
 def _client(ctx: Context) -> AsyncClient:
-    return ctx.request_context.lifespan_context
+    return cast(AsyncClient, ctx.request_context.lifespan_context)  # what ``connected`` yielded
 
 
 async def _answer(call: Awaitable[T]) -> T:
