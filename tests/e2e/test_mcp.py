@@ -7,17 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
-from tests.e2e.conftest import READ_KEY, WRITE_KEY, running_server
+from tests.e2e.conftest import READ_KEY, WRITE_KEY, free_port, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPERS_KEY = "mcp-papers-read-key-0123456789"
@@ -51,20 +56,24 @@ def service(tiny_bert, tmp_path_factory) -> Any:
 
 
 @asynccontextmanager
-async def mcp_session(url: str, key: str | None, log: Path) -> AsyncIterator[Client]:
-    """`cloze mcp --url URL --api-key KEY` launched by the SDK's stdio client, its stderr kept in ``log``."""
-    args = ["-m", "app.cli", "mcp", "--url", url] + (["--api-key", key] if key else [])
-    server = StdioServerParameters(
-        command=sys.executable, args=args, cwd=str(ROOT), env={"HF_HUB_OFFLINE": "1"}
-    )
+async def mcp_session(
+    url: str, key: str | None, log: Path, key_in_env: bool = False
+) -> AsyncIterator[Client]:
+    """`cloze mcp --url URL --api-key KEY` (or with CLOZE_API_KEY=KEY) launched by the SDK's stdio client, its
+    stderr kept in ``log``."""
+    args = ["-m", "app.cli", "mcp", "--url", url] + (["--api-key", key] if key and not key_in_env else [])
+    env = {"HF_HUB_OFFLINE": "1"} | ({"CLOZE_API_KEY": key} if key and key_in_env else {})
+    server = StdioServerParameters(command=sys.executable, args=args, cwd=str(ROOT), env=env)
     with log.open("a") as errors:
         async with Client(stdio_client(server, errlog=errors)) as client:
             yield client
 
 
-def run(url: str, key: str | None, log: Path, scenario: Callable[[Client], Any]) -> Any:
+def run(
+    url: str, key: str | None, log: Path, scenario: Callable[[Client], Any], key_in_env: bool = False
+) -> Any:
     async def session() -> Any:
-        async with mcp_session(url, key, log) as client:
+        async with mcp_session(url, key, log, key_in_env) as client:
             return await scenario(client)
 
     return asyncio.run(session())
@@ -162,7 +171,9 @@ def test_a_key_scoped_to_one_collection_is_refused_another(service, tmp_path):
             "collections": await client.call_tool("list_collections", {}),
         }
 
-    got = run(url, PAPERS_KEY, tmp_path / "mcp.log", scenario)
+    got = run(
+        url, PAPERS_KEY, tmp_path / "mcp.log", scenario, key_in_env=True
+    )  # as docs/mcp.md configures it
     assert set(ids(got["own"])) == {"p2", "p4"}
     for refused in (got["other"], got["document"]):
         text = error_text(refused)
@@ -203,3 +214,62 @@ def test_bad_arguments_are_tool_errors_and_the_server_goes_on(service, tmp_path)
     assert "422" in error_text(got["no_mask"]) and "[MASK]" in error_text(got["no_mask"])
     assert set(ids(got["after"])) == {"p2", "p4"}  # the same server process still answers
     assert "unexpected" not in (tmp_path / "mcp.log").read_text()  # the SDK's word for a tool that crashed
+
+
+@pytest.fixture(scope="module")
+def mcp_over_http(service, tmp_path_factory) -> Any:
+    """`cloze mcp --http PORT`: one process for every caller, each call sent with its caller's key."""
+    url, _ = service
+    port, log = free_port(), tmp_path_factory.mktemp("mcp-http") / "mcp.log"
+    command = [sys.executable, "-m", "app.cli", "mcp", "--url", url, "--http", str(port)]
+    with log.open("w") as errors:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=errors, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while not listening(port):
+                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def call_over_http(endpoint: str, key: str | None, name: str, arguments: dict[str, Any]) -> Any:
+    async def session() -> Any:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+            async with Client(streamable_http_client(endpoint, http_client=http)) as client:
+                return await client.call_tool(name, arguments)
+
+    return asyncio.run(session())
+
+
+def test_over_http_each_call_carries_its_callers_key(mcp_over_http):
+    """Two callers of one `cloze mcp --http`: each sees what its own key may read, and a caller with no key is
+    refused by the service, never served with a key of the MCP server's."""
+    everything = answer(call_over_http(mcp_over_http, READ_KEY, "list_collections", {}))["collections"]
+    assert {"default", "papers"} <= {c["name"] for c in everything}
+    scoped = answer(call_over_http(mcp_over_http, PAPERS_KEY, "list_collections", {}))["collections"]
+    assert [c["name"] for c in scoped] == ["papers"]
+    found = call_over_http(
+        mcp_over_http, PAPERS_KEY, "search", {"query": "bank", "collection": "papers", "mode": "bm25"}
+    )
+    assert set(ids(found)) == {"p2", "p4"}
+    refused = error_text(call_over_http(mcp_over_http, PAPERS_KEY, "get_document", {"id": "p1"}))
+    assert "403" in refused and "'default'" in refused, refused
+    keyless = error_text(call_over_http(mcp_over_http, None, "list_collections", {}))
+    assert "401" in keyless and "to the MCP endpoint" in keyless, keyless  # the HTTP caller's remedy
+
+
+def test_http_refuses_a_key_of_its_own():
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "mcp", "--http", "9", "--api-key", "lent-to-anyone"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0 and "caller's own key" in done.stderr
