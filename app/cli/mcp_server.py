@@ -1,4 +1,5 @@
-"""``cloze mcp``: the service's reads as Model Context Protocol tools, for agents, over stdio.
+"""``cloze mcp``: the service's reads as Model Context Protocol tools, for agents, over stdio (or, with ``--http``,
+streamable HTTP; ``Service`` says whose key each call carries).
 
 It is a client of the service, not a part of it: every tool is one request of ``cloze_search.AsyncClient``
 with the key ``cloze mcp`` was started with, so it runs beside any deployment and the service alone decides
