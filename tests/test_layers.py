@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "transformers", "faiss", "onnxruntime", "fastapi", "sentence_transformers")
+HEAVY = ("torch", "transformers", "faiss", "onnxruntime", "fastapi", "sentence_transformers", "mcp")
 
 
 def test_import_contracts_are_kept() -> None:
@@ -21,7 +21,8 @@ def test_cloze_help_loads_no_heavy_module() -> None:
     probe = (
         "import contextlib, io, sys\n"
         "from app.cli import main\n"
-        "for argv in (['--help'], ['index', '--help'], ['train', 'pretrain', '--help'], ['eval', '--help']):\n"
+        "for argv in (['--help'], ['index', '--help'], ['train', 'pretrain', '--help'], ['eval', '--help'],\n"
+        "             ['mcp', '--help']):\n"
         "    with contextlib.redirect_stdout(io.StringIO()):\n"
         "        try:\n"
         "            main(argv)\n"
