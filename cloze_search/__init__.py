@@ -1,5 +1,6 @@
-"""Python client of the cloze-search service (``pip install cloze-search-client``): httpx only, no model, no
-torch. ``Client`` blocks, ``AsyncClient`` awaits; errors are ``ClozeError`` and its kinds.
+"""Python client of the cloze-search service (distribution ``cloze-search-client``: ``pip install ./client``):
+httpx only, no model, no torch. ``Client`` blocks, ``AsyncClient`` awaits; errors are ``ClozeError`` and its
+kinds.
 
 The names below are imported on first use (PEP 562), not with the package: ``cloze --help`` and ``cloze-client
 --help`` import ``cloze_search.cli`` and so this file, and should not pay for httpx to print their help."""
