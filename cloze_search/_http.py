@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -157,15 +159,47 @@ def download_target(target: str | os.PathLike[str], name: str) -> Path:
     return path / name if path.is_dir() else path
 
 
+class ByteProgress:
+    """Bytes so far, of how many, and the rate, one line on stderr rewritten at most every ``every`` seconds.
+    Written here rather than taken from tqdm: the client installs with httpx alone."""
+
+    def __init__(self, name: str, total: int | None, enabled: bool, every: float = 0.2):
+        self.name, self.total, self.enabled, self.every = name, total, enabled, every
+        self.done = 0
+        self.started = self.shown = time.monotonic()
+
+    def update(self, count: int) -> None:
+        self.done += count
+        if self.enabled and time.monotonic() - self.shown >= self.every:
+            self.shown = time.monotonic()
+            sys.stderr.write("\r" + self.line())
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + self.line() + "\n")
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-3)
+        of = f" of {readable_bytes(self.total)}" if self.total else ""
+        return f"{self.name}: {readable_bytes(self.done)}{of}, {readable_bytes(self.done / elapsed)}/s"
+
+
+def readable_bytes(count: float) -> str:
+    unit = "B"
+    for bigger in ("kB", "MB", "GB"):
+        if count < 1000:
+            break
+        count, unit = count / 1000, bigger
+    return f"{count:.0f} B" if unit == "B" else f"{count:.1f} {unit}"
+
+
 class DownloadFile:
-    """``path`` written under a temporary name with a byte progress bar, renamed into place when whole."""
+    """``path`` written under a temporary name with a byte progress line, renamed into place when whole."""
 
     def __init__(self, path: Path, response: httpx.Response, progress: bool):
-        from tqdm import tqdm
-
         self.path, self.partial = path, path.with_name(f".{path.name}.partial")
         total = int(response.headers.get("content-length") or 0) or None
-        self.bar = tqdm(total=total, unit="B", unit_scale=True, desc=path.name, disable=not progress)
+        self.bar = ByteProgress(path.name, total, enabled=progress)
         self.handle = open(self.partial, "wb")  # noqa: SIM115 (closed in __exit__)
 
     def __enter__(self) -> DownloadFile:

@@ -1,5 +1,5 @@
 """What the generated models (``models.py``) stand on: dataclasses read from and written to JSON by their own
-annotations. Hand-written, and small, so that the client needs no pydantic (it installs with httpx and tqdm
+annotations. Hand-written, and small, so that the client needs no pydantic (it installs with httpx
 alone) while its models still come from the service's schemas (tools/generate_client.py)."""
 
 from __future__ import annotations

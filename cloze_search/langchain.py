@@ -1,4 +1,4 @@
-"""A LangChain ``VectorStore`` on a cloze-search collection (``pip install cloze-search[langchain]``).
+"""A LangChain ``VectorStore`` on a cloze-search collection (``pip install "./client[langchain]"``).
 
 Two ways to hold vectors:
 

@@ -1,4 +1,5 @@
-"""LlamaIndex on cloze-search (``pip install cloze-search[llama-index]``): a vector store and an embedding model.
+"""LlamaIndex on cloze-search (``pip install "./client[llama-index]"``): a vector store and an embedding
+model.
 
 LlamaIndex embeds nodes itself (``embed_model``), so ``ClozeVectorStore`` keeps their vectors in a collection of
 your own vectors (made on the first add, with the vectors' dimension) beside each node's text, which the

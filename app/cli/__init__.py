@@ -13,7 +13,7 @@ import os
 import sys
 
 from app.cli import index as index_cli
-from app.cli import service as service_cli
+from cloze_search.cli import commands as remote_cli
 from encoder_training import cli as training_cli
 from evaluation import cli as evaluation_cli
 
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(top)
     _add_export(top)
     index_cli.register(groups)
-    service_cli.register(top, groups)
+    remote_cli.register(top, groups)
     evaluation_cli.register(groups)
     training_cli.register(groups)
     return parser

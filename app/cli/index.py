@@ -8,13 +8,13 @@ import argparse
 import json
 import logging
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from app.cli import output
-from app.cli.output import add_json_flag, emit
+from cloze_search.cli import commands as remote
+from cloze_search.cli import output
+from cloze_search.cli.commands import client_for
+from cloze_search.cli.output import add_json_flag, emit
 
 log = logging.getLogger(__name__)
 BACKENDS = ["auto", "torch", "onnx", "onnx-int8"]
@@ -96,16 +96,7 @@ def _register_collections(collection: argparse._SubParsersAction) -> None:
     through a running service with --url."""
     create = collection.add_parser("create", help="create an empty collection on a named model")
     create.add_argument("name")
-    create.add_argument(
-        "--model-name", default="default", help="the served model's name (CLOZE_MODELS) it is built with"
-    )
-    create.add_argument("--factory", help="FAISS factory string for its builds (default: chosen by size)")
-    create.add_argument("--chunk-window", type=int, help="tokens per chunk (default: the model's window)")
-    create.add_argument("--chunk-overlap", type=int, help="tokens neighbouring chunks share")
-    create.add_argument(
-        "--dimension", type=int, help="instead of a model: a collection of your own vectors of this length"
-    )
-    create.add_argument("--metric", choices=["cosine", "dot"], help="with --dimension (default cosine)")
+    remote.collection_options(create)
     _model_args(create)
     for name, text, handler in (
         (
@@ -132,10 +123,7 @@ def _register_collections(collection: argparse._SubParsersAction) -> None:
 
 
 def _collection_target(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="a running service, e.g. http://127.0.0.1:8000 (else offline, --root)")
-    parser.add_argument(
-        "--api-key", default=os.environ.get("CLOZE_API_KEY"), help="--url: a key (or CLOZE_API_KEY)"
-    )
+    remote.url_args(parser, default=None)
     _root_arg(parser)
 
 
@@ -147,15 +135,8 @@ def _collection_create(args: argparse.Namespace) -> None:
         "chunk_window": args.chunk_window,
         "chunk_overlap": args.chunk_overlap,
     }
-    own = {"dimension": args.dimension, "metric": args.metric}
     if args.url:
-        model = None if args.dimension else args.model_name
-        with client_for(args) as client:
-            emit(
-                args,
-                client.create_collection(args.name, model=model, **own, **options),
-                output.collection_card,
-            )
+        remote.collection_create(args)
         return
     if args.dimension:
         info = CollectionInfo(
@@ -174,21 +155,18 @@ def _collection_list(args: argparse.Namespace) -> None:
     from index.collections import list_collections
 
     if args.url:
-        with client_for(args) as client:
-            collections = client.list_collections()
-    else:
-        collections = [_stored_collection(args.root, info.name) for info in list_collections(args.root)]
+        remote.collection_list(args)
+        return
+    collections = [_stored_collection(args.root, info.name) for info in list_collections(args.root)]
     emit(args, {"collections": collections}, lambda answer: output.collection_list(answer["collections"]))
 
 
 def _collection_show(args: argparse.Namespace) -> None:
     if args.url:
-        with client_for(args) as client:
-            collection = client.get_collection(args.name)
-    else:
-        _existing_collection(args.root, args.name)
-        collection = _stored_collection(args.root, args.name, detailed=True)
-    emit(args, collection, output.collection_card)
+        remote.collection_show(args)
+        return
+    _existing_collection(args.root, args.name)
+    emit(args, _stored_collection(args.root, args.name, detailed=True), output.collection_card)
 
 
 def _stored_collection(root: Path, name: str, detailed: bool = False) -> Any:
@@ -237,8 +215,7 @@ def _collection_delete(args: argparse.Namespace) -> None:
     from index.storage.layout import WriterLease
 
     if args.url:
-        with client_for(args) as client:
-            emit(args, {"deleted": client.delete_collection(args.name)}, _deleted)
+        remote.collection_delete(args)
         return
     folder = _existing_collection(args.root, args.name)
     try:
@@ -250,11 +227,7 @@ def _collection_delete(args: argparse.Namespace) -> None:
         delete_collection(args.root, args.name)
     except CollectionError as exc:
         raise SystemExit(f"cloze collection delete: {exc}") from exc
-    emit(args, {"deleted": args.name}, _deleted)
-
-
-def _deleted(answer: dict[str, str]) -> str:
-    return f"deleted the collection {answer['deleted']!r}"
+    emit(args, {"deleted": args.name}, remote.deleted)
 
 
 def _existing_collection(root: Path, name: str) -> Path:
@@ -491,21 +464,6 @@ def _offline_collection(args: argparse.Namespace) -> None:
             f"cloze index: --index is one collection's folder; --collection {args.collection!r} applies to "
             "--url only (use `default` or leave it out)"
         )
-
-
-@contextmanager
-def client_for(args: argparse.Namespace) -> Iterator[Any]:
-    """The Python client on ``--url`` (no timeout: an upload or a snapshot may take long); a refusal exits
-    with the service's message and the field it names."""
-    from cloze_search import Client, ClozeError
-
-    try:
-        with Client(args.url, api_key=args.api_key, timeout=None) as client:
-            yield client
-    except ClozeError as exc:
-        if not exc.status:  # nothing answered
-            raise SystemExit(f"cloze: {exc.message}") from exc
-        raise SystemExit(f"cloze: {args.url} answered {exc}") from exc
 
 
 def _print(answer: Any) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 import cloze_search
 from cloze_search import Client, Document, Fusion, Rerank
+from cloze_search._http import ByteProgress, readable_bytes
 
 
 def scripted(answers: list[tuple[int, dict]], sent: list[httpx.Request] | None = None) -> dict:
@@ -225,3 +226,24 @@ def test_a_delete_retried_after_it_committed_counts_as_done():
         assert delete([(429, BUSY), (200, {"deleted": "d"})], asynchronously) == "d"
         with pytest.raises(cloze_search.NotFound):
             delete([missing], asynchronously)
+
+
+def test_a_download_progress_line_counts_bytes_and_rate(capsys):
+    """The client's own progress line (no tqdm: httpx is its one requirement): rewritten in place on stderr,
+    ended with the whole count, silent when progress is off."""
+    assert [readable_bytes(n) for n in (0, 999, 1000, 1_234_567, 5e12)] == [
+        "0 B", "999 B", "1.0 kB", "1.2 MB", "5000.0 GB",
+    ]  # fmt: skip
+    bar = ByteProgress("base.tar", 3000, enabled=True, every=0)
+    bar.update(1000)
+    bar.update(2000)
+    bar.close()
+    shown = capsys.readouterr().err
+    assert shown.endswith("\n") and shown.count("\r") == 3
+    assert shown.rstrip().split("\r")[-1].startswith(
+        "base.tar: 3.0 kB of 3.0 kB, "
+    ) and shown.rstrip().endswith("B/s")
+    quiet = ByteProgress("base.tar", None, enabled=False, every=0)
+    quiet.update(10)
+    quiet.close()
+    assert capsys.readouterr().err == ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+import tomllib
 
 from tests.deploy.conftest import REPO, save_artifact, tool
 
@@ -34,3 +35,14 @@ def test_build_context_is_an_allow_list() -> None:
     lines = [line for line in (REPO / ".dockerignore").read_text().splitlines() if line and line[0] != "#"]
     assert lines[0] == "*"
     assert "**/.env" in lines
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.gpu"])
+def test_the_image_gets_every_package_the_distribution_names(dockerfile: str) -> None:
+    """`pip install .` there installs only the packages copied in, and `cloze` imports from several at start
+    (cloze_search's --url commands among them): each must be let through .dockerignore and copied."""
+    text = (REPO / "docker" / dockerfile).read_text()
+    allowed = (REPO / ".dockerignore").read_text().splitlines()
+    find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = [pattern.rstrip("*") for pattern in find["include"]]
+    assert [p for p in packages if f"\nCOPY {p} ./{p}\n" not in text or f"!{p}/" not in allowed] == []

@@ -1,7 +1,8 @@
-"""Quick checks against a running service, through the Python client: ``cloze search`` and ``cloze documents
-put|get``. Lines to read by default, ``--json`` for scripts; a refusal exits with the service's message and the
-field it names (``app.cli.index.client_for``). The client is imported in the handlers: ``cloze --help``
-loads no httpx."""
+"""The commands that talk to a running service through the Python client, shared by two programs: this package's
+``cloze-client`` (httpx alone) and the service's ``cloze`` (``cloze search``, ``cloze documents put|get``, and
+``cloze collection ... --url`` beside their offline twins in ``app.cli.index``). Lines to read by default,
+``--json`` for scripts; a refusal exits with the service's message and the field it names (``client_for``).
+The client is imported in the handlers: ``--help`` loads no httpx."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from app.cli import output
-from app.cli.index import client_for
-from app.cli.output import add_json_flag, emit
+from cloze_search.cli import output
+from cloze_search.cli.output import add_json_flag, emit
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -88,14 +89,16 @@ def _add_mcp(top: argparse._SubParsersAction) -> None:
 
 
 def _target(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--url",
-        default=os.environ.get("CLOZE_URL") or DEFAULT_URL,
-        help=f"the service's root URL (default: $CLOZE_URL, else {DEFAULT_URL})",
-    )
+    url_args(parser, default=os.environ.get("CLOZE_URL") or DEFAULT_URL)
     parser.add_argument("--collection", default="default", help="default: the service's own index")
-    parser.add_argument("--api-key", default=os.environ.get("CLOZE_API_KEY"), help="a key (or CLOZE_API_KEY)")
     add_json_flag(parser)
+
+
+def url_args(parser: argparse.ArgumentParser, default: str | None) -> None:
+    """``--url`` and ``--api-key``; without a ``default`` URL (``cloze collection``) it means work offline."""
+    where = f"default: $CLOZE_URL, else {DEFAULT_URL}" if default else "else offline, --root"
+    parser.add_argument("--url", default=default, help=f"the service's root URL ({where})")
+    parser.add_argument("--api-key", default=os.environ.get("CLOZE_API_KEY"), help="a key (or CLOZE_API_KEY)")
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -121,7 +124,7 @@ def _json(text: str) -> Any:
 
 def _search(args: argparse.Namespace) -> None:
     if args.query is None and args.vector is None:
-        raise SystemExit("cloze search: give a query, --vector, or both")
+        raise SystemExit(f"{program(args)} search: give a query, --vector, or both")
     with client_for(args) as client:
         results = client.search(
             args.query, collection=args.collection, vector=args.vector, top_k=args.top_k, offset=args.offset,
@@ -149,12 +152,14 @@ def _put(args: argparse.Namespace) -> None:
     if args.input:
         documents: Iterator[dict[str, Any]] = _jsonl(args.input)
         if args.id or args.metadata or args.vector:
-            raise SystemExit("cloze documents put: --input reads documents from a file; give no id with it")
+            raise SystemExit(
+                f"{program(args)} documents put: --input reads documents from a file; give no id"
+            )
     elif args.id:
         one: dict[str, Any] = {"id": args.id, "text": args.text, "metadata": args.metadata or {}}
         documents = iter([one | ({"vector": args.vector} if args.vector is not None else {})])
     else:
-        raise SystemExit("cloze documents put: give an id and a text, or --input FILE")
+        raise SystemExit(f"{program(args)} documents put: give an id and a text, or --input FILE")
     with client_for(args) as client:
         count = client.upsert(documents, collection=args.collection)
     answer = {"upserted": count, "collection": args.collection}
@@ -174,9 +179,9 @@ def _jsonl(path: str) -> Iterator[dict[str, Any]]:
             try:
                 document = json.loads(line)
             except ValueError as exc:
-                raise SystemExit(f"cloze documents put: {path} line {number}: not JSON: {exc}") from exc
+                raise SystemExit(f"documents put: {path} line {number}: not JSON: {exc}") from exc
             if not isinstance(document, dict):
-                raise SystemExit(f"cloze documents put: {path} line {number}: a document is a JSON object")
+                raise SystemExit(f"documents put: {path} line {number}: a document is a JSON object")
             yield document
     finally:
         if handle is not sys.stdin:
@@ -212,3 +217,100 @@ def _document(document: Any) -> str:
     vector = None if document.vector is None else f"{len(document.vector)} numbers"
     head = output.fields({"id": document.id, "metadata": document.metadata or None, "vector": vector})
     return head + ("\n\n" + document.text if document.text else "")
+
+
+# ---- collections over --url: all of cloze-client's, and the --url half of `cloze collection` ----
+
+
+def register_collections(collection: argparse._SubParsersAction) -> None:
+    """``collection list|show|create|delete`` of a running service (``cloze-client``; ``cloze collection`` adds
+    an offline side to each and registers its own)."""
+    create = collection.add_parser("create", help="create an empty collection on a served model")
+    create.add_argument("name")
+    collection_options(create)
+    create.set_defaults(handler=collection_create)
+    for name, text, handler in (
+        ("list", "the collections: model, status, documents, chunks, factory, chunk window", collection_list),
+        (
+            "show",
+            "one collection: what list says, and version, overlap, bytes on disk, last write",
+            collection_show,
+        ),
+        ("delete", "delete a collection and its documents", collection_delete),
+    ):
+        command = collection.add_parser(name, help=text)
+        if name != "list":
+            command.add_argument("name")
+        command.set_defaults(handler=handler)
+    for command in (create, *(collection.choices[name] for name in ("list", "show", "delete"))):
+        url_args(command, default=os.environ.get("CLOZE_URL") or DEFAULT_URL)
+        add_json_flag(command)
+
+
+def collection_options(create: argparse.ArgumentParser) -> None:
+    """What a new collection is built with, the same offline and over ``--url``."""
+    create.add_argument(
+        "--model-name", default="default", help="the served model's name (CLOZE_MODELS) it is built with"
+    )
+    create.add_argument("--factory", help="FAISS factory string for its builds (default: chosen by size)")
+    create.add_argument("--chunk-window", type=int, help="tokens per chunk (default: the model's window)")
+    create.add_argument("--chunk-overlap", type=int, help="tokens neighbouring chunks share")
+    create.add_argument(
+        "--dimension", type=int, help="instead of a model: a collection of your own vectors of this length"
+    )
+    create.add_argument("--metric", choices=["cosine", "dot"], help="with --dimension (default cosine)")
+
+
+def collection_create(args: argparse.Namespace) -> None:
+    model = None if args.dimension else args.model_name
+    options = {
+        "factory": args.factory,
+        "chunk_window": args.chunk_window,
+        "chunk_overlap": args.chunk_overlap,
+    }
+    with client_for(args) as client:
+        created = client.create_collection(
+            args.name, model=model, dimension=args.dimension, metric=args.metric, **options
+        )
+    emit(args, created, output.collection_card)
+
+
+def collection_list(args: argparse.Namespace) -> None:
+    with client_for(args) as client:
+        collections = client.list_collections()
+    emit(args, {"collections": collections}, lambda answer: output.collection_list(answer["collections"]))
+
+
+def collection_show(args: argparse.Namespace) -> None:
+    with client_for(args) as client:
+        collection = client.get_collection(args.name)
+    emit(args, collection, output.collection_card)
+
+
+def collection_delete(args: argparse.Namespace) -> None:
+    with client_for(args) as client:
+        emit(args, {"deleted": client.delete_collection(args.name)}, deleted)
+
+
+def deleted(answer: dict[str, str]) -> str:
+    return f"deleted the collection {answer['deleted']!r}"
+
+
+@contextmanager
+def client_for(args: argparse.Namespace) -> Iterator[Any]:
+    """The Python client on ``--url`` (no timeout: an upload or a snapshot may take long); a refusal exits
+    with the service's message and the field it names."""
+    from cloze_search import Client, ClozeError
+
+    try:
+        with Client(args.url, api_key=args.api_key, timeout=None) as client:
+            yield client
+    except ClozeError as exc:
+        if not exc.status:  # nothing answered
+            raise SystemExit(f"{program(args)}: {exc.message}") from exc
+        raise SystemExit(f"{program(args)}: {args.url} answered {exc}") from exc
+
+
+def program(args: argparse.Namespace) -> str:
+    """Which of the two programs runs the command, for its messages."""
+    return getattr(args, "program", "cloze")

@@ -1,5 +1,5 @@
-"""What the ``cloze`` commands a person runs by hand print: lines to read by default, and with ``--json`` one JSON
-object for a script. Collections print from one shape (``cloze_search.Collection``) whether they were read
+"""What the commands a person runs by hand (``cloze``, ``cloze-client``) print: lines to read by default, and with
+``--json`` one JSON object for a script. Collections print from one shape (``cloze_search.Collection``) whether they were read
 offline or over ``--url``, so ``collection list`` and ``collection show`` agree on what they both report."""
 
 from __future__ import annotations
