@@ -13,6 +13,7 @@ import os
 import sys
 
 from app.cli import index as index_cli
+from app.cli import mcp as mcp_cli
 from cloze_search.cli import commands as remote_cli
 from encoder_training import cli as training_cli
 from evaluation import cli as evaluation_cli
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_export(top)
     index_cli.register(groups)
     remote_cli.register(top, groups)
+    mcp_cli.register(top)
     evaluation_cli.register(groups)
     training_cli.register(groups)
     return parser
