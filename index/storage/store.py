@@ -17,7 +17,7 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,18 +158,21 @@ class DocumentStore:
         self._local = threading.local()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, before_commit: Callable[[], object] | None = None) -> Iterator[sqlite3.Connection]:
         """One durable write transaction (BEGIN IMMEDIATE: writers queue here, readers carry on).
 
         All or nothing, including a failed ``COMMIT`` (a full disk fails there, when the WAL grows): it is
         rolled back, so the connection is clean for the next write once space returns. A disk error comes
-        out as ``StorageError`` (``full`` set for ENOSPC)."""
+        out as ``StorageError`` (``full`` set for ENOSPC). ``before_commit``: called just before ``COMMIT``
+        (the index takes its readers' lock there, so no search sees the commit before its catch-up)."""
         with self.write_lock:
             conn = self._conn()
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield conn
+                    if before_commit is not None:
+                        before_commit()
                     conn.execute("COMMIT")
                 except BaseException:
                     self._rollback(conn)
@@ -179,6 +182,21 @@ class DocumentStore:
                 if error is exc:
                     raise
                 raise error from exc
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction on this thread's connection: every read inside sees the store as of one commit
+        (a search's rows, a listing's page and its total), whatever another process commits meanwhile."""
+        conn = self._conn()
+        if conn.in_transaction:  # already inside one (nested reads): it holds the snapshot
+            yield
+            return
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
 
     def _rollback(self, conn: sqlite3.Connection) -> None:
         """SQLite rolls a transaction back itself on SQLITE_FULL; other failures (a busy or failed COMMIT,
