@@ -15,8 +15,9 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -45,7 +46,14 @@ from index.records import (
     SearchHit,
 )
 from index.storage import layout
-from index.storage.changelog import ChangeBatch, apply_changes, copy_changes, read_changes, write_changes
+from index.storage.changelog import (
+    ChangeBatch,
+    apply_changes,
+    copy_changes,
+    read_changes,
+    snapshot_if_due,
+    write_changes,
+)
 from index.storage.layout import REBUILD_MARKER
 from index.storage.locks import ReadWriteLock
 from index.storage.version import OpenVersion, Repair, check_model, report_repair
@@ -53,6 +61,7 @@ from index.text.chunking import Chunker
 
 log = logging.getLogger(__name__)
 Mode = Literal["dense", "bm25", "hybrid"]
+T = TypeVar("T")
 # Deepest result a search reaches: offset + top_k. Each page ranks from the top (offset + top_k documents per
 # list, 3x that for hybrid fusion), so deep pages cost what one large top_k costs; past this, list documents
 # (``list_documents``) or narrow the filter.
@@ -219,7 +228,12 @@ class SearchIndex:
         return old
 
     def _catch_up(self) -> int:
-        """Replay the changelog onto the live version. Caller holds _mutate."""
+        """Replay the changelog onto the live version, then save FAISS when due. Caller holds _mutate."""
+        applied = self._replay()
+        snapshot_if_due(self._live)
+        return applied
+
+    def _replay(self) -> int:
         live = self._live
         if live.store.writer_appeared:  # a replica read the store as immutable; a writer has opened it since
             log.info("a writer opened version %s: reading it as a WAL reader from now on", live.number)
@@ -251,21 +265,38 @@ class SearchIndex:
     def commit(self, items: list[tuple[Document, list, np.ndarray]]) -> Landed:
         """Write embedded documents (``attach_vectors(prepare(docs), vectors)``): SQLite, then FAISS."""
         self.require_writable()
-        with self._mutate:
+
+        def write(hold: Callable[[], object]) -> None:
             store = self._live.store
-            with store.transaction() as conn:  # StorageError (disk full): nothing written, nothing to undo
+            # StorageError (disk full): nothing written, nothing to undo
+            with store.transaction(hold) as conn:
                 store.write_documents(conn, items, log=True)
-            layout.pause_for_tests("upsert")  # durable in SQLite, not yet in FAISS
-            return Landed(len(items), self._apply_landed("an upsert"))
+                layout.pause_for_tests("upsert")  # written, not yet committed: a write in flight
+
+        with self._mutate:
+            return Landed(len(items), self._write("an upsert", write)[1])
 
     def delete(self, doc_id: str) -> bool:
         self.require_writable()
-        with self._mutate:
+
+        def write(hold: Callable[[], object]) -> list[int] | None:
             store = self._live.store
-            with store.transaction() as conn:
-                removed = store.delete_document(conn, doc_id, log=True)
-            self._apply_landed("a delete")
-        return removed is not None
+            with store.transaction(hold) as conn:
+                return store.delete_document(conn, doc_id, log=True)
+
+        with self._mutate:
+            return self._write("a delete", write)[0] is not None
+
+    def _write(self, what: str, write: Callable[[Callable[[], object]], T]) -> tuple[T, bool]:
+        """``write`` commits one store transaction, calling the hook it is given just before ``COMMIT``: the hook
+        takes the readers' lock, held until the catch-up (BM25, FAISS, columns) is done. So a search sees the
+        collection before the write or after it, never committed in SQLite but not yet in the columns it
+        selects by. Also whether the catch-up succeeded (``_apply_landed``). Caller holds _mutate."""
+        with ExitStack() as exclusive:
+            result = write(lambda: exclusive.enter_context(self._rw.write()))
+            searchable = self._apply_landed(what)
+        snapshot_if_due(self._live)  # outside the readers' lock: saving FAISS only reads it
+        return result, searchable
 
     def _apply_landed(self, what: str) -> bool:
         """The catch-up after a commit; whether it succeeded (the write is searchable). The write has landed
@@ -274,7 +305,7 @@ class SearchIndex:
         failure left half of it applied) by the next write, the next poll or the next open. Caller holds
         _mutate."""
         try:
-            self._catch_up()
+            self._replay()
         except Exception as exc:  # noqa: BLE001  (any failure of the derived copies, a MemoryError included)
             self._live.replaying = True
             log.exception("%s is committed; applying it to the search structures failed (retried)", what)
@@ -394,9 +425,12 @@ class SearchIndex:
         caught up through the changelog as after any write (a failed catch-up is replayed, as after any write):
         readers see all of the batch or none of it."""
         self.require_writable()
+
+        def write(hold: Callable[[], object]) -> None:
+            write_changes(self._live.store, None, batch, log=True, state=state, before_commit=hold)
+
         with self._mutate:
-            write_changes(self._live.store, None, batch, log=True, state=state)
-            self._apply_landed("a replicated batch")
+            self._write("a replicated batch", write)
 
     def position(self) -> tuple[int, int]:
         """The live version's number and its last changelog sequence. Under the readers' lock (callers ask from

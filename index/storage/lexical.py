@@ -59,6 +59,9 @@ class LexicalIndex:
         """Build in the background; queries use FTS5 until ``ready``."""
         if self._stopped.is_set():
             return None
+        # Not ready from now, not from when the builder takes the lock: a write's sync would otherwise wait out
+        # the whole build while holding the index's write lock (every search waiting behind it).
+        self.ready = False
         self._builder = threading.Thread(target=self.build, args=(store,), name="lexical-index", daemon=True)
         self._builder.start()
         return self._builder
@@ -172,15 +175,22 @@ class LexicalIndex:
     # ---- search --------------------------------------------------------------------------------------
 
     def search(
-        self, text: str, limit: int, only: list[str] | None = None, rows: np.ndarray | None = None
-    ) -> list[tuple[str, float]]:
+        self,
+        text: str,
+        limit: int,
+        only: list[str] | None = None,
+        rows: np.ndarray | None = None,
+        at: int | None = None,
+    ) -> list[tuple[str, float]] | None:
         """Top ``limit`` (doc_id, BM25 score), best first; only documents with a query term score, and when
         ``only`` (document ids) or ``rows`` (a mask over the store's rids: a filter's matches) is given, only
         those documents (the same scores, since the collection statistics stay those of every document, as
-        FTS5's are)."""
+        FTS5's are). ``at``: None unless the postings are at that changelog point (the caller's other copies')."""
         terms = list(dict.fromkeys(query_terms(text)))[:MAX_QUERY_TERMS]  # the terms FTS5 would get
         stems = list(dict.fromkeys(self._stem_query(terms)))
         with self._lock:
+            if at is not None and (self.seq != at or not self.ready):
+                return None
             if not self._alive_count or limit <= 0:
                 return []
             # Copies, never np.frombuffer views: a view exports the array's buffer for as long as it lives
