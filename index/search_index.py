@@ -479,7 +479,9 @@ class SearchIndex:
         window = offset + top_k
         dense: Ranked | None = None
         sparse: Scored | None = None
-        with self._rw.read():
+        # One state throughout: writes land under the write side of this lock (``_write``), and the store is read
+        # in one snapshot, so the selection, the rankers and the rows returned agree.
+        with self._rw.read(), self._live.store.snapshot():
             live = self._live
             filters = filters or None
             if filters:
@@ -497,7 +499,7 @@ class SearchIndex:
                 sparse = live.bm25(query_text, depth, filters, selection)
                 ranked = fuse(dense, sparse, fusion or Fusion())
             page = ranked[offset:window]
-            return assemble_hits(
+            hits = assemble_hits(
                 live,
                 page,
                 query_vector,
@@ -506,12 +508,13 @@ class SearchIndex:
                 highlight=highlight,
                 text_chars=text_chars,
             )
+            return still_matching(live, hits, filters)
 
     def facets(self, filters: dict[str, Any] | None, fields: list[str], top: int = 10) -> dict[str, Any]:
         """Over the documents matching ``filters`` (every one without): ``total`` of them and, per field, its
         type, its ``top`` most frequent values (documents per value), and its least and greatest number and
         date, read from the in-memory columns (a field holding an integer past 2**53: its numbers from the store)."""
-        with self._rw.read():
+        with self._rw.read(), self._live.store.snapshot():
             live = self._live
             if filters:
                 live.store.filter_sql(filters)
@@ -535,11 +538,30 @@ class SearchIndex:
         pass ``max_bytes`` (always at least one). A document that exists the whole time a client pages is listed
         exactly once, whatever is upserted, deleted or rebuilt meanwhile; ``InvalidCursor`` for a cursor
         this index did not hand out, ``UnknownFilterField`` / ``InvalidFilterValue`` as for search."""
+        page, next_cursor, _ = self._page(limit, cursor, filters, max_bytes, counted=False)
+        return page, next_cursor
+
+    def document_page(
+        self,
+        limit: int = 100,
+        cursor: str | None = None,
+        filters: dict[str, Any] | None = None,
+        max_bytes: int = MAX_PAGE_BYTES,
+    ) -> tuple[list[Document], str | None, int]:
+        """``list_documents``' page and cursor with ``total``, the count of every match: both read from one
+        snapshot of the store, so the total counts the collection the page was drawn from."""
+        return self._page(limit, cursor, filters, max_bytes, counted=True)
+
+    def _page(
+        self, limit: int, cursor: str | None, filters: dict[str, Any] | None, max_bytes: int, counted: bool
+    ) -> tuple[list[Document], str | None, int]:
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit {limit} is outside 1..{MAX_LIST_LIMIT}")
         after = decode_cursor(cursor) if cursor else None
-        with self._rw.read():
-            page = self._live.store.list_documents(limit + 1, after, filters or None, max_bytes)
+        with self._rw.read(), self._live.store.snapshot():
+            store = self._live.store
+            page = store.list_documents(limit + 1, after, filters or None, max_bytes)
+            total = store.count_documents(filters or None) if counted else -1
         kept, size = 0, 0
         for document in page[:limit]:
             size += len(document.text) + len(json.dumps(document.metadata))
@@ -548,12 +570,23 @@ class SearchIndex:
             kept += 1
         more = len(page) > kept
         page = page[:kept]
-        return page, encode_cursor(page[-1].id) if more else None
+        return page, encode_cursor(page[-1].id) if more else None, total
 
     def count_documents(self, filters: dict[str, Any] | None = None) -> int:
         """How many documents match ``filters`` (all of them without one): the listing's total."""
         with self._rw.read():
             return self._live.store.count_documents(filters or None)
+
+
+def still_matching(
+    live: OpenVersion, hits: list[SearchHit], filters: dict[str, Any] | None
+) -> list[SearchHit]:
+    """A replica's columns trail its store until the next poll replays the writer's changes: the hits whose rows
+    (as read, in the search's snapshot) no longer match the filter are dropped. A writer's never trail."""
+    if not filters or not hits or not live.read_only or live.store.max_seq() == live.applied_seq:
+        return hits
+    keep = live.store.matching_documents([hit.id for hit in hits], filters)
+    return [hit for hit in hits if hit.id in keep]
 
 
 def encode_cursor(doc_id: str) -> str:
