@@ -15,7 +15,6 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -62,6 +61,9 @@ from index.text.chunking import Chunker
 log = logging.getLogger(__name__)
 Mode = Literal["dense", "bm25", "hybrid"]
 T = TypeVar("T")
+# A search that finds the store ahead of the columns waits for the write's catch-up (milliseconds) and starts
+# again; the last attempt runs as it is, its hits checked against their rows.
+READ_ATTEMPTS, CATCH_UP_WAIT_S = 3, 1.0
 # Deepest result a search reaches: offset + top_k. Each page ranks from the top (offset + top_k documents per
 # list, 3x that for hybrid fusion), so deep pages cost what one large top_k costs; past this, list documents
 # (``list_documents``) or narrow the filter.
@@ -90,6 +92,8 @@ class SearchIndex:
         self._chunkers: dict[tuple[int | None, int | None], Chunker] = {}
         self._rw = ReadWriteLock()
         self._mutate = threading.RLock()  # one writer at a time: SQLite commit + FAISS catch-up
+        self._caught_up = threading.Condition()  # told when a write's catch-up ends (``_landing`` cleared)
+        self._landing = False  # a write is between its start and the end of its catch-up
 
     # ---- lifecycle ----------------------------------------------------------------------------------
 
@@ -266,12 +270,11 @@ class SearchIndex:
         """Write embedded documents (``attach_vectors(prepare(docs), vectors)``): SQLite, then FAISS."""
         self.require_writable()
 
-        def write(hold: Callable[[], object]) -> None:
+        def write() -> None:
             store = self._live.store
-            # StorageError (disk full): nothing written, nothing to undo
-            with store.transaction(hold) as conn:
+            with store.transaction() as conn:  # StorageError (disk full): nothing written, nothing to undo
                 store.write_documents(conn, items, log=True)
-                layout.pause_for_tests("upsert")  # written, not yet committed: a write in flight
+            layout.pause_for_tests("upsert")  # durable in SQLite, not yet in FAISS
 
         with self._mutate:
             return Landed(len(items), self._write("an upsert", write)[1])
@@ -279,23 +282,28 @@ class SearchIndex:
     def delete(self, doc_id: str) -> bool:
         self.require_writable()
 
-        def write(hold: Callable[[], object]) -> list[int] | None:
+        def write() -> list[int] | None:
             store = self._live.store
-            with store.transaction(hold) as conn:
+            with store.transaction() as conn:
                 return store.delete_document(conn, doc_id, log=True)
 
         with self._mutate:
             return self._write("a delete", write)[0] is not None
 
-    def _write(self, what: str, write: Callable[[Callable[[], object]], T]) -> tuple[T, bool]:
-        """``write`` commits one store transaction, calling the hook it is given just before ``COMMIT``: the hook
-        takes the readers' lock, held until the catch-up (BM25, FAISS, columns) is done. So a search sees the
-        collection before the write or after it, never committed in SQLite but not yet in the columns it
-        selects by. Also whether the catch-up succeeded (``_apply_landed``). Caller holds _mutate."""
-        with ExitStack() as exclusive:
-            result = write(lambda: exclusive.enter_context(self._rw.write()))
+    def _write(self, what: str, write: Callable[[], T]) -> tuple[T, bool]:
+        """``write`` commits one store transaction; its catch-up (BM25, FAISS, columns) follows. A search that
+        starts in between finds the store ahead of the columns and waits for the catch-up (``_consistent``).
+        Also whether the catch-up succeeded (``_apply_landed``). Caller holds _mutate."""
+        with self._caught_up:
+            self._landing = True
+        try:
+            result = write()
             searchable = self._apply_landed(what)
-        snapshot_if_due(self._live)  # outside the readers' lock: saving FAISS only reads it
+        finally:
+            with self._caught_up:
+                self._landing = False
+                self._caught_up.notify_all()
+        snapshot_if_due(self._live)  # after the waiting searches went on: saving FAISS can take a while
         return result, searchable
 
     def _apply_landed(self, what: str) -> bool:
@@ -426,8 +434,8 @@ class SearchIndex:
         readers see all of the batch or none of it."""
         self.require_writable()
 
-        def write(hold: Callable[[], object]) -> None:
-            write_changes(self._live.store, None, batch, log=True, state=state, before_commit=hold)
+        def write() -> None:
+            write_changes(self._live.store, None, batch, log=True, state=state)
 
         with self._mutate:
             self._write("a replicated batch", write)
@@ -477,38 +485,57 @@ class SearchIndex:
         if top_k <= 0:
             return []
         window = offset + top_k
-        dense: Ranked | None = None
-        sparse: Scored | None = None
-        # One state throughout: writes land under the write side of this lock (``_write``), and the store is read
-        # in one snapshot, so the selection, the rankers and the rows returned agree.
-        with self._rw.read(), self._live.store.snapshot():
-            live = self._live
-            filters = filters or None
-            if filters:
-                live.store.filter_sql(filters)  # raises InvalidFilterValue early, whatever the mode
-            selection = live.select(filters)  # the filter evaluated once, for both rankers
+
+        def ranked_hits(live: OpenVersion) -> list[SearchHit]:
+            dense: Ranked | None = None
+            sparse: Scored | None = None
+            filtered = filters or None
+            if filtered:
+                live.store.filter_sql(filtered)  # raises InvalidFilterValue early, whatever the mode
+            selection = live.select(filtered)  # the filter evaluated once, for both rankers
+            vector = query_vector
             if mode == "dense":
-                ranked = dense = dense_ranking(live, query_vector, window, filters, selection)
+                ranked = dense = dense_ranking(live, vector, window, filtered, selection)
             elif mode == "bm25":
-                sparse = live.bm25(query_text, window, filters, selection)
+                sparse = live.bm25(query_text, window, filtered, selection)
                 ranked = [(d, s, None) for d, s in sparse]
-                query_vector = None  # BM25 hits pick their chunk by shared terms
+                vector = None  # BM25 hits pick their chunk by shared terms
             else:
                 depth = fusion_depth(window)
-                dense = dense_ranking(live, query_vector, depth, filters, selection)
-                sparse = live.bm25(query_text, depth, filters, selection)
+                dense = dense_ranking(live, vector, depth, filtered, selection)
+                sparse = live.bm25(query_text, depth, filtered, selection)
                 ranked = fuse(dense, sparse, fusion or Fusion())
             page = ranked[offset:window]
-            hits = assemble_hits(
+            return assemble_hits(
                 live,
                 page,
-                query_vector,
+                vector,
                 query_text,
                 explanations=explain(page, dense, sparse) if explained else None,
                 highlight=highlight,
                 text_chars=text_chars,
             )
-            return still_matching(live, hits, filters)
+
+        return self._consistent(ranked_hits, filters or None)
+
+    def _consistent(
+        self, search: Callable[[OpenVersion], list[SearchHit]], filters: dict[str, Any] | None
+    ) -> list[SearchHit]:
+        """``search`` over one state: the columns, FAISS and BM25 (fixed while the readers' lock is held) and the
+        store's rows (one read snapshot) at the same changelog point. A write commits before its catch-up takes
+        the write lock, so a snapshot taken in between is ahead: the search waits for the catch-up and starts
+        again. A replica does not wait for its next poll, nor does anyone for a catch-up that failed: such a
+        search runs as it is, its hits checked against their rows (``still_matching``)."""
+        for attempt in range(READ_ATTEMPTS):
+            with self._rw.read(), self._live.store.snapshot():
+                live = self._live
+                ahead = live.store.max_seq() != live.applied_seq  # the snapshot's first read fixes it
+                if not ahead or live.read_only or attempt == READ_ATTEMPTS - 1:
+                    hits = search(live)
+                    return still_matching(live, hits, filters) if ahead else hits
+            with self._caught_up:
+                self._caught_up.wait_for(lambda: not self._landing, timeout=CATCH_UP_WAIT_S)
+        raise AssertionError("unreachable: the last attempt searches")
 
     def facets(self, filters: dict[str, Any] | None, fields: list[str], top: int = 10) -> dict[str, Any]:
         """Over the documents matching ``filters`` (every one without): ``total`` of them and, per field, its
@@ -581,9 +608,9 @@ class SearchIndex:
 def still_matching(
     live: OpenVersion, hits: list[SearchHit], filters: dict[str, Any] | None
 ) -> list[SearchHit]:
-    """A replica's columns trail its store until the next poll replays the writer's changes: the hits whose rows
-    (as read, in the search's snapshot) no longer match the filter are dropped. A writer's never trail."""
-    if not filters or not hits or not live.read_only or live.store.max_seq() == live.applied_seq:
+    """For a search whose snapshot of the store is ahead of the columns (a replica until its next poll, a failed
+    catch-up until it is replayed): the hits whose rows, as read, no longer match the filter are dropped."""
+    if not filters or not hits:
         return hits
     keep = live.store.matching_documents([hit.id for hit in hits], filters)
     return [hit for hit in hits if hit.id in keep]

@@ -11,7 +11,6 @@ on IVF / flat indexes is cheap, and HNSW falls back to tombstones.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,31 +30,28 @@ SNAPSHOT_EVERY = int(os.environ.get("CLOZE_INDEX_SNAPSHOT_EVERY", "10000"))
 
 def apply_changes(version: OpenVersion, lock: ReadWriteLock) -> int:
     """Apply entries past ``applied_seq`` to the version's BM25, FAISS copy and columns (ours and other
-    processes' writes). Caller is the index's one mutator; ``snapshot_if_due`` afterwards, outside the lock.
+    processes' writes). Caller is the index's one mutator; ``snapshot_if_due`` afterwards.
 
-    All three change under the readers' lock, read from one snapshot of the store: a search sees them all at
-    ``applied_seq`` (with a write's commit, which takes this lock first: ``SearchIndex._write``), never BM25
-    postings ahead of the columns that mask them."""
+    What changed is read from one snapshot of the store outside the readers' lock, then applied to all three
+    together under it: a search sees BM25, FAISS and the columns at one ``applied_seq``, never BM25 postings
+    ahead of the columns that mask them."""
     store = version.store
-    with lock.write(), store.snapshot():
-        version.lexical.sync(store)
+    with store.snapshot():
+        lexical = version.lexical.pending(store)
         through, changes = store.max_seq(), store.changes_since(version.applied_seq)
-        if not changes:
-            version.applied_seq = max(version.applied_seq, through)  # nothing between: the same state
-            version.replaying = False
-            return 0
-        final: dict[int, str] = {}
-        for _, _, chunk_id, op in changes:
-            final[chunk_id] = op
+        final = {chunk_id: op for _, _, chunk_id, op in changes}  # each chunk's last operation
         removed = [i for i, op in final.items() if op == "-"]
         ids, vectors = store.vectors([i for i, op in final.items() if op == "+"], version.vectors.dimension)
-        if version.replaying:  # add_with_ids does not deduplicate: a replay must not add an id twice
-            removed = removed + [int(i) for i in ids]
-        update = Columns.read_changes(store, changes)
-        version.vectors.remove(removed)
-        version.vectors.add(ids, vectors)
-        version.columns.apply(update)
-        version.applied_seq = changes[-1][0]
+        update = Columns.read_changes(store, changes) if changes else None
+    with lock.write():
+        version.lexical.apply(lexical, store)
+        if update is not None:
+            if version.replaying:  # add_with_ids does not deduplicate: a replay must not add an id twice
+                removed = removed + [int(i) for i in ids]
+            version.vectors.remove(removed)
+            version.vectors.add(ids, vectors)
+            version.columns.apply(update)
+        version.applied_seq = max(version.applied_seq, through)  # nothing in between: one state
         version.replaying = False
     return len(changes)
 
@@ -130,13 +126,11 @@ def write_changes(
     batch: ChangeBatch,
     log: bool,
     state: dict[str, str],
-    before_commit: Callable[[], object] | None = None,
 ) -> None:
     """One transaction: the batch's deletes and upserts (with their vectors) and ``state`` (e.g. a replica's
     position), so a reader sees all of the batch or none of it. ``vectors``: FAISS updated here (a draft's);
-    None when the changelog (``log``) carries the changes to FAISS afterwards. ``before_commit``: as for
-    ``DocumentStore.transaction``."""
-    with store.transaction(before_commit) as conn:
+    None when the changelog (``log``) carries the changes to FAISS afterwards."""
+    with store.transaction() as conn:
         for doc_id in batch.deletes:
             removed = store.delete_document(conn, doc_id, log=log) or []
             if vectors is not None:

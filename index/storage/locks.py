@@ -11,24 +11,18 @@ class ReadWriteLock:
     """Many concurrent searches, or one FAISS mutation; a waiting writer goes first.
 
     Writer preference: once a writer waits, new readers queue behind it, so a steady stream of searches
-    (each one brief) cannot keep an upsert waiting for ever; readers already inside finish first.
-
-    The writing thread may enter again (read or write): a write holds the lock from its SQLite commit through its
-    catch-up, and the catch-up's own steps (a swap, the changelog replay) take the lock as they do alone."""
+    (each one brief) cannot keep an upsert waiting for ever; readers already inside finish first."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._readers = 0
-        self._writer: int | None = None  # the holding thread's ident
+        self._writer = False
         self._writers_waiting = 0
 
     @contextmanager
     def read(self) -> Iterator[None]:
-        if self._writer == threading.get_ident():
-            yield
-            return
         with self._cond:
-            while self._writer is not None or self._writers_waiting:
+            while self._writer or self._writers_waiting:
                 self._cond.wait()
             self._readers += 1
         try:
@@ -41,20 +35,17 @@ class ReadWriteLock:
 
     @contextmanager
     def write(self) -> Iterator[None]:
-        if self._writer == threading.get_ident():
-            yield
-            return
         with self._cond:
             self._writers_waiting += 1
             try:
-                while self._writer is not None or self._readers:
+                while self._writer or self._readers:
                     self._cond.wait()
             finally:
                 self._writers_waiting -= 1
-            self._writer = threading.get_ident()
+            self._writer = True
         try:
             yield
         finally:
             with self._cond:
-                self._writer = None
+                self._writer = False
                 self._cond.notify_all()

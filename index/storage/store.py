@@ -17,7 +17,7 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,21 +158,18 @@ class DocumentStore:
         self._local = threading.local()
 
     @contextmanager
-    def transaction(self, before_commit: Callable[[], object] | None = None) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> Iterator[sqlite3.Connection]:
         """One durable write transaction (BEGIN IMMEDIATE: writers queue here, readers carry on).
 
         All or nothing, including a failed ``COMMIT`` (a full disk fails there, when the WAL grows): it is
         rolled back, so the connection is clean for the next write once space returns. A disk error comes
-        out as ``StorageError`` (``full`` set for ENOSPC). ``before_commit``: called just before ``COMMIT``
-        (the index takes its readers' lock there, so no search sees the commit before its catch-up)."""
+        out as ``StorageError`` (``full`` set for ENOSPC)."""
         with self.write_lock:
             conn = self._conn()
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield conn
-                    if before_commit is not None:
-                        before_commit()
                     conn.execute("COMMIT")
                 except BaseException:
                     self._rollback(conn)
