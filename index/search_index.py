@@ -16,7 +16,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -45,7 +45,14 @@ from index.records import (
     SearchHit,
 )
 from index.storage import layout
-from index.storage.changelog import ChangeBatch, apply_changes, copy_changes, read_changes, write_changes
+from index.storage.changelog import (
+    ChangeBatch,
+    apply_changes,
+    copy_changes,
+    read_changes,
+    snapshot_if_due,
+    write_changes,
+)
 from index.storage.layout import REBUILD_MARKER
 from index.storage.locks import ReadWriteLock
 from index.storage.version import OpenVersion, Repair, check_model, report_repair
@@ -53,6 +60,10 @@ from index.text.chunking import Chunker
 
 log = logging.getLogger(__name__)
 Mode = Literal["dense", "bm25", "hybrid"]
+T = TypeVar("T")
+# A search that finds the store ahead of the columns waits for the write's catch-up (milliseconds) and starts
+# again; the last attempt runs as it is, its hits checked against their rows.
+READ_ATTEMPTS, CATCH_UP_WAIT_S = 3, 1.0
 # Deepest result a search reaches: offset + top_k. Each page ranks from the top (offset + top_k documents per
 # list, 3x that for hybrid fusion), so deep pages cost what one large top_k costs; past this, list documents
 # (``list_documents``) or narrow the filter.
@@ -81,6 +92,8 @@ class SearchIndex:
         self._chunkers: dict[tuple[int | None, int | None], Chunker] = {}
         self._rw = ReadWriteLock()
         self._mutate = threading.RLock()  # one writer at a time: SQLite commit + FAISS catch-up
+        self._caught_up = threading.Condition()  # told when a write's catch-up ends (``_landing`` cleared)
+        self._landing = False  # a write is between its start and the end of its catch-up
 
     # ---- lifecycle ----------------------------------------------------------------------------------
 
@@ -219,7 +232,12 @@ class SearchIndex:
         return old
 
     def _catch_up(self) -> int:
-        """Replay the changelog onto the live version. Caller holds _mutate."""
+        """Replay the changelog onto the live version, then save FAISS when due. Caller holds _mutate."""
+        applied = self._replay()
+        snapshot_if_due(self._live)
+        return applied
+
+    def _replay(self) -> int:
         live = self._live
         if live.store.writer_appeared:  # a replica read the store as immutable; a writer has opened it since
             log.info("a writer opened version %s: reading it as a WAL reader from now on", live.number)
@@ -251,21 +269,42 @@ class SearchIndex:
     def commit(self, items: list[tuple[Document, list, np.ndarray]]) -> Landed:
         """Write embedded documents (``attach_vectors(prepare(docs), vectors)``): SQLite, then FAISS."""
         self.require_writable()
-        with self._mutate:
+
+        def write() -> None:
             store = self._live.store
             with store.transaction() as conn:  # StorageError (disk full): nothing written, nothing to undo
                 store.write_documents(conn, items, log=True)
             layout.pause_for_tests("upsert")  # durable in SQLite, not yet in FAISS
-            return Landed(len(items), self._apply_landed("an upsert"))
+
+        with self._mutate:
+            return Landed(len(items), self._write("an upsert", write)[1])
 
     def delete(self, doc_id: str) -> bool:
         self.require_writable()
-        with self._mutate:
+
+        def write() -> list[int] | None:
             store = self._live.store
             with store.transaction() as conn:
-                removed = store.delete_document(conn, doc_id, log=True)
-            self._apply_landed("a delete")
-        return removed is not None
+                return store.delete_document(conn, doc_id, log=True)
+
+        with self._mutate:
+            return self._write("a delete", write)[0] is not None
+
+    def _write(self, what: str, write: Callable[[], T]) -> tuple[T, bool]:
+        """``write`` commits one store transaction; its catch-up (BM25, FAISS, columns) follows. A search that
+        starts in between finds the store ahead of the columns and waits for the catch-up (``_consistent``).
+        Also whether the catch-up succeeded (``_apply_landed``). Caller holds _mutate."""
+        with self._caught_up:
+            self._landing = True
+        try:
+            result = write()
+            searchable = self._apply_landed(what)
+        finally:
+            with self._caught_up:
+                self._landing = False
+                self._caught_up.notify_all()
+        snapshot_if_due(self._live)  # after the waiting searches went on: saving FAISS can take a while
+        return result, searchable
 
     def _apply_landed(self, what: str) -> bool:
         """The catch-up after a commit; whether it succeeded (the write is searchable). The write has landed
@@ -274,7 +313,7 @@ class SearchIndex:
         failure left half of it applied) by the next write, the next poll or the next open. Caller holds
         _mutate."""
         try:
-            self._catch_up()
+            self._replay()
         except Exception as exc:  # noqa: BLE001  (any failure of the derived copies, a MemoryError included)
             self._live.replaying = True
             log.exception("%s is committed; applying it to the search structures failed (retried)", what)
@@ -394,9 +433,12 @@ class SearchIndex:
         caught up through the changelog as after any write (a failed catch-up is replayed, as after any write):
         readers see all of the batch or none of it."""
         self.require_writable()
-        with self._mutate:
+
+        def write() -> None:
             write_changes(self._live.store, None, batch, log=True, state=state)
-            self._apply_landed("a replicated batch")
+
+        with self._mutate:
+            self._write("a replicated batch", write)
 
     def position(self) -> tuple[int, int]:
         """The live version's number and its last changelog sequence. Under the readers' lock (callers ask from
@@ -443,41 +485,63 @@ class SearchIndex:
         if top_k <= 0:
             return []
         window = offset + top_k
-        dense: Ranked | None = None
-        sparse: Scored | None = None
-        with self._rw.read():
-            live = self._live
-            filters = filters or None
-            if filters:
-                live.store.filter_sql(filters)  # raises InvalidFilterValue early, whatever the mode
-            selection = live.select(filters)  # the filter evaluated once, for both rankers
+
+        def ranked_hits(live: OpenVersion) -> list[SearchHit]:
+            dense: Ranked | None = None
+            sparse: Scored | None = None
+            filtered = filters or None
+            if filtered:
+                live.store.filter_sql(filtered)  # raises InvalidFilterValue early, whatever the mode
+            selection = live.select(filtered)  # the filter evaluated once, for both rankers
+            vector = query_vector
             if mode == "dense":
-                ranked = dense = dense_ranking(live, query_vector, window, filters, selection)
+                ranked = dense = dense_ranking(live, vector, window, filtered, selection)
             elif mode == "bm25":
-                sparse = live.bm25(query_text, window, filters, selection)
+                sparse = live.bm25(query_text, window, filtered, selection)
                 ranked = [(d, s, None) for d, s in sparse]
-                query_vector = None  # BM25 hits pick their chunk by shared terms
+                vector = None  # BM25 hits pick their chunk by shared terms
             else:
                 depth = fusion_depth(window)
-                dense = dense_ranking(live, query_vector, depth, filters, selection)
-                sparse = live.bm25(query_text, depth, filters, selection)
+                dense = dense_ranking(live, vector, depth, filtered, selection)
+                sparse = live.bm25(query_text, depth, filtered, selection)
                 ranked = fuse(dense, sparse, fusion or Fusion())
             page = ranked[offset:window]
             return assemble_hits(
                 live,
                 page,
-                query_vector,
+                vector,
                 query_text,
                 explanations=explain(page, dense, sparse) if explained else None,
                 highlight=highlight,
                 text_chars=text_chars,
             )
 
+        return self._consistent(ranked_hits, filters or None)
+
+    def _consistent(
+        self, search: Callable[[OpenVersion], list[SearchHit]], filters: dict[str, Any] | None
+    ) -> list[SearchHit]:
+        """``search`` over one state: the columns, FAISS and BM25 (fixed while the readers' lock is held) and the
+        store's rows (one read snapshot) at the same changelog point. A write commits before its catch-up takes
+        the write lock, so a snapshot taken in between is ahead: the search waits for the catch-up and starts
+        again. A replica does not wait for its next poll, nor does anyone for a catch-up that failed: such a
+        search runs as it is, its hits checked against their rows (``still_matching``)."""
+        for attempt in range(READ_ATTEMPTS):
+            with self._rw.read(), self._live.store.snapshot():
+                live = self._live
+                ahead = live.store.max_seq() != live.applied_seq  # the snapshot's first read fixes it
+                if not ahead or live.read_only or attempt == READ_ATTEMPTS - 1:
+                    hits = search(live)
+                    return still_matching(live, hits, filters) if ahead else hits
+            with self._caught_up:
+                self._caught_up.wait_for(lambda: not self._landing, timeout=CATCH_UP_WAIT_S)
+        raise AssertionError("unreachable: the last attempt searches")
+
     def facets(self, filters: dict[str, Any] | None, fields: list[str], top: int = 10) -> dict[str, Any]:
         """Over the documents matching ``filters`` (every one without): ``total`` of them and, per field, its
         type, its ``top`` most frequent values (documents per value), and its least and greatest number and
         date, read from the in-memory columns (a field holding an integer past 2**53: its numbers from the store)."""
-        with self._rw.read():
+        with self._rw.read(), self._live.store.snapshot():
             live = self._live
             if filters:
                 live.store.filter_sql(filters)
@@ -501,11 +565,30 @@ class SearchIndex:
         pass ``max_bytes`` (always at least one). A document that exists the whole time a client pages is listed
         exactly once, whatever is upserted, deleted or rebuilt meanwhile; ``InvalidCursor`` for a cursor
         this index did not hand out, ``UnknownFilterField`` / ``InvalidFilterValue`` as for search."""
+        page, next_cursor, _ = self._page(limit, cursor, filters, max_bytes, counted=False)
+        return page, next_cursor
+
+    def document_page(
+        self,
+        limit: int = 100,
+        cursor: str | None = None,
+        filters: dict[str, Any] | None = None,
+        max_bytes: int = MAX_PAGE_BYTES,
+    ) -> tuple[list[Document], str | None, int]:
+        """``list_documents``' page and cursor with ``total``, the count of every match: both read from one
+        snapshot of the store, so the total counts the collection the page was drawn from."""
+        return self._page(limit, cursor, filters, max_bytes, counted=True)
+
+    def _page(
+        self, limit: int, cursor: str | None, filters: dict[str, Any] | None, max_bytes: int, counted: bool
+    ) -> tuple[list[Document], str | None, int]:
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit {limit} is outside 1..{MAX_LIST_LIMIT}")
         after = decode_cursor(cursor) if cursor else None
-        with self._rw.read():
-            page = self._live.store.list_documents(limit + 1, after, filters or None, max_bytes)
+        with self._rw.read(), self._live.store.snapshot():
+            store = self._live.store
+            page = store.list_documents(limit + 1, after, filters or None, max_bytes)
+            total = store.count_documents(filters or None) if counted else -1
         kept, size = 0, 0
         for document in page[:limit]:
             size += len(document.text) + len(json.dumps(document.metadata))
@@ -514,12 +597,23 @@ class SearchIndex:
             kept += 1
         more = len(page) > kept
         page = page[:kept]
-        return page, encode_cursor(page[-1].id) if more else None
+        return page, encode_cursor(page[-1].id) if more else None, total
 
     def count_documents(self, filters: dict[str, Any] | None = None) -> int:
         """How many documents match ``filters`` (all of them without one): the listing's total."""
         with self._rw.read():
             return self._live.store.count_documents(filters or None)
+
+
+def still_matching(
+    live: OpenVersion, hits: list[SearchHit], filters: dict[str, Any] | None
+) -> list[SearchHit]:
+    """For a search whose snapshot of the store is ahead of the columns (a replica until its next poll, a failed
+    catch-up until it is replayed): the hits whose rows, as read, no longer match the filter are dropped."""
+    if not filters or not hits:
+        return hits
+    keep = live.store.matching_documents([hit.id for hit in hits], filters)
+    return [hit for hit in hits if hit.id in keep]
 
 
 def encode_cursor(doc_id: str) -> str:

@@ -29,32 +29,37 @@ SNAPSHOT_EVERY = int(os.environ.get("CLOZE_INDEX_SNAPSHOT_EVERY", "10000"))
 
 
 def apply_changes(version: OpenVersion, lock: ReadWriteLock) -> int:
-    """Apply entries past ``applied_seq`` to the version's BM25 and FAISS copy (ours and other processes'
-    writes); snapshot when enough have accumulated. Caller is the index's one mutator."""
-    version.lexical.sync(version.store)
-    changes = version.store.changes_since(version.applied_seq)
-    if not changes:
-        version.replaying = False
-        return 0
-    final: dict[int, str] = {}
-    for _, _, chunk_id, op in changes:
-        final[chunk_id] = op
-    removed = [i for i, op in final.items() if op == "-"]
-    ids, vectors = version.store.vectors(
-        [i for i, op in final.items() if op == "+"], version.vectors.dimension
-    )
-    if version.replaying:  # add_with_ids does not deduplicate: a replay must not add an id twice
-        removed = removed + [int(i) for i in ids]
-    update = Columns.read_changes(version.store, changes)
+    """Apply entries past ``applied_seq`` to the version's BM25, FAISS copy and columns (ours and other
+    processes' writes). Caller is the index's one mutator; ``snapshot_if_due`` afterwards.
+
+    What changed is read from one snapshot of the store outside the readers' lock, then applied to all three
+    together under it: a search sees BM25, FAISS and the columns at one ``applied_seq``, never BM25 postings
+    ahead of the columns that mask them."""
+    store = version.store
+    with store.snapshot():
+        lexical = version.lexical.pending(store)
+        through, changes = store.max_seq(), store.changes_since(version.applied_seq)
+        final = {chunk_id: op for _, _, chunk_id, op in changes}  # each chunk's last operation
+        removed = [i for i, op in final.items() if op == "-"]
+        ids, vectors = store.vectors([i for i, op in final.items() if op == "+"], version.vectors.dimension)
+        update = Columns.read_changes(store, changes) if changes else None
     with lock.write():
-        version.vectors.remove(removed)
-        version.vectors.add(ids, vectors)
-        version.columns.apply(update)
-        version.applied_seq = changes[-1][0]
+        version.lexical.apply(lexical, store)
+        if update is not None:
+            if version.replaying:  # add_with_ids does not deduplicate: a replay must not add an id twice
+                removed = removed + [int(i) for i in ids]
+            version.vectors.remove(removed)
+            version.vectors.add(ids, vectors)
+            version.columns.apply(update)
+        version.applied_seq = max(version.applied_seq, through)  # nothing in between: one state
         version.replaying = False
+    return len(changes)
+
+
+def snapshot_if_due(version: OpenVersion) -> None:
+    """Save FAISS once enough changes accumulated since the last save (outside the readers' lock: it only reads)."""
     if version.applied_seq - version.saved_seq >= SNAPSHOT_EVERY:
         version.snapshot()
-    return len(changes)
 
 
 @dataclass
@@ -116,7 +121,11 @@ def read_changes(store: DocumentStore, dimension: int, since: int, most: int | N
 
 
 def write_changes(
-    store: DocumentStore, vectors: VectorIndex | None, batch: ChangeBatch, log: bool, state: dict[str, str]
+    store: DocumentStore,
+    vectors: VectorIndex | None,
+    batch: ChangeBatch,
+    log: bool,
+    state: dict[str, str],
 ) -> None:
     """One transaction: the batch's deletes and upserts (with their vectors) and ``state`` (e.g. a replica's
     position), so a reader sees all of the batch or none of it. ``vectors``: FAISS updated here (a draft's);

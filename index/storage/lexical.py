@@ -14,10 +14,12 @@ replaced documents leave dead slots, skipped at query time and compacted by a re
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from array import array
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import Stemmer
@@ -28,6 +30,16 @@ from index.text.analysis import MAX_QUERY_TERMS, STOPWORDS, query_terms, words
 log = logging.getLogger(__name__)
 K1, B = 1.2, 0.75
 _STEMMER_LOCK = threading.Lock()  # a PyStemmer object is not thread-safe
+
+
+@dataclass
+class Pending:
+    """Documents changed in the changelog's ``(since, through]``: each as (rid, text), or None when deleted.
+    ``through`` None: the changelog was pruned past ``since``, the index is read again."""
+
+    since: int
+    through: int | None
+    documents: list[tuple[str, tuple[int, str] | None]]
 
 
 class LexicalIndex:
@@ -59,6 +71,9 @@ class LexicalIndex:
         """Build in the background; queries use FTS5 until ``ready``."""
         if self._stopped.is_set():
             return None
+        # Not ready from now, not from when the builder takes the lock: a write's sync would otherwise wait out
+        # the whole build while holding the index's write lock (every search waiting behind it).
+        self.ready = False
         self._builder = threading.Thread(target=self.build, args=(store,), name="lexical-index", daemon=True)
         self._builder.start()
         return self._builder
@@ -98,29 +113,49 @@ class LexicalIndex:
 
     def sync(self, store: DocumentStore) -> int:
         """Apply changelog entries past ``seq``: each changed document is re-read as it is now."""
+        with store.snapshot():
+            pending = self.pending(store)
+        return self.apply(pending, store)
+
+    def pending(self, store: DocumentStore) -> Pending | None:
+        """The documents changed past ``seq``, as the store holds them: read without the lock (in the caller's
+        snapshot of the store), so that ``apply`` holds it (and the index its write lock) only to apply them."""
+        since = self.seq
         if not self.ready or self._stopped.is_set():  # a running build replays the changelog when it ends
+            return None
+        if since < store.pruned_through():  # entries we needed are gone: read everything again
+            return Pending(since, None, [])
+        changes = store.changes_since(since)
+        if not changes:
+            return None
+        doc_ids = list(dict.fromkeys(doc_id for _, doc_id, _, _ in changes))
+        rows = store.query(
+            "SELECT id, rid, text FROM documents WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps(doc_ids),),
+        )
+        found = {doc_id: (rid, text) for doc_id, rid, text in rows}
+        return Pending(since, changes[-1][0], [(doc_id, found.get(doc_id)) for doc_id in doc_ids])
+
+    def apply(self, pending: Pending | None, store: DocumentStore) -> int:
+        """``pending`` into the postings, unless a build or another sync has moved ``seq`` since it was read (that
+        one read the store later; ``seq`` then tells searches the postings are not at the columns' point)."""
+        if pending is None:
             return 0
         with self._lock:
-            if not self.ready:
+            if not self.ready or self.seq != pending.since:
                 return 0
-            if self.seq < store.pruned_through():  # entries we needed are gone: read everything again
-                self.ready = False
+            if pending.through is None:
                 self.start(store)
                 return 0
-            changes = store.changes_since(self.seq)
-            if not changes:
-                return 0
-            doc_ids = list(dict.fromkeys(doc_id for _, doc_id, _, _ in changes))
-            for doc_id in doc_ids:
+            for doc_id, row in pending.documents:
                 self._remove(doc_id)
-                found = store.query("SELECT rid, text FROM documents WHERE id = ?", (doc_id,)).fetchone()
-                if found is not None:
-                    self._add(doc_id, found[1], found[0])
-            self.seq = changes[-1][0]
+                if row is not None:
+                    self._add(doc_id, row[1], row[0])
+            self.seq = pending.through
             rebuild = len(self._doc_ids) > 1000 and self._alive_count < len(self._doc_ids) // 2
         if rebuild:
             self.start(store)
-        return len(doc_ids)
+        return len(pending.documents)
 
     def _stem(self, terms: list[str]) -> list[str]:
         """Indexing: every word of the corpus is cached (the vocabulary grows with the documents)."""
@@ -172,15 +207,22 @@ class LexicalIndex:
     # ---- search --------------------------------------------------------------------------------------
 
     def search(
-        self, text: str, limit: int, only: list[str] | None = None, rows: np.ndarray | None = None
-    ) -> list[tuple[str, float]]:
+        self,
+        text: str,
+        limit: int,
+        only: list[str] | None = None,
+        rows: np.ndarray | None = None,
+        at: int | None = None,
+    ) -> list[tuple[str, float]] | None:
         """Top ``limit`` (doc_id, BM25 score), best first; only documents with a query term score, and when
         ``only`` (document ids) or ``rows`` (a mask over the store's rids: a filter's matches) is given, only
         those documents (the same scores, since the collection statistics stay those of every document, as
-        FTS5's are)."""
+        FTS5's are). ``at``: None unless the postings are at that changelog point (the caller's other copies')."""
         terms = list(dict.fromkeys(query_terms(text)))[:MAX_QUERY_TERMS]  # the terms FTS5 would get
         stems = list(dict.fromkeys(self._stem_query(terms)))
         with self._lock:
+            if at is not None and (self.seq != at or not self.ready):
+                return None
             if not self._alive_count or limit <= 0:
                 return []
             # Copies, never np.frombuffer views: a view exports the array's buffer for as long as it lives

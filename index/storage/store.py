@@ -180,6 +180,21 @@ class DocumentStore:
                     raise
                 raise error from exc
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction on this thread's connection: every read inside sees the store as of one commit
+        (a search's rows, a listing's page and its total), whatever another process commits meanwhile."""
+        conn = self._conn()
+        if conn.in_transaction:  # already inside one (nested reads): it holds the snapshot
+            yield
+            return
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
     def _rollback(self, conn: sqlite3.Connection) -> None:
         """SQLite rolls a transaction back itself on SQLITE_FULL; other failures (a busy or failed COMMIT,
         an error in the caller) leave it open, and a connection left inside it would refuse every later

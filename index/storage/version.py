@@ -109,17 +109,25 @@ class OpenVersion:
     ) -> list[tuple[str, float]]:
         """In memory when built (a filter: its matches masked in, from the columns; without them, its best
         candidates tested, or its matches listed and ranked alone); FTS5 until then (same ranking function,
-        same constants)."""
-        if self.lexical.ready and not filters:
-            return self.lexical.search(text, limit)
-        if self.lexical.ready and selection is not None:
-            return self.lexical.search(text, limit, rows=selection.documents)
-        if self.lexical.ready and limit > 0:
-            found = self._post_filtered_bm25(text, limit, filters or {})
-            if found is not None:
-                return found
-            return self.lexical.search(text, limit, self.store.filtered_document_ids(filters or {}))
-        return self.store.bm25(text, limit, filters)
+        same constants), and while the in-memory copy is at another changelog point than the columns and FAISS
+        (a build that just finished, before it replays the writes it missed): one state per search."""
+        found = self._in_memory_bm25(text, limit, filters, selection) if self.lexical.ready else None
+        return self.store.bm25(text, limit, filters) if found is None else found
+
+    def _in_memory_bm25(
+        self, text: str, limit: int, filters: dict[str, Any] | None, selection: Selection | None
+    ) -> list[tuple[str, float]] | None:
+        at = self.applied_seq
+        if not filters:
+            return self.lexical.search(text, limit, at=at)
+        if selection is not None:
+            return self.lexical.search(text, limit, rows=selection.documents, at=at)
+        if limit <= 0:
+            return None
+        found = self._post_filtered_bm25(text, limit, filters)
+        if found is not None:
+            return found
+        return self.lexical.search(text, limit, self.store.filtered_document_ids(filters), at=at)
 
     def _post_filtered_bm25(
         self, text: str, limit: int, filters: dict[str, Any]
@@ -134,7 +142,9 @@ class OpenVersion:
         if not rate or pool > deepest:
             return None
         while True:
-            found = self.lexical.search(text, pool)
+            found = self.lexical.search(text, pool, at=self.applied_seq)
+            if found is None:
+                return None
             keep = self.store.matching_documents([doc_id for doc_id, _ in found], filters)
             kept = [hit for hit in found if hit[0] in keep]
             if len(kept) >= limit or len(found) < pool:

@@ -150,10 +150,13 @@ async def list_documents(
     index = collection.require_index()
     await check_filter_fields(index, filters, settings, engines.work_pool)
     try:
-        page, next_cursor = await engines.work_pool.run(
-            index.list_documents, limit, cursor, filters, settings.max_page_bytes
+        (
+            page,
+            next_cursor,
+            total,
+        ) = await engines.work_pool.run(  # one read: the total counts this page's state
+            index.document_page, limit, cursor, filters, settings.max_page_bytes
         )
-        total = await engines.work_pool.run(index.count_documents, filters)
         # Up to CLOZE_MAX_PAGE_BYTES of text: serialised in a worker thread, not on the event loop.
         body = await engines.work_pool.run(page_json, page, next_cursor, total)
     except InvalidCursor as exc:
