@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from opentelemetry import trace
 
+from encoder_runtime.tracing import child_span
 from index.archive.importer import ImportRules
 from index.archive.restore import ExpectedModel, check_restored, open_restored, verify_archive
 from index.archive.snapshots import take_snapshot
@@ -46,12 +48,14 @@ from index.records import (
 )
 from index.storage import layout
 from index.storage.changelog import ChangeBatch, apply_changes, copy_changes, read_changes, write_changes
+from index.storage.columns import Selection
 from index.storage.layout import REBUILD_MARKER
 from index.storage.locks import ReadWriteLock
 from index.storage.version import OpenVersion, Repair, check_model, report_repair
 from index.text.chunking import Chunker
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
 Mode = Literal["dense", "bm25", "hybrid"]
 # Deepest result a search reaches: offset + top_k. Each page ranks from the top (offset + top_k documents per
 # list, 3x that for hybrid fusion), so deep pages cost what one large top_k costs; past this, list documents
@@ -445,25 +449,24 @@ class SearchIndex:
         window = offset + top_k
         dense: Ranked | None = None
         sparse: Scored | None = None
-        with self._rw.read():
+        attributes = {"cloze.search.mode": mode, "cloze.search.k": top_k, "cloze.search.offset": offset}
+        with child_span(tracer, "index.search", attributes) as span, self._rw.read():
             live = self._live
             filters = filters or None
-            if filters:
-                live.store.filter_sql(filters)  # raises InvalidFilterValue early, whatever the mode
-            selection = live.select(filters)  # the filter evaluated once, for both rankers
+            selection = _selected(live, filters)
             if mode == "dense":
-                ranked = dense = dense_ranking(live, query_vector, window, filters, selection)
+                ranked = dense = _dense(live, query_vector, window, filters, selection)
             elif mode == "bm25":
-                sparse = live.bm25(query_text, window, filters, selection)
+                sparse = _bm25(live, query_text, window, filters, selection)
                 ranked = [(d, s, None) for d, s in sparse]
                 query_vector = None  # BM25 hits pick their chunk by shared terms
             else:
                 depth = fusion_depth(window)
-                dense = dense_ranking(live, query_vector, depth, filters, selection)
-                sparse = live.bm25(query_text, depth, filters, selection)
-                ranked = fuse(dense, sparse, fusion or Fusion())
+                dense = _dense(live, query_vector, depth, filters, selection)
+                sparse = _bm25(live, query_text, depth, filters, selection)
+                ranked = _fused(dense, sparse, fusion or Fusion())
             page = ranked[offset:window]
-            return assemble_hits(
+            hits = assemble_hits(
                 live,
                 page,
                 query_vector,
@@ -472,6 +475,8 @@ class SearchIndex:
                 highlight=highlight,
                 text_chars=text_chars,
             )
+            span.set_attribute("cloze.results", len(hits))
+            return hits
 
     def facets(self, filters: dict[str, Any] | None, fields: list[str], top: int = 10) -> dict[str, Any]:
         """Over the documents matching ``filters`` (every one without): ``total`` of them and, per field, its
@@ -520,6 +525,57 @@ class SearchIndex:
         """How many documents match ``filters`` (all of them without one): the listing's total."""
         with self._rw.read():
             return self._live.store.count_documents(filters or None)
+
+
+# The steps of a search, each a span when the request is traced (encoder_runtime.tracing): what each cost,
+# and how many candidates each handed on.
+
+
+def _selected(live: OpenVersion, filters: dict[str, Any] | None) -> Selection | None:
+    """The filter evaluated once, for both rankers; InvalidFilterValue early, whatever the mode."""
+    if not filters:
+        return None
+    with child_span(tracer, "index.filter") as span:
+        live.store.filter_sql(filters)
+        selection = live.select(filters)
+        if selection is not None and span.is_recording():  # a count is a pass over every row
+            span.set_attribute("cloze.filter.documents", int(np.count_nonzero(selection.documents)))
+        return selection
+
+
+def _dense(
+    live: OpenVersion,
+    vector: np.ndarray | None,
+    depth: int,
+    filters: dict[str, Any] | None,
+    selection: Selection | None,
+) -> Ranked:
+    with child_span(tracer, "index.dense", {"cloze.search.depth": depth}) as span:
+        ranked = dense_ranking(live, vector, depth, filters, selection)
+        span.set_attribute("cloze.candidates", len(ranked))
+        return ranked
+
+
+def _bm25(
+    live: OpenVersion, text: str, depth: int, filters: dict[str, Any] | None, selection: Selection | None
+) -> Scored:
+    with child_span(tracer, "index.bm25", {"cloze.search.depth": depth}) as span:
+        scored = live.bm25(text, depth, filters, selection)
+        span.set_attribute("cloze.candidates", len(scored))
+        span.set_attribute("cloze.bm25.in_memory", live.lexical.ready)
+        return scored
+
+
+def _fused(dense: Ranked, sparse: Scored, fusion: Fusion) -> Ranked:
+    attributes = {
+        "cloze.fusion": fusion.label(),
+        "cloze.fusion.dense": len(dense),
+        "cloze.fusion.bm25": len(sparse),
+    }
+    with child_span(tracer, "index.fusion", attributes) as span:
+        ranked = fuse(dense, sparse, fusion)
+        span.set_attribute("cloze.candidates", len(ranked))
+        return ranked
 
 
 def encode_cursor(doc_id: str) -> str:
