@@ -1,0 +1,224 @@
+"""What tracing costs on the HTTP path: a checkout from before it (tracing off), this one with it off, and this
+one exporting every span over OTLP/HTTP, measured in turn in one run, in rounds (ABC ABC ...), so each arm
+meets the same machine.
+
+Each arm is a real ``cloze serve`` (ONNX Runtime int8) over one index of SciFact abstracts, loaded by Debian's
+``wrk`` on loopback: ``POST /search`` (hybrid, top 10, SciFact's queries; every instrumented step runs) at 16
+connections, then ``POST /embed`` (one sentence a request: the embedding lane and the batcher) at 64. Figures:
+requests/s, p50/p99 and the server's CPU per request (from /proc: a machine shared with other work distorts it
+less than rates). The "on" arm exports to an OTLP endpoint in this process that accepts and drops (it counts
+the export requests, so the spans are known to have left).
+
+    .venv/bin/python benchmarks/tracing_cost.py --before <commit> [--rounds 3] [--seconds 6] \
+        [--out benchmarks/results/tracing_cost.json]
+
+``--before`` is a commit of this repository from before tracing; it is served from a ``git archive`` of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.http_throughput import (  # noqa: E402
+    LUA,
+    SHARED,
+    distinct_sentences,
+    scifact_queries,
+    write_bodies,
+    wrk,
+)
+from harness.provenance import command, load_average  # noqa: E402
+from harness.servers import serve_process  # noqa: E402
+
+ROUTES = {"/search": 16, "/embed": 64}  # route -> wrk connections
+WARM_UP_S = 2
+
+
+class DroppingSink(BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint that reads each export, counts it and answers 200 with nothing kept."""
+
+    received = {"requests": 0, "bytes": 0}
+    lock = threading.Lock()
+
+    def do_POST(self) -> None:  # noqa: N802  (http.server's name)
+        size = int(self.headers.get("Content-Length", 0))
+        self.rfile.read(size)
+        with self.lock:
+            self.received["requests"] += 1
+            self.received["bytes"] += size
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:  # quiet: one line per export otherwise
+        pass
+
+
+@contextlib.contextmanager
+def otlp_sink() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), DroppingSink)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def build_index(folder: Path, documents: int) -> Path:
+    """SciFact's first ``documents`` abstracts, built once with this checkout's ``cloze index build`` (the index
+    format is the before checkout's too) and opened by every arm in turn."""
+    corpus = folder / "corpus.jsonl"
+    with gzip.open(SHARED / "beir-scifact" / "corpus.jsonl.gz", "rt") as handle, corpus.open("w") as out:
+        for _, line in zip(range(documents), handle, strict=False):
+            row = json.loads(line)
+            out.write(json.dumps({"id": row["_id"], "text": f"{row['title']}. {row['text']}"}) + "\n")
+    index = folder / "index"
+    subprocess.run(
+        [sys.executable, "-m", "app.cli", "index", "build", "--input", str(corpus), "--out", str(index)],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "CLOZE_BACKEND": "onnx-int8"},
+        check=True,
+        capture_output=True,
+    )
+    return index
+
+
+def archive(revision: str, folder: Path) -> Path:
+    """The tree of ``revision`` (a commit of this repository), to serve from."""
+    folder.mkdir()
+    tree = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", revision], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=tree, check=True)
+    return folder
+
+
+def git_head(checkout: Path, revision: str = "HEAD") -> str:
+    shown = subprocess.run(
+        ["git", "-C", str(checkout), "log", "-1", "--format=%h %s", revision], capture_output=True, text=True
+    )
+    return shown.stdout.strip()
+
+
+def measure_arm(
+    checkout: Path, env: dict[str, str], bodies: dict[str, Path], seconds: int, work: Path
+) -> dict:
+    """One server from ``checkout`` under each route's load in turn (a short warm-up first)."""
+    script = work / "cycle.lua"
+    path = os.pathsep.join(
+        [str(checkout), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    )
+    server_env = {**env, "PYTHONPATH": path}
+    out = {}
+    with serve_process(server_env, work / "server.log", timeout=600, checkout=checkout) as (url, server):
+        for route, connections in ROUTES.items():
+            wrk(url, route, bodies[route], connections, WARM_UP_S, script, server.pid)
+            out[route] = wrk(url, route, bodies[route], connections, seconds, script, server.pid)
+    return out
+
+
+def summary(runs: list[dict]) -> dict:
+    """Per route: each round's figures and their medians."""
+    out = {}
+    for route in ROUTES:
+        rows = [run[route] for run in runs]
+        out[route] = {
+            "requests_per_s": [round(r["requests_per_s"], 1) for r in rows],
+            "p50_ms": [r["p50_ms"] for r in rows],
+            "p99_ms": [r["p99_ms"] for r in rows],
+            "server_cpu_us_per_request": [round(r["server_cpu_us_per_request"], 1) for r in rows],
+            "errors": [r["errors_total"] for r in rows],
+            "load": [r["load"] for r in rows],
+            "median": {
+                key: round(median(r[key] for r in rows), 2)
+                for key in ("requests_per_s", "p50_ms", "p99_ms", "server_cpu_us_per_request")
+            },
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--before", required=True, help="a commit from before tracing (served from its archive)"
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=6, help="wrk duration per route per arm")
+    parser.add_argument("--documents", type=int, default=500, help="SciFact abstracts in the index")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tracing_cost.json"))
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found: apt-get install -y wrk")
+    load_at_start = load_average()
+    work = Path(tempfile.mkdtemp(prefix="cloze-tracing-"))
+    (work / "cycle.lua").write_text(LUA)
+    bodies = {
+        "/search": write_bodies(
+            work, "search", [{"query": q, "mode": "hybrid", "top_k": 10} for q in scifact_queries()]
+        ),
+        "/embed": write_bodies(work, "embed", [{"inputs": s} for s in distinct_sentences(2000)]),
+    }
+    index = build_index(work, args.documents)
+    base = {"CLOZE_INDEX": str(index), "CLOZE_BACKEND": "onnx-int8"}
+    before = archive(args.before, work / "before")
+    runs: dict[str, list[dict]] = {"before_off": [], "after_off": [], "after_on": []}
+    with otlp_sink() as endpoint:
+        arms = {
+            "before_off": (before, base),
+            "after_off": (ROOT, base),
+            "after_on": (
+                ROOT,
+                base | {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "tracing-cost"},
+            ),
+        }
+        for round_number in range(args.rounds):
+            for name, (checkout, env) in arms.items():
+                runs[name].append(measure_arm(checkout, env, bodies, args.seconds, work))
+                medians = {r: runs[name][-1][r]["requests_per_s"] for r in ROUTES}
+                print(
+                    f"round {round_number + 1} {name:>10}: {json.dumps(medians)} load {load_average()}",
+                    flush=True,
+                )
+        exported = dict(DroppingSink.received)
+    result = {
+        "command": command(),
+        "what": "the HTTP path's cost of tracing: before (no tracing), after with it off, after exporting every "
+        "span over OTLP/HTTP to a local endpoint that drops them; arms in turn, in rounds",
+        "before": git_head(ROOT, args.before),
+        "after": git_head(ROOT),
+        "machine": {"cpus": os.cpu_count()},
+        "index": f"{args.documents} SciFact abstracts, ONNX Runtime int8 (CLOZE_BACKEND=onnx-int8)",
+        "load_generator": f"wrk -t2 on loopback, {args.seconds} s a route an arm after {WARM_UP_S} s of warm-up; "
+        f"connections {ROUTES}",
+        "bodies": {"/search": "SciFact queries, mode hybrid, top_k 10", "/embed": "one sentence a request"},
+        "otlp_exports_received": exported,
+        "arms": {name: summary(rows) for name, rows in runs.items()},
+        "load_at_start": load_at_start,
+        "load_at_end": load_average(),
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
