@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import timeit
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -50,17 +51,20 @@ WARM_UP_S = 2
 
 
 class DroppingSink(BaseHTTPRequestHandler):
-    """An OTLP/HTTP endpoint that reads each export, counts it and answers 200 with nothing kept."""
+    """An OTLP/HTTP endpoint that reads each export, counts it and answers 200; the bodies are kept, undecoded,
+    to count spans per request after the run (``spans_per_request``), not while the arms run."""
 
     received = {"requests": 0, "bytes": 0}
+    bodies: list[bytes] = []
     lock = threading.Lock()
 
     def do_POST(self) -> None:  # noqa: N802  (http.server's name)
         size = int(self.headers.get("Content-Length", 0))
-        self.rfile.read(size)
+        body = self.rfile.read(size)
         with self.lock:
             self.received["requests"] += 1
             self.received["bytes"] += size
+            self.bodies.append(body)
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", "0")
@@ -79,6 +83,62 @@ def otlp_sink() -> Iterator[str]:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
+
+
+def spans_per_request(bodies: list[bytes]) -> dict:
+    """From the exported spans: per route, the median number of spans in a request's trace, all of them and
+    those the service opens (FastAPI's server and ``fastapi.*`` spans left out): with tracing off, each of the
+    service's is at most one no-op ``child_span`` call (``off_path``)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    traces: dict[bytes, list] = {}
+    for body in bodies:
+        for resource in ExportTraceServiceRequest.FromString(body).resource_spans:
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    traces.setdefault(span.trace_id, []).append(span)
+    out: dict[str, dict] = {}
+    for spans in traces.values():
+        root = next((s for s in spans if s.kind == Span.SPAN_KIND_SERVER), None)
+        if root is None or root.name not in (f"POST {route}" for route in ROUTES):
+            continue  # a trace cut by an export still in flight at the end
+        own = [s for s in spans if s.kind != Span.SPAN_KIND_SERVER and not s.name.startswith("fastapi.")]
+        row = out.setdefault(root.name, {"traces": 0, "spans": [], "service_spans": [], "names": set()})
+        row["traces"] += 1
+        row["spans"].append(len(spans))
+        row["service_spans"].append(len(own))
+        row["names"].update(s.name for s in own)
+    return {
+        name: {
+            "traces": row["traces"],
+            "spans_median": median(row["spans"]),
+            "service_spans_median": median(row["service_spans"]),
+            "service_span_names": sorted(row["names"]),
+        }
+        for name, row in out.items()
+    }
+
+
+def off_path() -> dict:
+    """In this process, tracing off (no provider): one instrumented step as the index writes it (a span
+    opened with an attribute, another set after), and the bare check a pool or the batcher makes."""
+    from opentelemetry import trace
+
+    from encoder_runtime.tracing import child_span, recording
+
+    tracer = trace.get_tracer(__name__)
+
+    def step() -> None:
+        with child_span(tracer, "index.dense", {"cloze.search.depth": 30}) as span:
+            span.set_attribute("cloze.candidates", 10)
+
+    calls = 200_000
+    best = {
+        name: min(timeit.repeat(f, number=calls, repeat=5)) / calls * 1e9
+        for name, f in (("step", step), ("check", recording))
+    }
+    return {"step_ns": round(best["step"]), "check_ns": round(best["check"]), "load": load_average()}
 
 
 def build_index(folder: Path, documents: int) -> Path:
@@ -199,6 +259,10 @@ def main() -> None:
                     flush=True,
                 )
         exported = dict(DroppingSink.received)
+    spans = spans_per_request(DroppingSink.bodies)
+    off = off_path()
+    for row in spans.values():  # what the off path adds to a request, at most: one step per span
+        row["off_path_us_at_most"] = round(row["service_spans_median"] * off["step_ns"] / 1000, 2)
     result = {
         "command": command(),
         "what": "the HTTP path's cost of tracing: before (no tracing), after with it off, after exporting every "
@@ -211,6 +275,8 @@ def main() -> None:
         f"connections {ROUTES}",
         "bodies": {"/search": "SciFact queries, mode hybrid, top_k 10", "/embed": "one sentence a request"},
         "otlp_exports_received": exported,
+        "spans_per_request": spans,
+        "off_path_in_process": off,
         "arms": {name: summary(rows) for name, rows in runs.items()},
         "load_at_start": load_at_start,
         "load_at_end": load_average(),
