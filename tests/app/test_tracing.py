@@ -3,6 +3,10 @@ from a real app (tiny models, a real index), and the standard variables that tur
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +23,8 @@ from app.settings import Settings
 from encoder_runtime.tracing import child_span
 from index.query import ranking
 from tests.app.test_named_models import serve
+
+ROOT = Path(__file__).resolve().parents[2]
 
 DOCUMENTS = [
     {"id": f"d{i}", "text": text, "metadata": {"lang": lang}}
@@ -171,6 +177,38 @@ def test_export_follows_the_standard_variables() -> None:
         _export_wanted(endpoint | {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
     assert _resource_attributes({}) == {"service.name": "cloze-search"}
     assert _resource_attributes({"OTEL_SERVICE_NAME": "search-eu"}) == {}
+
+
+PROBE = """
+import json, sys
+from app.service.tracing import configure_tracing
+from opentelemetry import trace
+on = configure_tracing()
+provider = trace.get_tracer_provider()
+resource = getattr(provider, "resource", None)
+print(json.dumps([on, type(provider).__name__, "opentelemetry.sdk" in sys.modules,
+                  resource.attributes.get("service.name") if resource else None]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [
+        ({}, [False, "ProxyTracerProvider", False, None]),  # off: the SDK is not even imported
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"},
+            [True, "TracerProvider", True, "cloze-search"],
+        ),
+    ],
+)
+def test_serve_sets_up_the_sdk_only_when_an_endpoint_is_set(environment: dict, expected: list) -> None:
+    """What ``create_service`` does at start, in a process of its own (the API keeps one provider a process)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | environment
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == expected
 
 
 def one(spans: list[ReadableSpan], name: str) -> ReadableSpan:
