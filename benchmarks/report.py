@@ -398,6 +398,78 @@ def search_during_upsert(data: dict, command: str) -> Body:
     )
 
 
+TRACING = Table(
+    ("arm", value("arm")),
+    ("route", value("route")),
+    ("req/s (median)", number(("median", "requests_per_s"))),
+    ("p50 ms", number(("median", "p50_ms"), 1)),
+    ("p99 ms", number(("median", "p99_ms"), 1)),
+    ("server CPU us/request (median)", number(("median", "server_cpu_us_per_request"))),
+    (
+        "server CPU us/request, each round",
+        lambda row: ", ".join(num(x) for x in row["server_cpu_us_per_request"]),
+    ),
+)
+TRACING_ARMS = {
+    "before_off": "before, no tracing",
+    "after_off": "after, tracing off",
+    "after_on": "after, exporting every request",
+    "after_sampled": "after, exporting 1 in 10",
+}
+
+
+def tracing_rows(data: dict) -> list[dict]:
+    return [
+        {**row, "arm": TRACING_ARMS.get(arm, arm), "route": route}
+        for route in ("/search", "/embed")
+        for arm, routes in data["arms"].items()
+        if (row := routes.get(route))
+    ]
+
+
+def cpu_ratio(data: dict, arm: str, route: str) -> float:
+    """An arm's median server CPU per request over the before arm's, on one route."""
+    median = lambda name: data["arms"][name][route]["median"]["server_cpu_us_per_request"]  # noqa: E731
+    return median(arm) / median("before_off")
+
+
+@section("What tracing costs", "tracing_cost.json", "python benchmarks/tracing_cost.py --before COMMIT")
+def tracing_cost(data: dict, command: str) -> Body:
+    loads = [load[0] for arm in data["arms"].values() for route in arm.values() for load in route["load"]]
+    spans, before = data["spans_per_request"], data["arms"]["before_off"]
+    search_cpu = before["/search"]["median"]["server_cpu_us_per_request"]
+    return Body(
+        fill(
+            "tracing_cost",
+            **figures_of(data, "index", "load_generator", "load_at_start", "load_at_end"),
+            **figures_of(data["off_path_in_process"], "step_ns", "check_ns"),
+            before=data["before"].split()[0],  # the commits' hashes (their subjects are in the result file)
+            after=data["after"].split()[0],
+            exports=data["otlp_exports_received"]["requests"],
+            megabytes=data["otlp_exports_received"]["bytes"] / 1e6,
+            rounds=len(before["/search"]["requests_per_s"]),
+            lowest_load=min(loads),
+            highest_load=max(loads),
+            search_spans=spans["POST /search"]["service_spans_median"],
+            embed_spans=spans["POST /embed"]["service_spans_median"],
+            search_all_spans=spans["POST /search"]["spans_median"],
+            search_off_us=spans["POST /search"]["off_path_us_at_most"],
+            embed_off_us=spans["POST /embed"]["off_path_us_at_most"],
+            search_cpu=search_cpu,
+            embed_cpu=before["/embed"]["median"]["server_cpu_us_per_request"],
+            arms=TRACING.render(tracing_rows(data)),
+        ),
+        summary=[
+            "what tracing costs on the HTTP path (hybrid `POST /search`)",
+            f"off: at most {num(spans['POST /search']['off_path_us_at_most'], 1)} us a search "
+            f"({num(100 * spans['POST /search']['off_path_us_at_most'] / search_cpu, 2)}% of its server CPU), "
+            f"measured CPU {num(cpu_ratio(data, 'after_off', '/search'), 2)}x before; exporting every request "
+            f"{num(cpu_ratio(data, 'after_on', '/search'), 2)}x, "
+            f"1 in 10 {num(cpu_ratio(data, 'after_sampled', '/search'), 2)}x",
+        ],
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Search quality and scale
 

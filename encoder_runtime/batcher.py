@@ -22,10 +22,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry import trace
+
 from encoder_runtime.tokenization import Encoded, plan_batches
 from encoder_runtime.tokenized_runtime import TokenizedRuntime
+from encoder_runtime.tracing import Attributes, past_span, recording
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
 
 
 def oldest_pass(lengths: list[int], *budget) -> list[int]:
@@ -46,6 +50,10 @@ class _Waiting:
     item: Encoded
     future: asyncio.Future
     bulk: bool = False
+    # Set only for a request that is traced: when it was queued (ns), and the pass that answered it
+    # (start and end in ns, texts, padded tokens), for its spans (``MicroBatcher._record_spans``).
+    queued_ns: int = 0
+    ran: tuple[int, int, int, int] | None = None
 
 
 # Passes' worth of the oldest queued texts a pass is planned from (``MicroBatcher._window``).
@@ -69,7 +77,9 @@ class MicroBatcher:
         padding_tokens: int = 0,
         inline_chars: int = 1000,
         bulk_share: int = 4,
+        name: str = "batcher",
     ):
+        self.name = name  # its spans' ``cloze.batcher`` (the service's /metrics label)
         self._encode, self._run = encode, run
         self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
         self.max_wait = max_wait_ms / 1000
@@ -163,24 +173,52 @@ class MicroBatcher:
             raise Overloaded(self._admitted, self.max_queue)
         await self.start()
         self._admitted += cost
+        submitted = time.time_ns() if recording() else 0  # 0: not traced, and no clock read
+        waiting: list[_Waiting] = []
         try:
             loop = asyncio.get_running_loop()
             if sum(map(len, texts)) <= self.inline_chars:
                 items = self._encode(texts)
             else:
                 items = await self._tokenized(loop, texts)
-            futures = [loop.create_future() for _ in items]
+            queued = time.time_ns() if submitted else 0
+            waiting = [_Waiting(item, loop.create_future(), bulk, queued) for item in items]
             with self._queue:
-                (self._bulk if bulk else self._queries).extend(
-                    _Waiting(item, future, bulk) for item, future in zip(items, futures, strict=True)
-                )
+                (self._bulk if bulk else self._queries).extend(waiting)
                 self._queued_tokens += sum(map(len, items))
                 self._queue.notify()
-            if len(futures) == 1:
-                return items, [await futures[0]]
-            return items, list(await asyncio.gather(*futures))
+            if len(waiting) == 1:
+                return items, [await waiting[0].future]
+            return items, list(await asyncio.gather(*(w.future for w in waiting)))
         finally:
             self._admitted -= cost
+            if submitted:
+                self._record_spans(submitted, waiting)
+
+    def _record_spans(self, submitted: int, waiting: list[_Waiting]) -> None:
+        """The request's tokenising, its wait in the queue (until its first text's pass began) and each forward
+        pass that ran its texts (shared with other requests: ``cloze.batch.size`` says with how many texts)."""
+        if not waiting:  # refused by the tokenizer
+            return
+        queued, name = waiting[0].queued_ns, self.name
+        past_span(
+            tracer,
+            "batcher.tokenize",
+            submitted,
+            queued,
+            {"cloze.batcher": name, "cloze.texts": len(waiting)},
+        )
+        passes = sorted({w.ran for w in waiting if w.ran is not None})
+        if not passes:  # cancelled before any pass took it
+            return
+        past_span(tracer, "batcher.queue", queued, passes[0][0], {"cloze.batcher": name})
+        for start, end, size, tokens in passes:
+            attributes: Attributes = {
+                "cloze.batcher": name,
+                "cloze.batch.size": size,
+                "cloze.batch.tokens": tokens,
+            }
+            past_span(tracer, "batcher.pass", start, end, attributes)
 
     async def _tokenized(self, loop: asyncio.AbstractEventLoop, texts: list[str]) -> list[Encoded]:
         """Long ``texts`` tokenised off the event loop, in one tokenizer call with whatever else arrived meanwhile:
@@ -233,13 +271,15 @@ class MicroBatcher:
                     self._queue.notify()  # what this pass left behind is for a thread that is free
             if not batch:
                 continue
+            started = time.time_ns()  # two clock reads a pass, for the spans of traced requests
             outputs = self._outputs(batch)
+            ran = (started, time.time_ns())
             if bulk:
                 with self._queue:
                     self._bulk_running -= 1
                     self._queue.notify()  # a bulk slot is free again
             try:
-                self._loop.call_soon_threadsafe(self._answer, batch, outputs)
+                self._loop.call_soon_threadsafe(self._answer, batch, outputs, ran)
             except RuntimeError:  # the event loop has closed: no caller is left to answer
                 return
 
@@ -306,11 +346,14 @@ class MicroBatcher:
                 tokens += len(waiting.item)
         return window
 
-    def _answer(self, batch: list[_Waiting], outputs: list[Any]) -> None:
+    def _answer(self, batch: list[_Waiting], outputs: list[Any], ran: tuple[int, int]) -> None:
         """On the event loop: each caller gets its own output (or its pass's exception)."""
+        padded = len(batch) * max(len(w.item) for w in batch)
         if self._on_batch:
-            self._on_batch(len(batch), len(batch) * max(len(w.item) for w in batch))
+            self._on_batch(len(batch), padded)
         for one, output in zip(batch, outputs, strict=True):
+            if one.queued_ns:
+                one.ran = (*ran, len(batch), padded)
             if one.future.done():
                 continue
             if isinstance(output, Exception):

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import numpy as np
+from opentelemetry import trace
 
+from encoder_runtime.tracing import child_span
 from index.archive.importer import ImportRules
 from index.archive.restore import ExpectedModel, check_restored, open_restored, verify_archive
 from index.archive.snapshots import take_snapshot
@@ -53,12 +55,14 @@ from index.storage.changelog import (
     snapshot_if_due,
     write_changes,
 )
+from index.storage.columns import Selection
 from index.storage.layout import REBUILD_MARKER
 from index.storage.locks import ReadWriteLock
 from index.storage.version import OpenVersion, Repair, check_model, report_repair
 from index.text.chunking import Chunker
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
 Mode = Literal["dense", "bm25", "hybrid"]
 T = TypeVar("T")
 # A search that finds the store ahead of the columns waits for the write's catch-up (milliseconds) and starts
@@ -490,21 +494,19 @@ class SearchIndex:
             dense: Ranked | None = None
             sparse: Scored | None = None
             filtered = filters or None
-            if filtered:
-                live.store.filter_sql(filtered)  # raises InvalidFilterValue early, whatever the mode
-            selection = live.select(filtered)  # the filter evaluated once, for both rankers
+            selection = _selected(live, filtered)  # the filter evaluated once, for both rankers
             vector = query_vector
             if mode == "dense":
-                ranked = dense = dense_ranking(live, vector, window, filtered, selection)
+                ranked = dense = _dense(live, vector, window, filtered, selection)
             elif mode == "bm25":
-                sparse = live.bm25(query_text, window, filtered, selection)
+                sparse = _bm25(live, query_text, window, filtered, selection)
                 ranked = [(d, s, None) for d, s in sparse]
                 vector = None  # BM25 hits pick their chunk by shared terms
             else:
                 depth = fusion_depth(window)
-                dense = dense_ranking(live, vector, depth, filtered, selection)
-                sparse = live.bm25(query_text, depth, filtered, selection)
-                ranked = fuse(dense, sparse, fusion or Fusion())
+                dense = _dense(live, vector, depth, filtered, selection)
+                sparse = _bm25(live, query_text, depth, filtered, selection)
+                ranked = _fused(dense, sparse, fusion or Fusion())
             page = ranked[offset:window]
             return assemble_hits(
                 live,
@@ -516,7 +518,11 @@ class SearchIndex:
                 text_chars=text_chars,
             )
 
-        return self._consistent(ranked_hits, filters or None)
+        attributes = {"cloze.search.mode": mode, "cloze.search.k": top_k, "cloze.search.offset": offset}
+        with child_span(tracer, "index.search", attributes) as span:
+            hits = self._consistent(ranked_hits, filters or None)
+            span.set_attribute("cloze.results", len(hits))
+            return hits
 
     def _consistent(
         self, search: Callable[[OpenVersion], list[SearchHit]], filters: dict[str, Any] | None
@@ -614,6 +620,57 @@ def still_matching(
         return hits
     keep = live.store.matching_documents([hit.id for hit in hits], filters)
     return [hit for hit in hits if hit.id in keep]
+
+
+# The steps of a search, each a span when the request is traced (encoder_runtime.tracing): what each cost,
+# and how many candidates each handed on.
+
+
+def _selected(live: OpenVersion, filters: dict[str, Any] | None) -> Selection | None:
+    """The filter evaluated once, for both rankers; InvalidFilterValue early, whatever the mode."""
+    if not filters:
+        return None
+    with child_span(tracer, "index.filter") as span:
+        live.store.filter_sql(filters)
+        selection = live.select(filters)
+        if selection is not None and span.is_recording():  # a count is a pass over every row
+            span.set_attribute("cloze.filter.documents", int(np.count_nonzero(selection.documents)))
+        return selection
+
+
+def _dense(
+    live: OpenVersion,
+    vector: np.ndarray | None,
+    depth: int,
+    filters: dict[str, Any] | None,
+    selection: Selection | None,
+) -> Ranked:
+    with child_span(tracer, "index.dense", {"cloze.search.depth": depth}) as span:
+        ranked = dense_ranking(live, vector, depth, filters, selection)
+        span.set_attribute("cloze.candidates", len(ranked))
+        return ranked
+
+
+def _bm25(
+    live: OpenVersion, text: str, depth: int, filters: dict[str, Any] | None, selection: Selection | None
+) -> Scored:
+    with child_span(tracer, "index.bm25", {"cloze.search.depth": depth}) as span:
+        scored = live.bm25(text, depth, filters, selection)
+        span.set_attribute("cloze.candidates", len(scored))
+        span.set_attribute("cloze.bm25.in_memory", live.lexical.ready)
+        return scored
+
+
+def _fused(dense: Ranked, sparse: Scored, fusion: Fusion) -> Ranked:
+    attributes = {
+        "cloze.fusion": fusion.label(),
+        "cloze.fusion.dense": len(dense),
+        "cloze.fusion.bm25": len(sparse),
+    }
+    with child_span(tracer, "index.fusion", attributes) as span:
+        ranked = fuse(dense, sparse, fusion)
+        span.set_attribute("cloze.candidates", len(ranked))
+        return ranked
 
 
 def encode_cursor(doc_id: str) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from opentelemetry import trace
 from starlette.concurrency import run_in_threadpool
 
 from app.service.admission import BoundedPool
@@ -31,8 +32,10 @@ from encoder_runtime import (
     load_reranker,
 )
 from encoder_runtime.tokenization import Encoded
+from encoder_runtime.tracing import child_span
 
 log = logging.getLogger("cloze.service")
+tracer = trace.get_tracer(__name__)
 DEFAULT_PENDING = 256
 
 
@@ -87,15 +90,16 @@ class Engines:
         (``CLOZE_BULK_SHARE``) and is sent in slices of at most a quarter of the queue, so an upsert with more
         chunks than the queue holds is still admitted."""
         encoder, batcher = self.require_encoder(model)
-        if not bulk:
-            items, vectors = await submit(batcher, texts)
+        with child_span(tracer, "embed", {"cloze.batcher": batcher.name, "cloze.texts": len(texts)}):
+            if not bulk:
+                items, vectors = await submit(batcher, texts)
+                return items, encoder.finish(vectors, normalize=normalize)
+            items, vectors, step = [], [], max(1, batcher.max_queue // 4)
+            for start in range(0, len(texts), step):
+                some_items, some_vectors = await submit(batcher, texts[start : start + step], bulk=True)
+                items += some_items
+                vectors += some_vectors
             return items, encoder.finish(vectors, normalize=normalize)
-        items, vectors, step = [], [], max(1, batcher.max_queue // 4)
-        for start in range(0, len(texts), step):
-            some_items, some_vectors = await submit(batcher, texts[start : start + step], bulk=True)
-            items += some_items
-            vectors += some_vectors
-        return items, encoder.finish(vectors, normalize=normalize)
 
     def require_fill_mask(self, model: str | None = None) -> tuple[FillMaskRuntime, MicroBatcher]:
         return self.fill_masks.loaded(self.fill_masks.find(model))
@@ -118,7 +122,10 @@ class Engines:
         tokens, through the reranker's batcher and admission queue (a pair costs one place, as a text does
         for embeddings: 429 with Retry-After when full)."""
         _, batcher = self.require_reranker(model, field_name)
-        items, logits = await submit(batcher, [RerankPair(query, document) for document in documents])
+        with child_span(
+            tracer, "rerank", {"cloze.batcher": batcher.name, "cloze.candidates": len(documents)}
+        ):
+            items, logits = await submit(batcher, [RerankPair(query, document) for document in documents])
         return items, np.asarray(logits, dtype=np.float32).reshape(len(documents))
 
 
@@ -147,6 +154,7 @@ def _batcher(
         max_queue=max_queue,
         on_batch=metrics.batch_observer(name),
         bulk_share=settings.bulk_share,
+        name=name,
     )
     metrics.watch_queue(name, lambda: batcher.depth)
     return batcher

@@ -47,6 +47,7 @@ from app.service.routes import (
     search,
     snapshots,
 )
+from app.service.tracing import configure_tracing
 from app.settings import Settings, get_settings
 
 log = logging.getLogger("cloze.service")
@@ -87,6 +88,9 @@ def create_app(settings: Settings | None = None, lane: bool = True) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,  # FastAPI's pages load their scripts from a CDN: _add_docs serves them from here
         redoc_url=None,
+        # Export is set up by ``configure_tracing`` (traces only, this service's name); FastAPI's own set-up
+        # (FASTAPI_OTEL_AUTO_CONFIGURE) would add a second exporter to that provider, and metrics and logs.
+        telemetry={"auto_configure": False},
     )
     app.state.settings, app.state.metrics = settings, metrics
     app.state.recorder = RequestRecorder(metrics)
@@ -162,7 +166,8 @@ async def announce_ready(state: Any, since: float) -> None:
 
 
 def create_service(settings: Settings | None = None) -> FastAPI:
-    """What ``cloze serve`` runs."""
+    """What ``cloze serve`` runs (in each worker process: the tracer provider is per process)."""
+    configure_tracing()
     return create_app(settings)
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import numpy as np
+from opentelemetry import trace
 
+from encoder_runtime.tracing import child_span
 from index.query.highlight import highlight_spans
 from index.query.ranking import Explanation, Ranked
 from index.records import SearchHit
 from index.storage.store import ChunkRow
 from index.storage.version import OpenVersion
 from index.text.analysis import query_terms
+
+tracer = trace.get_tracer(__name__)
 
 
 def assemble_hits(
@@ -24,8 +28,9 @@ def assemble_hits(
 ) -> list[SearchHit]:
     """``text_chars``: each hit's document text cut there (0: the caller shows no text, None: whole)."""
     doc_ids = [doc_id for doc_id, _, _ in ranked]
-    chunks = version.store.chunks_of(doc_ids)
-    documents = version.store.documents_of(doc_ids, text_chars)  # each document's text read once
+    with child_span(tracer, "store.read", {"cloze.documents": len(doc_ids)}):
+        chunks = version.store.chunks_of(doc_ids)
+        documents = version.store.documents_of(doc_ids, text_chars)  # each document's text read once
     hits = []
     for doc_id, score, chunk_id in ranked:
         rows, document = chunks.get(doc_id), documents.get(doc_id)

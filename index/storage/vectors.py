@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from opentelemetry import trace
 
+from encoder_runtime.tracing import child_span
 from index.faultpoints import pause_for_tests
 from index.records import DamagedFile
 from index.storage.factories import check_factory_string
@@ -35,6 +37,8 @@ from index.storage.store import DocumentStore
 
 logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # it logs every CPU-feature probe at INFO
 import faiss  # noqa: E402
+
+tracer = trace.get_tracer(__name__)
 
 EXACT_LIMIT = 50_000
 PQ_LIMIT = 500_000
@@ -176,12 +180,15 @@ class VectorIndex:
         keep: list[Any] = []  # selectors must outlive the search call
         selector = self._selector(allowed, keep)
         params = self._search_parameters(settings, selector)
-        scores, ids = self.index.search(
-            np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32),
-            min(k, int(self.index.ntotal)),
-            params=params,
-        )
-        found = ids[0] >= 0
+        wanted = min(k, int(self.index.ntotal))
+        attributes = {"cloze.faiss.k": wanted, "cloze.faiss.filtered": selector is not None}
+        with child_span(tracer, "faiss.search", attributes) as span:
+            scores, ids = self.index.search(
+                np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32), wanted, params=params
+            )
+            found = ids[0] >= 0
+            if span.is_recording():  # a count costs a pass over the ids: only for a span that keeps it
+                span.set_attribute("cloze.candidates", int(found.sum()))
         return scores[0][found], ids[0][found]
 
     @property

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
+from opentelemetry import trace
 
 from app.service.collections import Collection
 from app.service.errors import ApiError
@@ -28,6 +29,7 @@ from app.service.schemas import (
 )
 from app.service.validation import StrictJSONRoute, check_filter, check_filter_fields
 from encoder_runtime import sigmoid
+from encoder_runtime.tracing import child_span
 from index.build.own_vectors import InvalidVector, OwnVectors
 from index.query.ranking import RRF_K, Fusion
 from index.records import metadata_key_problem
@@ -35,6 +37,7 @@ from index.search_index import MAX_SEARCH_WINDOW
 from index.storage.filters import InvalidFilterValue
 
 router = APIRouter(route_class=StrictJSONRoute)
+tracer = trace.get_tracer(__name__)
 InCollection = Annotated[Collection, Depends(current_collection)]
 
 
@@ -93,10 +96,35 @@ def _fusion(body: SearchRequest) -> Fusion | None:
 
 
 async def _search(request: Request, body: SearchRequest, collection: Collection) -> SearchResponse:
-    started = time.perf_counter()
-    settings, engines = request.app.state.settings, request.app.state.engines
     if body.vector is not None and body.query is None and "mode" not in body.model_fields_set:
         body = body.model_copy(update={"mode": "dense"})  # a vector alone searches by vector
+    with child_span(tracer, "search") as span:
+        if span.is_recording():  # the attributes only for a span that keeps them
+            span.set_attributes(_described(body, collection))
+        response = await _answer(request, body, collection)
+        span.set_attribute("cloze.results", len(response.results))
+        return response
+
+
+def _described(body: SearchRequest, collection: Collection) -> dict[str, str | int | bool]:
+    """The search span's attributes: what was asked, never the query's text or the filter's values."""
+    attributes: dict[str, str | int | bool] = {
+        "cloze.collection": collection.name,
+        "cloze.search.mode": body.mode,
+        "cloze.search.k": body.top_k,
+        "cloze.search.offset": body.offset,
+        "cloze.search.filtered": bool(body.filter),
+    }
+    if body.fusion is not None:
+        attributes["cloze.fusion"] = body.fusion.method
+    if body.rerank is not None:
+        attributes["cloze.rerank.candidates"] = body.rerank.candidates
+    return attributes
+
+
+async def _answer(request: Request, body: SearchRequest, collection: Collection) -> SearchResponse:
+    started = time.perf_counter()
+    settings, engines = request.app.state.settings, request.app.state.engines
     _check_query(body, settings.max_chars)
     check_filter(body.filter, settings)
     if body.top_k > settings.max_top_k:
@@ -178,7 +206,8 @@ async def _shown_texts(
     if body.rerank is None:
         texts = {hit.id: hit.text for hit in hits}
     else:
-        found = await request.app.state.engines.work_pool.run(lambda: [index.get(hit.id) for hit in hits])
+        with child_span(tracer, "store.read", {"cloze.documents": len(hits)}):
+            found = await request.app.state.engines.work_pool.run(lambda: [index.get(hit.id) for hit in hits])
         texts = {doc.id: doc.text for doc in found if doc is not None}
     limit = request.app.state.settings.max_page_bytes
     total = sum(len(text) for text in texts.values())
