@@ -98,25 +98,14 @@ def _register_collections(collection: argparse._SubParsersAction) -> None:
     create.add_argument("name")
     remote.collection_options(create)
     _model_args(create)
-    for name, text, handler in (
-        (
-            "list",
-            "the collections: model, status, documents, chunks, factory, chunk window",
-            _collection_list,
-        ),
-        (
-            "show",
-            "one collection: what list says, and version, overlap, bytes on disk, last write",
-            _collection_show,
-        ),
-        ("delete", "delete a collection and its documents", _collection_delete),
-    ):
+    handlers = {"list": _collection_list, "show": _collection_show, "delete": _collection_delete}
+    for name, text in remote.COLLECTION_COMMANDS.items():
         command = collection.add_parser(name, help=text)
         if name != "list":
             command.add_argument("name")
         _collection_target(command)
         add_json_flag(command)
-        command.set_defaults(handler=handler)
+        command.set_defaults(handler=handlers[name])
     _collection_target(create)
     add_json_flag(create)
     create.set_defaults(handler=_collection_create)

@@ -175,6 +175,14 @@ def _document(document: Any) -> str:
 # ---- collections over --url: all of cloze-client's, and the --url half of `cloze collection` ----
 
 
+# What `collection list|show|delete` do, said once for `cloze-client` and for `cloze` (which adds offline handlers).
+COLLECTION_COMMANDS = {
+    "list": "the collections: model, status, documents, chunks, factory, chunk window",
+    "show": "one collection: what list says, and version, overlap, bytes on disk, last write",
+    "delete": "delete a collection and its documents",
+}
+
+
 def register_collections(collection: argparse._SubParsersAction) -> None:
     """``collection list|show|create|delete`` of a running service (``cloze-client``; ``cloze collection`` adds
     an offline side to each and registers its own)."""
@@ -182,20 +190,13 @@ def register_collections(collection: argparse._SubParsersAction) -> None:
     create.add_argument("name")
     collection_options(create)
     create.set_defaults(handler=collection_create)
-    for name, text, handler in (
-        ("list", "the collections: model, status, documents, chunks, factory, chunk window", collection_list),
-        (
-            "show",
-            "one collection: what list says, and version, overlap, bytes on disk, last write",
-            collection_show,
-        ),
-        ("delete", "delete a collection and its documents", collection_delete),
-    ):
+    handlers = {"list": collection_list, "show": collection_show, "delete": collection_delete}
+    for name, text in COLLECTION_COMMANDS.items():
         command = collection.add_parser(name, help=text)
         if name != "list":
             command.add_argument("name")
-        command.set_defaults(handler=handler)
-    for command in (create, *(collection.choices[name] for name in ("list", "show", "delete"))):
+        command.set_defaults(handler=handlers[name])
+    for command in (create, *(collection.choices[name] for name in COLLECTION_COMMANDS)):
         url_args(command, default=os.environ.get("CLOZE_URL") or DEFAULT_URL)
         add_json_flag(command)
 
