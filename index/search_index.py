@@ -56,6 +56,7 @@ from index.storage.changelog import (
     write_changes,
 )
 from index.storage.columns import Selection
+from index.storage.filters import EVERYTHING, Filter, as_tree
 from index.storage.layout import REBUILD_MARKER
 from index.storage.locks import ReadWriteLock
 from index.storage.version import OpenVersion, Repair, check_model, report_repair
@@ -184,12 +185,13 @@ class SearchIndex:
             self._live.store.refresh_fields()
             return self._live.store.fields()
 
-    def check_filter_fields(self, filters: dict[str, Any] | None) -> None:
+    def check_filter_fields(self, filters: Filter | dict[str, Any] | None) -> None:
         """``UnknownFilterField`` for a field no document of this index ever had: the strict reading a service
         may ask for (by default such a field is MongoDB's absent field, matching nothing)."""
-        if filters:
+        tree = as_tree(filters)
+        if tree is not None:
             with self._rw.read():
-                self._live.store.filter_sql(filters, strict=True)
+                self._live.store.check_fields(tree)
 
     def get(self, doc_id: str) -> Document | None:
         with self._rw.read():
@@ -466,7 +468,7 @@ class SearchIndex:
         *,
         top_k: int = 10,
         mode: Mode = "dense",
-        filters: dict[str, Any] | None = None,
+        filters: Filter | dict[str, Any] | None = None,
         offset: int = 0,
         fusion: Fusion | None = None,
         explained: bool = False,
@@ -474,7 +476,8 @@ class SearchIndex:
         text_chars: int | None = None,
     ) -> list[SearchHit]:
         """Results ``offset`` .. ``offset + top_k`` of the ranking a search with ``top_k = offset + top_k``
-        returns (so pages are slices of one ranking). The filter is applied before ranking in every mode.
+        returns (so pages are slices of one ranking). The filter (a request's JSON, or its tree parsed already:
+        ``InvalidFilterValue``) is applied before ranking in every mode, as one ``Selection`` they all consume.
         ``fusion`` merges hybrid's lists (RRF with k = 60 by default); ``explained`` sets each hit's
         ``explanation`` and ``highlight`` its ``highlights`` (the chunk's spans that match query terms);
         ``text_chars`` cuts each hit's document text (0 when the caller shows none: a long text is not read)."""
@@ -489,23 +492,23 @@ class SearchIndex:
         if top_k <= 0:
             return []
         window = offset + top_k
+        tree = as_tree(filters)
 
         def ranked_hits(live: OpenVersion) -> list[SearchHit]:
             dense: Ranked | None = None
             sparse: Scored | None = None
-            filtered = filters or None
-            selection = _selected(live, filtered)  # the filter evaluated once, for both rankers
+            selection = _selected(live, tree)  # the filter evaluated once, for both rankers
             vector = query_vector
             if mode == "dense":
-                ranked = dense = _dense(live, vector, window, filtered, selection)
+                ranked = dense = _dense(live, vector, window, selection)
             elif mode == "bm25":
-                sparse = _bm25(live, query_text, window, filtered, selection)
+                sparse = _bm25(live, query_text, window, selection)
                 ranked = [(d, s, None) for d, s in sparse]
                 vector = None  # BM25 hits pick their chunk by shared terms
             else:
                 depth = fusion_depth(window)
-                dense = _dense(live, vector, depth, filtered, selection)
-                sparse = _bm25(live, query_text, depth, filtered, selection)
+                dense = _dense(live, vector, depth, selection)
+                sparse = _bm25(live, query_text, depth, selection)
                 ranked = _fused(dense, sparse, fusion or Fusion())
             page = ranked[offset:window]
             return assemble_hits(
@@ -520,12 +523,12 @@ class SearchIndex:
 
         attributes = {"cloze.search.mode": mode, "cloze.search.k": top_k, "cloze.search.offset": offset}
         with child_span(tracer, "index.search", attributes) as span:
-            hits = self._consistent(ranked_hits, filters or None)
+            hits = self._consistent(ranked_hits, tree)
             span.set_attribute("cloze.results", len(hits))
             return hits
 
     def _consistent(
-        self, search: Callable[[OpenVersion], list[SearchHit]], filters: dict[str, Any] | None
+        self, search: Callable[[OpenVersion], list[SearchHit]], tree: Filter | None
     ) -> list[SearchHit]:
         """``search`` over one state: the columns, FAISS and BM25 (fixed while the readers' lock is held) and the
         store's rows (one read snapshot) at the same changelog point. A write commits before its catch-up takes
@@ -538,20 +541,21 @@ class SearchIndex:
                 ahead = live.store.max_seq() != live.applied_seq  # the snapshot's first read fixes it
                 if not ahead or live.read_only or attempt == READ_ATTEMPTS - 1:
                     hits = search(live)
-                    return still_matching(live, hits, filters) if ahead else hits
+                    return still_matching(live, hits, tree) if ahead else hits
             with self._caught_up:
                 self._caught_up.wait_for(lambda: not self._landing, timeout=CATCH_UP_WAIT_S)
         raise AssertionError("unreachable: the last attempt searches")
 
-    def facets(self, filters: dict[str, Any] | None, fields: list[str], top: int = 10) -> dict[str, Any]:
+    def facets(
+        self, filters: Filter | dict[str, Any] | None, fields: list[str], top: int = 10
+    ) -> dict[str, Any]:
         """Over the documents matching ``filters`` (every one without): ``total`` of them and, per field, its
         type, its ``top`` most frequent values (documents per value), and its least and greatest number and
         date, read from the in-memory columns (a field holding an integer past 2**53: its numbers from the store)."""
+        tree = as_tree(filters) or EVERYTHING
         with self._rw.read(), self._live.store.snapshot():
             live = self._live
-            if filters:
-                live.store.filter_sql(filters)
-            documents = live.matches(filters or {}).documents
+            documents = live.select(tree).documents
             return {
                 "total": int(np.count_nonzero(documents)),
                 "fields": live.columns.facets(documents, fields, top, live.store),
@@ -563,7 +567,7 @@ class SearchIndex:
         self,
         limit: int = 100,
         cursor: str | None = None,
-        filters: dict[str, Any] | None = None,
+        filters: Filter | dict[str, Any] | None = None,
         max_bytes: int = MAX_PAGE_BYTES,
     ) -> tuple[list[Document], str | None]:
         """One page of the documents matching ``filters``, in a stable order (by id), and the cursor of the
@@ -578,7 +582,7 @@ class SearchIndex:
         self,
         limit: int = 100,
         cursor: str | None = None,
-        filters: dict[str, Any] | None = None,
+        filters: Filter | dict[str, Any] | None = None,
         max_bytes: int = MAX_PAGE_BYTES,
     ) -> tuple[list[Document], str | None, int]:
         """``list_documents``' page and cursor with ``total``, the count of every match: both read from one
@@ -586,15 +590,21 @@ class SearchIndex:
         return self._page(limit, cursor, filters, max_bytes, counted=True)
 
     def _page(
-        self, limit: int, cursor: str | None, filters: dict[str, Any] | None, max_bytes: int, counted: bool
+        self,
+        limit: int,
+        cursor: str | None,
+        filters: Filter | dict[str, Any] | None,
+        max_bytes: int,
+        counted: bool,
     ) -> tuple[list[Document], str | None, int]:
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit {limit} is outside 1..{MAX_LIST_LIMIT}")
         after = decode_cursor(cursor) if cursor else None
+        tree = as_tree(filters)
         with self._rw.read(), self._live.store.snapshot():
             store = self._live.store
-            page = store.list_documents(limit + 1, after, filters or None, max_bytes)
-            total = store.count_documents(filters or None) if counted else -1
+            page = store.list_documents(limit + 1, after, tree, max_bytes)
+            total = store.count_documents(tree) if counted else -1
         kept, size = 0, 0
         for document in page[:limit]:
             size += len(document.text) + len(json.dumps(document.metadata))
@@ -605,20 +615,19 @@ class SearchIndex:
         page = page[:kept]
         return page, encode_cursor(page[-1].id) if more else None, total
 
-    def count_documents(self, filters: dict[str, Any] | None = None) -> int:
+    def count_documents(self, filters: Filter | dict[str, Any] | None = None) -> int:
         """How many documents match ``filters`` (all of them without one): the listing's total."""
+        tree = as_tree(filters)
         with self._rw.read():
-            return self._live.store.count_documents(filters or None)
+            return self._live.store.count_documents(tree)
 
 
-def still_matching(
-    live: OpenVersion, hits: list[SearchHit], filters: dict[str, Any] | None
-) -> list[SearchHit]:
+def still_matching(live: OpenVersion, hits: list[SearchHit], tree: Filter | None) -> list[SearchHit]:
     """For a search whose snapshot of the store is ahead of the columns (a replica until its next poll, a failed
     catch-up until it is replayed): the hits whose rows, as read, no longer match the filter are dropped."""
-    if not filters or not hits:
+    if tree is None or not hits:
         return hits
-    keep = live.store.matching_documents([hit.id for hit in hits], filters)
+    keep = live.store.matching_documents([hit.id for hit in hits], tree)
     return [hit for hit in hits if hit.id in keep]
 
 
@@ -626,36 +635,27 @@ def still_matching(
 # and how many candidates each handed on.
 
 
-def _selected(live: OpenVersion, filters: dict[str, Any] | None) -> Selection | None:
-    """The filter evaluated once, for both rankers; InvalidFilterValue early, whatever the mode."""
-    if not filters:
+def _selected(live: OpenVersion, tree: Filter | None) -> Selection | None:
+    """The filter evaluated once, for both rankers."""
+    if tree is None:
         return None
     with child_span(tracer, "index.filter") as span:
-        live.store.filter_sql(filters)
-        selection = live.select(filters)
+        selection = live.select(tree)
         if selection is not None and span.is_recording():  # a count is a pass over every row
             span.set_attribute("cloze.filter.documents", int(np.count_nonzero(selection.documents)))
         return selection
 
 
-def _dense(
-    live: OpenVersion,
-    vector: np.ndarray | None,
-    depth: int,
-    filters: dict[str, Any] | None,
-    selection: Selection | None,
-) -> Ranked:
+def _dense(live: OpenVersion, vector: np.ndarray | None, depth: int, selection: Selection | None) -> Ranked:
     with child_span(tracer, "index.dense", {"cloze.search.depth": depth}) as span:
-        ranked = dense_ranking(live, vector, depth, filters, selection)
+        ranked = dense_ranking(live, vector, depth, selection)
         span.set_attribute("cloze.candidates", len(ranked))
         return ranked
 
 
-def _bm25(
-    live: OpenVersion, text: str, depth: int, filters: dict[str, Any] | None, selection: Selection | None
-) -> Scored:
+def _bm25(live: OpenVersion, text: str, depth: int, selection: Selection | None) -> Scored:
     with child_span(tracer, "index.bm25", {"cloze.search.depth": depth}) as span:
-        scored = live.bm25(text, depth, filters, selection)
+        scored = live.bm25(text, depth, selection)
         span.set_attribute("cloze.candidates", len(scored))
         span.set_attribute("cloze.bm25.in_memory", live.lexical.ready)
         return scored

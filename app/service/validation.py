@@ -22,7 +22,7 @@ from app.service.errors import ApiError, BodyRejected
 from app.settings import Settings
 from index.records import InvalidDocument, UnknownFilterField
 from index.records import check_metadata as check_document_metadata
-from index.storage.filters import InvalidFilterValue, compile_filters
+from index.storage.filters import Filter, InvalidFilterValue, parse_filter
 
 MAX_BODY_DEPTH = 32  # metadata has its own, lower limit (CLOZE_MAX_METADATA_DEPTH)
 MAX_BODY_VALUES = Settings.model_fields["max_body_values"].default
@@ -163,21 +163,20 @@ def check_metadata(metadata: dict[str, Any], where: str, settings: Settings) -> 
         raise ApiError(422, str(exc), exc.field) from exc
 
 
-def check_filter(filters: dict[str, Any] | None, settings: Settings) -> None:
-    """The filter's grammar, values and bounds (``index.storage.filters``, the one compiler), before any model or index
-    work: bounded as a whole by CLOZE_MAX_FILTER_VALUES (a field counts one, each value one: what the query
-    binds), and every field name one that can be filtered on exactly. Unknown fields are the index's to say."""
+def check_filter(filters: dict[str, Any] | None, settings: Settings) -> Filter | None:
+    """The filter parsed once (``index.storage.filters.parse_filter``), before any model or index work: its
+    grammar, values and bounds, as a whole by CLOZE_MAX_FILTER_VALUES (a field counts one, each value one: what
+    the query binds), and every field name one that can be filtered on exactly. Unknown fields are the index's to
+    say. The tree is what the index is handed; None for no filter."""
     if not filters:
-        return
+        return None
     try:
-        compile_filters(filters, None, settings.max_filter_values)
+        return parse_filter(filters, None, settings.max_filter_values)
     except InvalidFilterValue as exc:
         raise ApiError(422, str(exc), exc.field) from exc
 
 
-async def check_filter_fields(
-    index: Any, filters: dict[str, Any] | None, settings: Settings, pool: Any
-) -> None:
+async def check_filter_fields(index: Any, filters: Filter | None, settings: Settings, pool: Any) -> None:
     """With CLOZE_STRICT_FILTER_FIELDS, a 422 naming a field no document of ``index`` ever had (a typo, most
     likely); without it such a field is MongoDB's absent field and the filter is evaluated."""
     if not (settings.strict_filter_fields and filters):

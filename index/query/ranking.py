@@ -9,7 +9,6 @@ from typing import Any, Literal
 import numpy as np
 
 from index.storage.columns import Selection
-from index.storage.filters import TESTED_PER_MATCH
 from index.storage.version import OpenVersion
 
 RRF_K = 60  # the constant of Cormack et al. (2009); robust across collections
@@ -17,7 +16,6 @@ RRF_K = 60  # the constant of Cormack et al. (2009); robust across collections
 # to map to documents; a deeper pool barely moved SciFact's hybrid nDCG@10 (docs/benchmarks.md, "Design
 # measurements").
 FUSION_DEPTH, FUSION_PER_RESULT = 30, 3
-EXACT_FILTER_LIMIT = 20_000  # filtered sets up to this many chunks are scored exactly from SQLite
 # A filter's matches (from the in-memory columns) are scored exactly, read back from FAISS, where the index can
 # read vectors back (flat, HNSW) and they are few (``VectorIndex.exact_filter_limit``); else one FAISS search
 # skips the rest by a bitmap. None: that limit; a number overrides it (tests and the crossover measurement of
@@ -77,30 +75,16 @@ def fusion_depth(top_k: int) -> int:
 
 
 def dense_ranking(
-    version: OpenVersion,
-    query: np.ndarray | None,
-    top_k: int,
-    filters: dict[str, Any] | None,
-    selection: Selection | None = None,
+    version: OpenVersion, query: np.ndarray | None, top_k: int, selection: Selection | None
 ) -> Ranked:
-    """Best chunk per document, best documents first. ``selection``: the filter's matches from the in-memory
-    columns (``OpenVersion.select``); without one, the filter is planned over SQLite."""
+    """Best chunk per document, best documents first; ``selection``: a filter's matches (``OpenVersion.select``)."""
     query = np.asarray(query, dtype=np.float32).reshape(-1)
-    allowed = None
-    if filters and selection is not None:
+    if selection is not None:
         return selected_ranking(version, query, top_k, selection)
-    if filters:
-        ranked = post_filtered(version, query, top_k, filters)
-        if ranked is not None:
-            return ranked
-        allowed = version.store.filtered_chunk_ids(filters)
-        if len(allowed) <= EXACT_FILTER_LIMIT:
-            ids, matrix = version.store.vectors(allowed, version.vectors.dimension)
-            return best_chunk_per_document(version, ids, matrix @ query, top_k)
     wanted = top_k * 3 + 10
     total = version.vectors.ntotal
     while True:
-        ids, scores = _candidates(version, query, wanted, allowed)
+        ids, scores = _candidates(version, query, wanted, None)
         ranked = best_chunk_per_document(version, ids, scores, top_k)
         if len(ranked) >= top_k or wanted >= total:
             return ranked
@@ -128,39 +112,6 @@ def selected_ranking(version: OpenVersion, query: np.ndarray, top_k: int, select
         if len(ranked) >= top_k or wanted >= count:
             return ranked
         wanted *= 4
-
-
-def post_filtered(
-    version: OpenVersion, query: np.ndarray, top_k: int, filters: dict[str, Any]
-) -> Ranked | None:
-    """A broad filter without listing every match: the unfiltered candidates, those of matching documents kept
-    (each candidate's row tested). When ``need`` of them match, they are the ``need`` best matching ones the
-    pre-filtered FAISS search would return, so the ranking is the same. The pool is sized by the filter's
-    estimated match rate, deepened once if it fell short; None (list the matches instead) when testing the
-    pool would cost more than listing the matches (``TESTED_PER_MATCH``): a selective filter."""
-    rerank = int(version.vectors.params.get("rerank", 0)) if version.vectors.lossy else 0
-    need = (top_k * 3 + 10) * max(rerank, 1)
-    rate, total = version.store.match_rate(filters), version.vectors.ntotal
-    deepest = TESTED_PER_MATCH * rate * total  # past this, listing the matches is cheaper
-    first = pool = int(1.5 * need / rate) + 1 if rate else 0
-    if not rate or pool > deepest:
-        return None
-    while True:
-        scores, ids = version.vectors.search(query, pool)
-        keep = np.isin(ids, version.store.matching_chunks(ids, filters))
-        matched = int(keep.sum())
-        if matched >= need or len(ids) >= total:
-            break
-        deeper = int(1.5 * need * len(ids) / max(matched, 1))
-        if not matched or deeper > deepest or pool > first:
-            return None
-        pool = deeper
-    ids, scores = ids[keep][:need], scores[keep][:need]
-    if rerank:
-        ids, matrix = version.store.vectors(ids, version.vectors.dimension)
-        scores = matrix @ query
-    ranked = best_chunk_per_document(version, ids, scores, top_k)
-    return ranked if len(ranked) >= top_k or len(ids) >= total else None
 
 
 def _candidates(

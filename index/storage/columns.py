@@ -6,21 +6,20 @@ replica's reload get fresh ones) and follow the store's changelog, as FAISS and 
 document row (the store's ``rid``), the first element of its value: a kind (number, text, true, false, other), a
 number (the value, or a date-shaped text's instant as SQLite's ``julianday()``, so both sides of a date comparison
 are computed alike) and a text's dictionary code; further list elements go to an overflow list of (row, element).
-The semantics are ``index.storage.filters``' (the SQL compiler): the property tests hold the two paths to each other.
+The semantics are ``index.storage.filters``' (``to_sql``): ``Columns.mask`` evaluates the same parsed tree, and the
+property tests hold the two backends to each other.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from index.storage.filters import COMPARISONS, DATE_SHAPE, iso_instant
+from index.storage.filters import DATE_SHAPE, All, Either, Equals, Exists, Filter, Not, Range
 from index.storage.store import DocumentStore
 
 NONE, NUMBER, TEXT, TRUE, FALSE, OTHER = range(6)
@@ -248,59 +247,40 @@ class Columns:
 
     # ---- evaluating a filter ---------------------------------------------------------------------------
 
-    def select(self, filters: dict[str, Any]) -> Selection:
-        """The documents matching ``filters`` (already checked by ``index.storage.filters``); ``Unsupported`` when the
+    def select(self, tree: Filter) -> Selection:
+        """The documents matching ``tree`` (``index.storage.filters``' parsed filter); ``Unsupported`` when the
         columns cannot answer exactly."""
-        return Selection(self, self._filter(filters) & self.alive[: self.size])
+        return Selection(self, self.mask(tree) & self.alive[: self.size], tree)
 
-    def _filter(self, node: dict[str, Any]) -> np.ndarray:
-        result = np.ones(self.size, bool)
-        for key, value in node.items():
-            if key == "$not":
-                result &= ~self._filter(value)
-            elif key == "$and":
-                for item in value:
-                    result &= self._filter(item)
-            elif key == "$or":
-                either = np.zeros(self.size, bool)
-                for item in value:
-                    either |= self._filter(item)
-                result &= either
-            else:
-                result &= self._field(key, value)
-        return result
-
-    def _field(self, name: str, value: Any) -> np.ndarray:
-        if isinstance(value, dict):
-            result = np.ones(self.size, bool)
-            for op, operand in value.items():
-                result &= ~self._field(name, operand) if op == "$not" else self._operator(name, op, operand)
+    def mask(self, node: Filter) -> np.ndarray:
+        """The rows ``node`` holds for, alive or not: ``to_sql``'s meaning, one vectorised pass per predicate."""
+        if isinstance(node, All | Either):  # one running mask: 256 clauses over 1M rows need not be stacked
+            every = isinstance(node, All)
+            result = np.full(self.size, every)
+            for part in node.parts:
+                if every:
+                    result &= self.mask(part)
+                else:
+                    result |= self.mask(part)
             return result
-        return self._operator(name, "$in" if isinstance(value, list) else "$eq", value)
-
-    def _operator(self, name: str, op: str, operand: Any) -> np.ndarray:
-        column = self.fields.get(name)
+        if isinstance(node, Not):
+            return ~self.mask(node.part)
+        column = self.fields.get(node.field)
         if column is not None and column.inexact:
-            raise Unsupported(name)
-        if op == "$exists":
-            present = column.present[: self.size] if column is not None else np.zeros(self.size, bool)
-            return present.copy() if operand else ~present
-        if column is None or (op in COMPARISONS and operand is None):
-            hit = np.zeros(self.size, bool)
-        elif op in COMPARISONS:
-            hit = column.any(self.size, _range(COMPARISONS[op], operand))
-        else:
-            hit = column.any(self.size, self._equality(operand if op in ("$in", "$nin") else [operand]))
-        return ~hit if op in ("$ne", "$nin") else hit
+            raise Unsupported(node.field)
+        if isinstance(node, Exists):
+            return column.present[: self.size].copy() if column is not None else np.zeros(self.size, bool)
+        condition = None
+        if column is not None:
+            condition = _range(node) if isinstance(node, Range) else self._equality(node)
+        return np.zeros(self.size, bool) if condition is None else column.any(self.size, condition)
 
-    def _equality(self, values: list[Any]):
-        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-        if any(isinstance(v, int) and abs(v) > EXACT_INTEGER for v in numbers):
+    def _equality(self, node: Equals):
+        if any(isinstance(v, int) and abs(v) > EXACT_INTEGER for v in node.numbers):
             raise Unsupported("a wide integer")
-        texts = [v for v in values if isinstance(v, str)]
-        codes = [self.codes[v] for v in texts if not iso_instant(v) and v in self.codes]
-        instants = [day for v in texts if iso_instant(v) and (day := julianday(v)) is not None]
-        flags = [kind for kind in (TRUE, FALSE) if any(v is (kind == TRUE) for v in values)]
+        codes = [self.codes[v] for v in node.texts if v in self.codes]
+        flags = [TRUE if flag else FALSE for flag in node.flags]
+        numbers, days = list(node.numbers), list(node.days)
 
         def condition(kind: np.ndarray, num: np.ndarray, code: np.ndarray) -> np.ndarray:
             hit = np.isin(kind, flags) if flags else np.zeros(len(kind), bool)
@@ -308,8 +288,8 @@ class Columns:
                 hit |= (kind == NUMBER) & np.isin(num, numbers)
             if codes:
                 hit |= (kind == TEXT) & np.isin(code, codes)
-            if instants:
-                hit |= (kind == TEXT) & np.isin(num, instants)
+            if days:
+                hit |= (kind == TEXT) & np.isin(num, days)
             return hit
 
         return condition
@@ -369,10 +349,12 @@ class Columns:
 
 
 class Selection:
-    """A filter's matches: documents (a mask over rows), and lazily the chunks (a mask over chunk ids)."""
+    """A filter's matches: documents (a mask over rows), and lazily the chunks (a mask over chunk ids): what
+    every search mode consumes (``OpenVersion.select``)."""
 
-    def __init__(self, columns: Columns, documents: np.ndarray):
+    def __init__(self, columns: Columns, documents: np.ndarray, tree: Filter):
         self.documents = documents
+        self.filter = tree  # for what must ask SQL: the FTS5 fallback, rows read ahead of the columns
         self._chunk_row = columns.chunk_row
 
     @cached_property
@@ -399,32 +381,21 @@ def _facet_order(item: tuple[Any, int]) -> tuple:
     return (-count, 1, 0, str(value), type(value).__name__)
 
 
-def _range(sign: str, operand: Any):
-    """The kind and bound a range compares: numbers with numbers, a date operand's instant with date texts."""
-    if isinstance(operand, int) and abs(operand) > EXACT_INTEGER:
+def _range(node: Range):
+    """The kind and bound a range compares: numbers with numbers, a date operand's instant with date texts;
+    None for a null bound (nothing)."""
+    if node.bound is None:
+        return None
+    if isinstance(node.bound, int) and abs(node.bound) > EXACT_INTEGER:
         raise Unsupported("a wide integer")
-    kind, bound = (TEXT, julianday(operand)) if isinstance(operand, str) else (NUMBER, float(operand))
-    if bound is None:
-        raise Unsupported("a date SQLite does not read")
-    compare = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal}[sign]
+    kind, bound = (TEXT if node.on_dates else NUMBER), float(node.bound)
+    compare = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal}[node.sign]
 
     def condition(kinds: np.ndarray, num: np.ndarray, code: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             return (kinds == kind) & compare(num, bound)
 
     return condition
-
-
-_DAYS = threading.local()
-
-
-@lru_cache(maxsize=4096)
-def julianday(text: str) -> float | None:
-    """SQLite's own reading of an ISO instant, so an operand and a stored date compare exactly as in SQL."""
-    conn = getattr(_DAYS, "conn", None)
-    if conn is None:
-        conn = _DAYS.conn = sqlite3.connect(":memory:")
-    return conn.execute("SELECT julianday(?)", (text,)).fetchone()[0]
 
 
 def _span(values: np.ndarray, labels: np.ndarray, label) -> dict[str, Any] | None:

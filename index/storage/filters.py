@@ -1,4 +1,6 @@
-"""Metadata filters -> a SQL ``WHERE`` clause over ``documents d``, with bound parameters only.
+"""Metadata filters: a request's JSON parsed once into a typed tree (``parse_filter``), and the tree as a SQL
+``WHERE`` clause over ``documents d`` with bound parameters only (``to_sql``); ``index.storage.columns``
+evaluates the same tree over the in-memory columns, and the oracle tests hold the two backends to each other.
 
 The grammar is MongoDB's and Chroma's JSON shape. A filter is an object; its entries all hold (AND):
 
@@ -28,16 +30,23 @@ and in metadata at upsert: it could never compare as an instant.
 A field no document has is MongoDB's absent field: it matches nothing, its negations everything. A caller that
 wants typos refused passes ``known_fields`` (``UnknownFilterField``). Field names are checked with
 ``metadata_key_problem``. Bounded: nesting depth, clauses, values per list, and what the whole filter binds
-(``compile_filters``'s ``max_values``: a field one, a value one).
+(``parse_filter``'s ``max_values``: a field one, a value one).
+
+A new operator is written three times, each next to its kind: its node and its parsing here, its SQL in
+``to_sql``, its mask in ``Columns.mask``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Set
-from dataclasses import dataclass, field
+import sqlite3
+import threading
+from collections.abc import Iterator, Set
+from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from index.records import UnknownFilterField, date_problem, metadata_key_problem
@@ -47,14 +56,8 @@ MAX_FILTER_VALUES = 10_000  # in one whole filter: SQLite binds at most 32,766 p
 MAX_FILTER_DEPTH = 8  # $and / $or / $not (and a field's operator object) nested inside each other
 MAX_FILTER_CLAUSES = 256  # field predicates and boolean operators in one filter
 MAX_LIST_VALUES = 1024  # values in one list ($in, $nin, a shorthand list)
-# Post-filtering a broad filter (``ranking.post_filtered``, ``OpenVersion.bm25``) tests unfiltered candidates row
-# by row; listing a filter's matches (the side table) and scoring them costs about twice as much per match as
-# testing a candidate (100k chunks: ~9 us against ~4 us), so candidates are tested while there are at most
-# this many of them per estimated match, and the matches are listed otherwise.
-TESTED_PER_MATCH = 2.0
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 FIELD_OPERATORS = {"$eq", "$ne", "$in", "$nin", "$exists", "$not", *COMPARISONS}
-LOGICAL_OPERATORS = {"$and", "$or", "$not"}
 # What SQLite's julianday() reads as an ISO date or date-time, and nothing looser (it also reads "now" and
 # bare numbers as Julian day numbers): YYYY-MM-DD, optionally THH:MM[:SS[.fff]], optionally Z or +HH:MM.
 ISO_INSTANT = re.compile(
@@ -72,15 +75,111 @@ class InvalidFilterValue(ValueError):
         super().__init__(f"{self.field}: {message}")
 
 
+# ---- the tree ---------------------------------------------------------------------------------------------
+# A field predicate holds when any element of the field's value satisfies it; ``path`` is where the field sits
+# in the request (for ``UnknownFilterField``). The negations ($ne, $nin, $exists false) are ``Not`` of these.
+
+
+@dataclass(frozen=True)
+class All:
+    parts: tuple[Filter, ...]  # none: every document
+
+
+@dataclass(frozen=True)
+class Either:
+    parts: tuple[Filter, ...]  # $or
+
+
+@dataclass(frozen=True)
+class Not:
+    part: Filter
+
+
+@dataclass(frozen=True)
+class Exists:
+    field: str
+    path: str = dataclasses.field(compare=False)
+
+
+@dataclass(frozen=True)
+class Equals:
+    """Typed equality with any of the values: numbers with numbers, texts with texts, booleans by type, and
+    an ISO instant (its ``julianday``) with every date-shaped text of that instant. No values: nothing."""
+
+    field: str
+    path: str = dataclasses.field(compare=False)
+    numbers: tuple[int | float, ...] = ()
+    texts: tuple[str, ...] = ()
+    days: tuple[float, ...] = ()
+    flags: tuple[bool, ...] = ()
+
+
+@dataclass(frozen=True)
+class Range:
+    """``sign`` (``>``, ``>=``, ``<``, ``<=``) against a number, or against an instant's ``julianday`` over
+    date-shaped texts (``on_dates``). ``bound`` None (a null bound): nothing."""
+
+    field: str
+    path: str = dataclasses.field(compare=False)
+    sign: str
+    bound: int | float | None
+    on_dates: bool = False
+
+
+Filter = All | Either | Not | Exists | Equals | Range
+EVERYTHING = All(())
+Predicate = Exists | Equals | Range
+
+
+def predicates(node: Filter) -> Iterator[Predicate]:
+    """The field predicates of a tree, in the order the request wrote them."""
+    if isinstance(node, All | Either):
+        for part in node.parts:
+            yield from predicates(part)
+    elif isinstance(node, Not):
+        yield from predicates(node.part)
+    else:
+        yield node
+
+
+def check_known_fields(node: Filter, known_fields: Set[str]) -> None:
+    """``UnknownFilterField`` naming the path of the first field no document has."""
+    for predicate in predicates(node):
+        if predicate.field not in known_fields:
+            raise UnknownFilterField(
+                f"no document has the metadata field {predicate.field!r}", f"filter.{predicate.path}"
+            )
+
+
+# ---- parsing: the request's JSON, checked once, into the tree ----------------------------------------------
+
+
+def parse_filter(
+    raw: dict[str, Any], known_fields: Set[str] | None = None, max_values: int = MAX_FILTER_VALUES
+) -> Filter:
+    """The tree of a request's filter: ``InvalidFilterValue`` naming the path of what cannot be evaluated as
+    meant, bounded as a whole by ``max_values`` (a field counts one, each value one: what the SQL binds).
+    ``known_fields`` None: a field no document has matches nothing; a set refuses it (``UnknownFilterField``),
+    once the whole filter is known to be within bounds."""
+    tree = _Parser(min(max_values, MAX_FILTER_VALUES)).filter(raw, "", 1)
+    if known_fields is not None:
+        check_known_fields(tree, known_fields)
+    return tree
+
+
+def as_tree(filters: Filter | dict[str, Any] | None) -> Filter | None:
+    """A request's filter as a tree, parsed here unless the caller parsed it already (the service does, with its
+    own bound); None for no filter or ``{}``."""
+    if isinstance(filters, dict):
+        return parse_filter(filters) if filters else None
+    return filters
+
+
 @dataclass
-class _Compiler:
-    known_fields: Set[str] | None
+class _Parser:
     max_values: int
-    values_table: bool = False  # predicates over the store's ``doc_values`` (indexed) instead of json_each
-    params: list[Any] = field(default_factory=list)
     clauses: int = 0
     bound: int = 0  # what the filter binds, roughly: a field predicate one (its path), each value one
-    unknown: tuple[str, str] | None = None  # the first field no document has, and where
 
     def count_clause(self, where: str) -> None:
         self.clauses += 1
@@ -97,23 +196,20 @@ class _Compiler:
         if count - 1 > MAX_LIST_VALUES:
             raise InvalidFilterValue(where, f"{count - 1} values in one list, more than {MAX_LIST_VALUES}")
 
-    # ---- filter objects -------------------------------------------------------------------------------
-
-    def filter(self, node: Any, path: str, depth: int) -> str:
+    def filter(self, node: Any, path: str, depth: int) -> Filter:
         if not isinstance(node, dict):
             raise InvalidFilterValue(path, "a filter is a JSON object of fields and $and / $or / $not")
         if depth > MAX_FILTER_DEPTH:
             raise InvalidFilterValue(path, f"nested deeper than {MAX_FILTER_DEPTH} levels")
         if not node and depth > 1:  # an empty object matches everything; many of them still cost a parse each
             self.count_clause(path)
-        parts = [self.entry(key, value, _join(path, key), depth) for key, value in node.items()]
-        return _all(parts)
+        return _all([self.entry(key, value, _join(path, key), depth) for key, value in node.items()])
 
-    def entry(self, key: str, value: Any, path: str, depth: int) -> str:
+    def entry(self, key: str, value: Any, path: str, depth: int) -> Filter:
         if key.startswith("$"):
             self.count_clause(path)
             if key == "$not":
-                return f"NOT ({self.filter(value, path, depth + 1)})"
+                return Not(self.filter(value, path, depth + 1))
             if key in ("$and", "$or"):
                 if not isinstance(value, list) or not value:
                     raise InvalidFilterValue(path, f"{key} takes a non-empty list of filters")
@@ -121,89 +217,64 @@ class _Compiler:
                 if len(value) > MAX_LIST_VALUES:
                     raise InvalidFilterValue(path, f"{len(value)} filters, more than {MAX_LIST_VALUES}")
                 parts = [self.filter(item, _join(path, str(i)), depth + 1) for i, item in enumerate(value)]
-                return _all(parts) if key == "$and" else "(" + " OR ".join(f"({p})" for p in parts) + ")"
+                return _all(parts) if key == "$and" else Either(tuple(parts))
             raise InvalidFilterValue(path, f"unknown operator {key!r} here (fields, $and, $or, $not)")
         if problem := metadata_key_problem(key):  # named by where it sits: the key itself may be unprintable
             raise InvalidFilterValue(path[: -len(key) - 1] if "." in path else "", problem)
-        if self.known_fields is not None and key not in self.known_fields and self.unknown is None:
-            self.unknown = (key, path)  # raised once the whole filter is known to be within bounds
-        return self.field_condition(key, value, path, depth)
+        return self.field_condition(key, value, path, path, depth)
 
-    # ---- one field --------------------------------------------------------------------------------
-
-    def field_condition(self, name: str, value: Any, path: str, depth: int) -> str:
+    def field_condition(self, name: str, value: Any, path: str, where: str, depth: int) -> Filter:
         if isinstance(value, dict):
             if not value:
-                raise InvalidFilterValue(path, "an empty operator object")
+                raise InvalidFilterValue(where, "an empty operator object")
             if depth + 1 > MAX_FILTER_DEPTH:
-                raise InvalidFilterValue(path, f"nested deeper than {MAX_FILTER_DEPTH} levels")
-            parts = []
+                raise InvalidFilterValue(where, f"nested deeper than {MAX_FILTER_DEPTH} levels")
+            parts: list[Filter] = []
             for op, operand in value.items():
-                where = _join(path, op)
+                inner = _join(where, op)
                 if op not in FIELD_OPERATORS:
                     raise InvalidFilterValue(
-                        where, f"unknown operator {op!r} ({', '.join(sorted(FIELD_OPERATORS))})"
+                        inner, f"unknown operator {op!r} ({', '.join(sorted(FIELD_OPERATORS))})"
                     )
                 if op == "$not":
-                    self.count_clause(where)
-                    parts.append(f"NOT ({self.field_condition(name, operand, where, depth + 1)})")
+                    self.count_clause(inner)
+                    parts.append(Not(self.field_condition(name, operand, path, inner, depth + 1)))
                 else:
-                    parts.append(self.operator(name, op, operand, where))
+                    parts.append(self.operator(name, path, op, operand, inner))
             return _all(parts)
-        if isinstance(value, list):
-            return self.operator(name, "$in", value, path)
-        return self.operator(name, "$eq", value, path)
+        return self.operator(name, path, "$in" if isinstance(value, list) else "$eq", value, where)
 
-    def operator(self, name: str, op: str, operand: Any, where: str) -> str:
+    def operator(self, name: str, path: str, op: str, operand: Any, where: str) -> Filter:
         self.count_clause(where)
-        json_path = f'$."{name}"'
         if op == "$exists":
             if not isinstance(operand, bool):
                 raise InvalidFilterValue(where, "$exists takes true or false")
             self.count_values(where, 1)
-            self.params.append(json_path)
-            return f"json_type(d.metadata, ?) IS {'NOT ' if operand else ''}NULL"
-        if op in ("$in", "$nin"):
-            if not isinstance(operand, list):
-                raise InvalidFilterValue(where, f"{op} takes a list of values")
-            values = operand
-        else:
-            values = [operand]
+            return Exists(name, path) if operand else Not(Exists(name, path))
+        if op in ("$in", "$nin") and not isinstance(operand, list):
+            raise InvalidFilterValue(where, f"{op} takes a list of values")
+        values = operand if op in ("$in", "$nin") else [operand]
         self.count_values(where, 1 + len(values))
-        if op in COMPARISONS and operand is None:
-            return "0"  # a null bound: nothing is greater or less than null
         if op in COMPARISONS:
-            element, element_params = comparison(COMPARISONS[op], operand, where, self.values_table)
-        else:
-            for value in values:
-                check_value(where, value)
-            if not values:
-                return "0" if op == "$in" else "1"
-            element, element_params = equality(values, self.values_table)
-        if self.values_table:  # the same elements, one row each, read through the side table's indexes
-            self.params += [name, *element_params]
-            exists = f"d.rid IN (SELECT e.doc_rid FROM doc_values e WHERE e.field = ? AND ({element}))"
-        else:
-            self.params += [json_path, *element_params]
-            exists = f"EXISTS (SELECT 1 FROM json_each(d.metadata, ?) e WHERE typeof(e.key) <> 'text' AND ({element}))"
-        return f"NOT {exists}" if op in ("$ne", "$nin") else exists
+            return comparison(name, path, COMPARISONS[op], operand, where)
+        for value in values:
+            check_value(where, value)
+        equals = equality(name, path, values)
+        return Not(equals) if op in ("$ne", "$nin") else equals
 
 
-def comparison(sign: str, operand: Any, where: str, values_table: bool = False) -> tuple[str, list[Any]]:
-    """A range over numbers, or over ISO instants (both sides through julianday(), UTC when no offset; the side
-    table holds each date-shaped string's julianday() already, in ``num``)."""
+def comparison(name: str, path: str, sign: str, operand: Any, where: str) -> Range:
+    """A range over numbers, or over ISO instants (both sides through SQLite's julianday(), UTC when no
+    offset); a null bound matches nothing."""
+    if operand is None:
+        return Range(name, path, sign, None)
     if isinstance(operand, int | float) and not isinstance(operand, bool):
         check_value(where, operand)
-        return f"e.type IN ('integer', 'real') AND e.value {sign} ?", [operand]
+        return Range(name, path, sign, operand)
     if isinstance(operand, str):
         check_value(where, operand)
     if isinstance(operand, str) and iso_instant(operand):
-        if values_table:
-            return f"e.type = 'text' AND e.num {sign} julianday(?)", [operand]
-        return (
-            f"e.type = 'text' AND e.value GLOB '{DATE_SHAPE}' AND julianday(e.value) {sign} julianday(?)",
-            [operand],
-        )
+        return Range(name, path, sign, julianday(operand), on_dates=True)
     raise InvalidFilterValue(
         where,
         f"{operand!r} is neither a number nor an ISO-8601 date or date-time (YYYY-MM-DD, "
@@ -211,25 +282,17 @@ def comparison(sign: str, operand: Any, where: str, values_table: bool = False) 
     )
 
 
-def equality(values: list[Any], values_table: bool = False) -> tuple[str, list[Any]]:
-    """Typed equality with any of ``values``: numbers with numbers, strings with strings, booleans by type, and
-    an ISO date or date-time with every metadata string of the same instant (the ranges' rule)."""
-    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-    instants = [v for v in values if isinstance(v, str) and iso_instant(v)]
-    texts = [v for v in values if isinstance(v, str) and not iso_instant(v)]
-    parts: list[str] = []
-    if numbers:
-        parts.append(f"(e.type IN ('integer', 'real') AND e.value IN ({', '.join('?' * len(numbers))}))")
-    if texts:
-        parts.append(f"(e.type = 'text' AND e.value IN ({', '.join('?' * len(texts))}))")
-    if instants:
-        days = ", ".join(["julianday(?)"] * len(instants))
-        stored = "e.num" if values_table else f"e.value GLOB '{DATE_SHAPE}' AND julianday(e.value)"
-        parts.append(f"(e.type = 'text' AND {stored} IN ({days}))")
-    parts += [
-        f"e.type = '{kind}'" for kind in ("true", "false") if any(v is (kind == "true") for v in values)
-    ]
-    return " OR ".join(parts), [*numbers, *texts, *instants]
+def equality(name: str, path: str, values: list[Any]) -> Equals:
+    """Equality with any of ``values`` (already checked), sorted by how each compares."""
+    days = (julianday(v) for v in values if isinstance(v, str) and iso_instant(v))
+    return Equals(
+        name,
+        path,
+        numbers=tuple(v for v in values if isinstance(v, int | float) and not isinstance(v, bool)),
+        texts=tuple(v for v in values if isinstance(v, str) and not iso_instant(v)),
+        days=tuple(day for day in days if day is not None),  # a day SQLite cannot read equals nothing
+        flags=tuple(dict.fromkeys(v for v in values if isinstance(v, bool))),
+    )
 
 
 def iso_instant(text: str) -> bool:
@@ -243,39 +306,16 @@ def iso_instant(text: str) -> bool:
     return True
 
 
-def compile_filters(
-    filters: dict[str, Any],
-    known_fields: Set[str] | None,
-    max_values: int = MAX_FILTER_VALUES,
-    values_table: bool = False,
-) -> tuple[str, list[Any]]:
-    """The WHERE clause and its parameters. ``known_fields`` None checks shape and bounds only (a field no
-    document has matches nothing); a set refuses such a field (``UnknownFilterField``, naming its path).
-    ``values_table``: the store keeps ``doc_values`` (``DocumentStore``): field predicates read it by index
-    instead of parsing every document's JSON (``$exists`` still asks the JSON: an object or ``[]`` has no rows)."""
-    compiler = _Compiler(known_fields, min(max_values, MAX_FILTER_VALUES), values_table)
-    where = compiler.filter(filters, "", 1)
-    if compiler.unknown is not None:
-        name, path = compiler.unknown
-        raise UnknownFilterField(f"no document has the metadata field {name!r}", f"filter.{path}")
-    return where, compiler.params
+_DAYS = threading.local()
 
 
-def filter_fields(filters: Any) -> set[str]:
-    """Every metadata field a filter names, at any depth (for a caller that refreshes its known fields)."""
-    names: set[str] = set()
-    stack = [filters]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, dict):
-            for key, value in node.items():
-                if key in LOGICAL_OPERATORS:
-                    stack.append(value)
-                elif not key.startswith("$"):
-                    names.add(key)
-    return names
+@lru_cache(maxsize=4096)
+def julianday(text: str) -> float | None:
+    """SQLite's own reading of an ISO instant, so an operand and a stored date compare exactly as in SQL."""
+    conn = getattr(_DAYS, "conn", None)
+    if conn is None:
+        conn = _DAYS.conn = sqlite3.connect(":memory:")
+    return conn.execute("SELECT julianday(?)", (text,)).fetchone()[0]
 
 
 def check_value(field: str, value: Any) -> None:
@@ -299,7 +339,60 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _all(parts: list[str]) -> str:
-    if not parts:
-        return "1"
-    return parts[0] if len(parts) == 1 else " AND ".join(f"({p})" for p in parts)
+def _all(parts: list[Filter]) -> Filter:
+    return parts[0] if len(parts) == 1 else All(tuple(parts))
+
+
+# ---- the SQL backend ----------------------------------------------------------------------------------------
+
+
+def to_sql(tree: Filter, values_table: bool = False) -> tuple[str, list[Any]]:
+    """The WHERE clause over ``documents d`` and its parameters. ``values_table``: the store keeps
+    ``doc_values`` (``DocumentStore``): field predicates read it by index instead of parsing every document's
+    JSON (``Exists`` still asks the JSON: an object or ``[]`` has no rows)."""
+    params: list[Any] = []
+    return _sql(tree, values_table, params), params
+
+
+def _sql(node: Filter, values_table: bool, params: list[Any]) -> str:
+    if isinstance(node, All):
+        return " AND ".join(f"({_sql(p, values_table, params)})" for p in node.parts) or "1"
+    if isinstance(node, Either):
+        return " OR ".join(f"({_sql(p, values_table, params)})" for p in node.parts) or "0"
+    if isinstance(node, Not):
+        return f"NOT ({_sql(node.part, values_table, params)})"
+    if isinstance(node, Exists):
+        params.append(f'$."{node.field}"')
+        return "json_type(d.metadata, ?) IS NOT NULL"
+    element, element_params = (_range if isinstance(node, Range) else _equality)(node, values_table)
+    if element is None:
+        return "0"
+    if values_table:  # the same elements, one row each, read through the side table's indexes
+        params += [node.field, *element_params]
+        return f"d.rid IN (SELECT e.doc_rid FROM doc_values e WHERE e.field = ? AND ({element}))"
+    params += [f'$."{node.field}"', *element_params]
+    return f"EXISTS (SELECT 1 FROM json_each(d.metadata, ?) e WHERE typeof(e.key) <> 'text' AND ({element}))"
+
+
+def _range(node: Range, values_table: bool) -> tuple[str | None, list[Any]]:
+    """Numbers with numbers; an instant with date-shaped texts, through julianday() (the side table holds each
+    one's already, in ``num``)."""
+    if node.bound is None:
+        return None, []
+    if not node.on_dates:
+        return f"e.type IN ('integer', 'real') AND e.value {node.sign} ?", [node.bound]
+    day = "e.num" if values_table else f"e.value GLOB '{DATE_SHAPE}' AND julianday(e.value)"
+    return f"e.type = 'text' AND {day} {node.sign} ?", [node.bound]
+
+
+def _equality(node: Equals, values_table: bool) -> tuple[str | None, list[Any]]:
+    parts: list[str] = []
+    if node.numbers:
+        parts.append(f"(e.type IN ('integer', 'real') AND e.value IN ({', '.join('?' * len(node.numbers))}))")
+    if node.texts:
+        parts.append(f"(e.type = 'text' AND e.value IN ({', '.join('?' * len(node.texts))}))")
+    if node.days:
+        day = "e.num" if values_table else f"e.value GLOB '{DATE_SHAPE}' AND julianday(e.value)"
+        parts.append(f"(e.type = 'text' AND {day} IN ({', '.join('?' * len(node.days))}))")
+    parts += [f"e.type = '{'true' if flag else 'false'}'" for flag in node.flags]
+    return (" OR ".join(parts) or None), [*node.numbers, *node.texts, *node.days]

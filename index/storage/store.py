@@ -26,12 +26,18 @@ from typing import Any
 import numpy as np
 
 from index.records import Document, DocumentStoreError, StorageError
-from index.storage.filters import DATE_SHAPE, compile_filters, filter_fields
+from index.storage.filters import (
+    DATE_SHAPE,
+    EVERYTHING,
+    Filter,
+    check_known_fields,
+    predicates,
+    to_sql,
+)
 from index.text.analysis import fts_query
 from index.text.chunking import Chunk
 
 log = logging.getLogger(__name__)
-MATCH_SAMPLE = 128  # documents a filter is tried on to estimate its selectivity (``match_rate``)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents(
     rid INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -75,7 +81,7 @@ CREATE INDEX IF NOT EXISTS doc_values_doc ON doc_values(doc_rid);
 """
 # ``doc_values``: one row per metadata element a filter can test (a field's scalar value, or each element of
 # its list: exactly the rows ``json_each`` yields with a non-text key), with ``num`` the julianday() of a
-# date-shaped string. Filters read it by index (``compile_filters(values_table=True)``) instead of parsing
+# date-shaped string. Filters read it by index (``to_sql(values_table=True)``) instead of parsing
 # every document's JSON: a filter over 100k documents cost 80-250 ms a query without it. The indexes cover
 # what a predicate reads (type, doc_rid): without that each matching row cost a table lookup as well.
 FILL_VALUES = f"""
@@ -493,71 +499,29 @@ class DocumentStore:
         )
         return {r[0]: Document(r[0], r[1], json.loads(r[2])) for r in rows}
 
-    def filtered_chunk_ids(self, filters: dict[str, Any]) -> np.ndarray:
-        where, params = self.filter_sql(filters)
-        rows = self._conn().execute(
-            f"SELECT c.id FROM chunks c JOIN documents d ON d.rid = c.doc_rid WHERE {where}", params
-        )
-        return np.fromiter((r[0] for r in rows), dtype=np.int64)
-
-    def matching_chunks(self, ids: Iterable[int], filters: dict[str, Any]) -> np.ndarray:
-        """Which of ``ids`` (a few hundred candidates) belong to a document matching ``filters``: each row's
-        JSON is tested, never the side table's whole match set (that is what a broad filter costs)."""
-        where, params = self.filter_sql(filters, values_table=False)
-        rows = self._conn().execute(
-            "SELECT c.id FROM chunks c JOIN documents d ON d.rid = c.doc_rid "
-            f"WHERE c.id IN (SELECT value FROM json_each(?)) AND {where}",
-            [json.dumps([int(i) for i in ids]), *params],
-        )
-        return np.fromiter((r[0] for r in rows), dtype=np.int64)
-
-    def match_rate(self, filters: dict[str, Any], sample: int = MATCH_SAMPLE) -> float:
-        """The share of documents matching ``filters``, estimated on ``sample`` rids spread evenly over the
-        table (each row's JSON tested): whether a filter is selective, before anything is listed or searched."""
-        low, high = (  # each on its own: together they scan the table
-            self._conn()
-            .execute("SELECT (SELECT MIN(rid) FROM documents), (SELECT MAX(rid) FROM documents)")
-            .fetchone()
-        )
-        if low is None:
-            return 0.0
-        rids = np.unique(np.linspace(low, high, sample).round().astype(np.int64)).tolist()
-        where, params = self.filter_sql(filters, values_table=False)
-        seen, matched = (
-            self._conn()
-            .execute(
-                f"SELECT COUNT(*), TOTAL({where}) FROM documents d WHERE d.rid IN (SELECT value FROM json_each(?))",
-                [*params, json.dumps(rids)],
-            )
-            .fetchone()
-        )
-        return float(matched) / seen if seen else 0.0
-
-    def filtered_document_ids(self, filters: dict[str, Any]) -> list[str]:
-        where, params = self.filter_sql(filters)
-        return [r[0] for r in self._conn().execute(f"SELECT d.id FROM documents d WHERE {where}", params)]
-
-    def matching_documents(self, doc_ids: Iterable[str], filters: dict[str, Any]) -> set[str]:
-        """Which of ``doc_ids`` (a few hundred candidates) match ``filters``, row by row as above."""
-        where, params = self.filter_sql(filters, values_table=False)
+    def matching_documents(self, doc_ids: Iterable[str], tree: Filter) -> set[str]:
+        """Which of ``doc_ids`` (a few hundred candidates) match ``tree``: each row's JSON is tested, never the
+        side table's whole match set (that is what a broad filter costs)."""
+        where, params = self.filter_sql(tree, values_table=False)
         rows = self._conn().execute(
             f"SELECT d.id FROM documents d WHERE d.id IN (SELECT value FROM json_each(?)) AND {where}",
             [json.dumps(list(doc_ids)), *params],
         )
         return {r[0] for r in rows}
 
-    def filter_sql(
-        self, filters: dict[str, Any], values_table: bool = True, strict: bool = False
-    ) -> tuple[str, list[Any]]:
-        """The WHERE clause of ``filters`` (see ``index.storage.filters``). ``strict``: a field no document ever had is
-        refused (``UnknownFilterField``), looked up again first since another process may have added it."""
-        if strict and not filter_fields(filters) <= self._fields:
+    def filter_sql(self, tree: Filter | None, values_table: bool = True) -> tuple[str, list[Any]]:
+        """The WHERE clause of a parsed filter (``index.storage.filters.to_sql``; every document for None)."""
+        return to_sql(tree or EVERYTHING, values_table=values_table and self.values_table)
+
+    def check_fields(self, tree: Filter) -> None:
+        """``UnknownFilterField`` for a field no document ever had, looked up again first since another process
+        may have added it."""
+        if any(predicate.field not in self._fields for predicate in predicates(tree)):
             self.refresh_fields()
-        known = self._fields if strict else None
-        return compile_filters(filters, known, values_table=values_table and self.values_table)
+        check_known_fields(tree, self._fields)
 
     def list_documents(
-        self, limit: int, after: str | None, filters: dict[str, Any] | None, max_bytes: int | None = None
+        self, limit: int, after: str | None, tree: Filter | None, max_bytes: int | None = None
     ) -> list[Document]:
         """Up to ``limit`` documents whose id sorts after ``after``, in id order (binary collation).
 
@@ -565,7 +529,7 @@ class DocumentStore:
         so keyset paging over ids neither repeats nor skips a document that exists the whole time, whatever
         is upserted, deleted or rebuilt between pages (the UNIQUE index on id serves the order). Reading stops
         after the document that takes the texts and metadata past ``max_bytes``."""
-        where, params = self.filter_sql(filters or {})
+        where, params = self.filter_sql(tree)
         rows = self._conn().execute(
             f"SELECT d.id, d.text, d.metadata FROM documents d WHERE d.id > ? AND {where} ORDER BY d.id LIMIT ?",
             [after if after is not None else "", *params, limit],
@@ -578,17 +542,17 @@ class DocumentStore:
                 break
         return found
 
-    def count_documents(self, filters: dict[str, Any] | None) -> int:
-        where, params = self.filter_sql(filters or {})
+    def count_documents(self, tree: Filter | None) -> int:
+        where, params = self.filter_sql(tree)
         return int(
             self._conn().execute(f"SELECT COUNT(*) FROM documents d WHERE {where}", params).fetchone()[0]
         )
 
-    def bm25(self, text: str, limit: int, filters: dict[str, Any] | None = None) -> list[tuple[str, float]]:
+    def bm25(self, text: str, limit: int, tree: Filter | None = None) -> list[tuple[str, float]]:
         expression = fts_query(text)
         if not expression:
             return []
-        where, params = self.filter_sql(filters or {})
+        where, params = self.filter_sql(tree)
         rows = self._conn().execute(
             "SELECT d.id, -documents_fts.rank FROM documents_fts JOIN documents d ON d.rid = documents_fts.rowid "
             f"WHERE documents_fts MATCH ? AND {where} ORDER BY documents_fts.rank LIMIT ?",

@@ -14,7 +14,7 @@ import numpy as np
 from index.records import DamagedFile, IndexModelMismatch, StorageError
 from index.storage import layout
 from index.storage.columns import Columns, Selection, Unsupported
-from index.storage.filters import TESTED_PER_MATCH
+from index.storage.filters import Filter
 from index.storage.lexical import LexicalIndex
 from index.storage.store import DocumentStore
 from index.storage.vectors import VectorIndex, build_vectors
@@ -61,7 +61,6 @@ class OpenVersion:
         # The first replay after opening may meet entries the snapshot already holds: it removes before adding.
         self.replaying = True
         self.columns = Columns.load(self.store)  # filterable metadata in memory, following the changelog
-        self.columns_enabled = True  # False: filters are planned over SQLite alone (benchmarks compare both)
         self.lexical = LexicalIndex()
         self.lexical.start(self.store)
 
@@ -86,73 +85,31 @@ class OpenVersion:
                 "count-mismatch", f"{self.folder}: FAISS holds {held} vectors, the store {stored}"
             )
 
-    def select(self, filters: dict[str, Any] | None) -> Selection | None:
-        """A filter's matches from the in-memory columns (SQL's rows where the columns cannot answer exactly);
-        None without a filter, or with the columns switched off."""
-        if not filters or not self.columns_enabled:
+    def select(self, tree: Filter | None) -> Selection | None:
+        """The planner: a parsed filter's matches, from the in-memory columns (from SQL's rows where the columns
+        cannot answer exactly, ``Unsupported``); None without a filter. Every search mode and facets consume it."""
+        if tree is None:
             return None
-        return self.matches(filters)
-
-    def matches(self, filters: dict[str, Any]) -> Selection:
-        """The documents matching ``filters`` (every one for ``{}``), from the columns where they answer."""
         try:
-            return self.columns.select(filters)
+            return self.columns.select(tree)
         except Unsupported:
-            where, params = self.store.filter_sql(filters)
+            where, params = self.store.filter_sql(tree)
             rows = self.store.query(f"SELECT d.rid FROM documents d WHERE {where}", params)
             documents = np.zeros(self.columns.size, bool)
             documents[[r[0] for r in rows if r[0] < self.columns.size]] = True
-            return Selection(self.columns, documents)
+            return Selection(self.columns, documents, tree)
 
-    def bm25(
-        self, text: str, limit: int, filters: dict[str, Any] | None, selection: Selection | None = None
-    ) -> list[tuple[str, float]]:
-        """In memory when built (a filter: its matches masked in, from the columns; without them, its best
-        candidates tested, or its matches listed and ranked alone); FTS5 until then (same ranking function,
-        same constants), and while the in-memory copy is at another changelog point than the columns and FAISS
-        (a build that just finished, before it replays the writes it missed): one state per search."""
-        found = self._in_memory_bm25(text, limit, filters, selection) if self.lexical.ready else None
-        return self.store.bm25(text, limit, filters) if found is None else found
-
-    def _in_memory_bm25(
-        self, text: str, limit: int, filters: dict[str, Any] | None, selection: Selection | None
-    ) -> list[tuple[str, float]] | None:
-        at = self.applied_seq
-        if not filters:
-            return self.lexical.search(text, limit, at=at)
-        if selection is not None:
-            return self.lexical.search(text, limit, rows=selection.documents, at=at)
-        if limit <= 0:
-            return None
-        found = self._post_filtered_bm25(text, limit, filters)
-        if found is not None:
-            return found
-        return self.lexical.search(text, limit, self.store.filtered_document_ids(filters), at=at)
-
-    def _post_filtered_bm25(
-        self, text: str, limit: int, filters: dict[str, Any]
-    ) -> list[tuple[str, float]] | None:
-        """A broad filter (``store.match_rate``): the in-memory ranking's best, those of matching documents
-        kept; the same as ranking the matches when ``limit`` of them are kept, or when the pool held every
-        document with a query term. None for a selective filter: its matches are listed instead (the side
-        table's indexes), as ``ranking.post_filtered`` decides for dense search."""
-        rate = self.store.match_rate(filters)
-        deepest = TESTED_PER_MATCH * rate * self.lexical.documents
-        first = pool = int(1.5 * limit / rate) + 1 if rate else 0
-        if not rate or pool > deepest:
-            return None
-        while True:
-            found = self.lexical.search(text, pool, at=self.applied_seq)
-            if found is None:
-                return None
-            keep = self.store.matching_documents([doc_id for doc_id, _ in found], filters)
-            kept = [hit for hit in found if hit[0] in keep]
-            if len(kept) >= limit or len(found) < pool:
-                return kept[:limit]
-            deeper = int(1.5 * limit * len(found) / max(len(kept), 1))
-            if not kept or deeper > deepest or pool > first:
-                return None
-            pool = deeper
+    def bm25(self, text: str, limit: int, selection: Selection | None) -> list[tuple[str, float]]:
+        """In memory when built (a filter: its matches masked in); FTS5 until then (same ranking function,
+        same constants, the filter as SQL), and while the in-memory copy is at another changelog point than the
+        columns and FAISS (a build that just finished, before it replays the writes it missed): one state per
+        search."""
+        if self.lexical.ready:
+            rows = None if selection is None else selection.documents
+            found = self.lexical.search(text, limit, rows=rows, at=self.applied_seq)
+            if found is not None:
+                return found
+        return self.store.bm25(text, limit, None if selection is None else selection.filter)
 
     def snapshot(self) -> None:
         """Save FAISS as of ``applied_seq``, then prune the changelog behind it (and behind any rebuild's pin).

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from index.records import Document
 from index.search_index import SearchIndex
-from index.storage.columns import Columns, julianday
+from index.storage.columns import Columns
+from index.storage.filters import julianday, parse_filter
 from tests.index.test_filter_oracle import DATES, FIELDS, elements, filters, holds, metadata
 
 EXAMPLES = 40
@@ -42,7 +43,7 @@ def writer_and_replica(tmp_path_factory: pytest.TempPathFactory, tiny_encoder):
 
 def selected_ids(index: SearchIndex, columns: Columns, node: dict[str, Any]) -> set[str]:
     store = index._live.store
-    rows = columns.select(node).documents
+    rows = columns.select(parse_filter(node)).documents
     names = dict(store.query("SELECT rid, id FROM documents").fetchall())
     return {names[int(r)] for r in np.flatnonzero(rows)}
 
@@ -68,7 +69,8 @@ def test_columns_select_what_sql_selects_through_writes_and_deletes(
     fresh = Columns.load(store)
     stored = {d.id: d.metadata for d in store.iter_documents()}
     for node in nodes:
-        expected = set(store.filtered_document_ids(node))
+        where, params = store.filter_sql(parse_filter(node))
+        expected = {r[0] for r in store.query(f"SELECT d.id FROM documents d WHERE {where}", params)}
         assert expected == {doc_id for doc_id, meta in stored.items() if holds(meta, node)}, node
         assert selected_ids(writer, writer._live.columns, node) == expected, ("writer", node)
         assert selected_ids(writer, replica._live.columns, node) == expected, ("replica", node)
@@ -139,7 +141,7 @@ def test_a_selection_made_before_a_write_ignores_the_write_s_chunks(tmp_path, ti
         columns = index._live.columns
         for i in range(12):  # one write at a time: the chunk map grows in place between its resizes
             index.upsert([Document(f"d{i}", f"text {i}", {"color": "blue"})])
-            selection = columns.select({"color": "blue"})
+            selection = columns.select(parse_filter({"color": "blue"}))
             index.upsert([Document(f"n{i}", f"later {i}", {"color": "blue"})])
             assert columns.size > len(selection.documents)  # the write grew the rows under the selection
             assert selection.chunk_count == 2 * i + 1 and len(selection.chunk_ids()) == 2 * i + 1

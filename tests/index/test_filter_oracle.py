@@ -1,5 +1,6 @@
-"""Filters against an oracle: random metadata and random filters, the SQL compiler and every search mode
-compared with a brute-force evaluation in plain Python (the grammar's rules, written out once more here).
+"""Filters against an oracle: random metadata and random filters, parsed once into a tree; the tree's two
+backends (SQL, over each document's JSON and over the side table, and the in-memory columns) and every search
+mode compared with a brute-force evaluation in plain Python (the grammar's rules, written out once more here).
 
 Each test prints how many examples it ran (``pytest -s`` shows it; the counts are also asserted).
 """
@@ -20,7 +21,8 @@ from hypothesis import strategies as st
 from index.query import ranking
 from index.records import Document, InvalidDocument, UnknownFilterField, check_document
 from index.search_index import SearchIndex
-from index.storage.filters import InvalidFilterValue, compile_filters
+from index.storage.columns import Columns, Unsupported
+from index.storage.filters import InvalidFilterValue, parse_filter, to_sql
 from index.storage.store import FILL_VALUES
 from index.text.analysis import words
 from tests.conftest import TINY_WORDS
@@ -154,17 +156,26 @@ def holds(meta: dict[str, Any], node: dict[str, Any]) -> bool:
     return True
 
 
-# ---- the SQL compiler against the oracle -------------------------------------------------------------
+# ---- both backends against the oracle ----------------------------------------------------------------
 
-SQL_EXAMPLES = 400
-ran = {"sql": 0, "modes": 0}
+BACKEND_EXAMPLES = 400
+ran = {"backends": 0, "modes": 0}
 
 
-@settings(max_examples=SQL_EXAMPLES, deadline=None)
-@given(rows=st.lists(metadata, min_size=1, max_size=12), node=filters)
-def test_sql_filter_matches_the_oracle(rows: list[dict[str, Any]], node: dict[str, Any]) -> None:
-    """Both compilations: over each document's JSON, and over the store's ``doc_values`` side table."""
-    ran["sql"] += 1
+class MemoryStore:
+    """What ``Columns.load`` reads of a store, over an in-memory database with the store's tables."""
+
+    values_table = True
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def query(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, params)
+
+
+def metadata_database(rows: list[dict[str, Any]]) -> sqlite3.Connection:
+    """``documents`` (rid from 1), its ``doc_values`` side table, and no chunks."""
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE TABLE documents(rid INTEGER PRIMARY KEY, metadata TEXT NOT NULL)")
     conn.executemany("INSERT INTO documents(metadata) VALUES (?)", [(json.dumps(r),) for r in rows])
@@ -172,16 +183,52 @@ def test_sql_filter_matches_the_oracle(rows: list[dict[str, Any]], node: dict[st
         "CREATE TABLE doc_values(doc_rid INTEGER NOT NULL, field TEXT NOT NULL, type TEXT NOT NULL, value, num REAL)"
     )
     conn.execute(FILL_VALUES + "1")
+    conn.execute("CREATE TABLE chunks(id INTEGER PRIMARY KEY, doc_rid INTEGER NOT NULL)")
+    return conn
+
+
+def backends_select(rows: list[dict[str, Any]]):
+    """``rids(node)``: the rids (from 1) of ``rows`` matching ``node``, the same from each backend."""
+    conn = metadata_database(rows)
+    columns = Columns.load(MemoryStore(conn))
+
+    def rids(node: dict[str, Any]) -> list[int]:
+        tree = parse_filter(node)
+        found = [np.flatnonzero(columns.select(tree).documents).tolist()]
+        for values_table in (False, True):
+            where, params = to_sql(tree, values_table)
+            found.append(
+                [
+                    r[0]
+                    for r in conn.execute(f"SELECT rid FROM documents d WHERE {where} ORDER BY rid", params)
+                ]
+            )
+        assert found[0] == found[1] == found[2], (node, found)
+        return found[0]
+
+    return rids
+
+
+@settings(max_examples=BACKEND_EXAMPLES, deadline=None)
+@given(rows=st.lists(metadata, min_size=1, max_size=12), node=filters)
+def test_both_backends_match_the_oracle(rows: list[dict[str, Any]], node: dict[str, Any]) -> None:
+    """One tree, three evaluations: SQL over each document's JSON, SQL over the store's ``doc_values`` side
+    table, and the in-memory columns' masks; each equals the oracle, so the backends equal each other."""
+    ran["backends"] += 1
+    conn = metadata_database(rows)
+    tree = parse_filter(node)
     expected = {rid for rid, meta in enumerate(rows, start=1) if holds(meta, node)}
     for values_table in (False, True):
-        where, params = compile_filters(node, None, values_table=values_table)
+        where, params = to_sql(tree, values_table)
         got = {r[0] for r in conn.execute(f"SELECT rid FROM documents d WHERE {where}", params)}
         assert got == expected, (values_table, node, rows)
+    masked = Columns.load(MemoryStore(conn)).select(tree).documents
+    assert set(np.flatnonzero(masked).tolist()) == expected, ("columns", node, rows)
 
 
-def test_sql_oracle_ran_its_examples() -> None:
-    print(f"\ntest_sql_filter_matches_the_oracle ran {ran['sql']} examples")
-    assert ran["sql"] == SQL_EXAMPLES or ran["sql"] == 0  # 0: run alone with -k, or deselected
+def test_backends_oracle_ran_its_examples() -> None:
+    print(f"\ntest_both_backends_match_the_oracle ran {ran['backends']} examples")
+    assert ran["backends"] == BACKEND_EXAMPLES or ran["backends"] == 0  # 0: run alone with -k, or deselected
 
 
 # ---- every search mode against the oracle ------------------------------------------------------------
@@ -228,16 +275,23 @@ def test_every_mode_returns_exactly_the_matching_documents(
     query /= np.linalg.norm(query)
     top_k = CORPUS + 10
     live, selective = index._live, ranking.SELECTIVE_CHUNKS
-    # Each plan: the columns' matches scored exactly, the columns' bitmap inside FAISS, SQLite alone.
+    # Each plan: the columns' matches scored exactly, the columns' bitmap inside FAISS, and the planner's SQL
+    # backend (what answers where the columns cannot: ``Unsupported``).
     try:
-        for columns, ranking.SELECTIVE_CHUNKS in ((True, selective), (True, 0), (False, selective)):
-            live.columns_enabled = columns
+        for sql, ranking.SELECTIVE_CHUNKS in ((False, selective), (False, 0), (True, selective)):
+            if sql:
+                live.columns.select = unsupported
             for mode, expected in (("dense", matching), ("bm25", with_word), ("hybrid", matching)):
                 hits = index.search(query, word, top_k=top_k, mode=mode, filters=node)
-                assert {h.id for h in hits} == expected, (mode, columns, node)
+                assert {h.id for h in hits} == expected, (mode, sql, node)
                 assert len(hits) == len(expected), mode  # each document once
     finally:
-        live.columns_enabled, ranking.SELECTIVE_CHUNKS = True, selective
+        ranking.SELECTIVE_CHUNKS = selective
+        live.columns.__dict__.pop("select", None)
+
+
+def unsupported(tree: Any) -> None:
+    raise Unsupported("the SQL backend's turn")
 
 
 def test_modes_oracle_ran_its_examples() -> None:
@@ -274,7 +328,7 @@ def test_modes_oracle_ran_its_examples() -> None:
 )
 def test_invalid_filters_name_the_field(node: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidFilterValue) as caught:
-        compile_filters(node, set(FIELDS))
+        parse_filter(node, set(FIELDS))
     assert caught.value.field == field, str(caught.value)
 
 
@@ -292,38 +346,32 @@ def test_depth_clauses_and_the_whole_filter_are_bounded() -> None:
     for _ in range(9):
         deep = {"$not": deep}
     with pytest.raises(InvalidFilterValue, match="deeper"):
-        compile_filters(deep, set(FIELDS))
+        parse_filter(deep, set(FIELDS))
     with pytest.raises(InvalidFilterValue, match="clauses"):
-        compile_filters({"$and": [{"$or": [{}] * 200}, {"$or": [{}] * 200}]}, set(FIELDS))
+        parse_filter({"$and": [{"$or": [{}] * 200}, {"$or": [{}] * 200}]}, set(FIELDS))
     many = {"$or": [{"a": i} for i in range(300)]}
     with pytest.raises(InvalidFilterValue, match="clauses") as caught:
-        compile_filters(many, set(FIELDS))
+        parse_filter(many, set(FIELDS))
     assert caught.value.field.startswith("filter.$or.")
     with pytest.raises(InvalidFilterValue, match="in all") as caught:
-        compile_filters({"a": {"$in": list(range(600))}, "b": {"$nin": list(range(600))}}, set(FIELDS), 1024)
+        parse_filter({"a": {"$in": list(range(600))}, "b": {"$nin": list(range(600))}}, set(FIELDS), 1024)
     assert caught.value.field == "filter"
 
 
 def test_ranges_compare_instants_across_offsets_and_numbers_across_types() -> None:
-    conn = sqlite3.connect(":memory:")
-    conn.execute("CREATE TABLE documents(rid INTEGER PRIMARY KEY, metadata TEXT NOT NULL)")
-    rows = [
-        {"when": "2020-01-01T10:00:00+05:00"},  # 05:00Z
-        {"when": "2020-01-01T06:00:00"},  # no offset: UTC
-        {"when": ["1999-01-01", "2020-01-02"]},
-        {"when": "January 2020"},  # not a date: never in a range
-        {"when": 2020},  # a number against a date bound: not in the range
-        {"n": 2.5},
-        {"n": 3},
-        {"n": "4"},  # a string against a number bound: not in the range
-        {"n": True},
-    ]
-    conn.executemany("INSERT INTO documents(metadata) VALUES (?)", [(json.dumps(r),) for r in rows])
-
-    def rids(node: dict[str, Any]) -> list[int]:
-        where, params = compile_filters(node, {"when", "n"})
-        return [r[0] for r in conn.execute(f"SELECT rid FROM documents d WHERE {where} ORDER BY rid", params)]
-
+    rids = backends_select(
+        [
+            {"when": "2020-01-01T10:00:00+05:00"},  # 05:00Z
+            {"when": "2020-01-01T06:00:00"},  # no offset: UTC
+            {"when": ["1999-01-01", "2020-01-02"]},
+            {"when": "January 2020"},  # not a date: never in a range
+            {"when": 2020},  # a number against a date bound: not in the range
+            {"n": 2.5},
+            {"n": 3},
+            {"n": "4"},  # a string against a number bound: not in the range
+            {"n": True},
+        ]
+    )
     assert rids({"when": {"$gte": "2020-01-01T05:30:00Z"}}) == [2, 3]
     # Each operator on its own over a list: 1999 is before 05:30, 2020-01-02 after midnight (MongoDB's rule).
     assert rids({"when": {"$lt": "2020-01-01T05:30:00Z", "$gte": "2020-01-01"}}) == [1, 3]
@@ -339,28 +387,10 @@ MOON = ["1969-07-21T20:17:40", "1969-07-21T20:17:40Z", "1969-07-21T22:17:40+02:0
 
 def test_one_rule_for_dates_in_every_operator() -> None:
     """Four spellings of one instant: equality, membership and their negations agree with the range from that
-    instant to itself, over the documents' JSON and over the side table alike."""
-    conn = sqlite3.connect(":memory:")
-    conn.execute("CREATE TABLE documents(rid INTEGER PRIMARY KEY, metadata TEXT NOT NULL)")
-    rows = [{"when": m} for m in MOON] + [{"when": "1969-07-21T20:17:41Z"}, {"when": "July 1969"}, {}]
-    conn.executemany("INSERT INTO documents(metadata) VALUES (?)", [(json.dumps(r),) for r in rows])
-    conn.execute(
-        "CREATE TABLE doc_values(doc_rid INTEGER NOT NULL, field TEXT NOT NULL, type TEXT NOT NULL, value, num REAL)"
+    instant to itself, over the documents' JSON, over the side table and over the columns alike."""
+    rids = backends_select(
+        [{"when": m} for m in MOON] + [{"when": "1969-07-21T20:17:41Z"}, {"when": "July 1969"}, {}]
     )
-    conn.execute(FILL_VALUES + "1")
-
-    def rids(node: dict[str, Any]) -> list[int]:
-        found = []
-        for values_table in (False, True):
-            where, params = compile_filters(node, None, values_table=values_table)
-            found.append(
-                [
-                    r[0]
-                    for r in conn.execute(f"SELECT rid FROM documents d WHERE {where} ORDER BY rid", params)
-                ]
-            )
-        assert found[0] == found[1], node
-        return found[0]
 
     moon = [1, 2, 3, 4]
     for spelling in MOON:
@@ -375,15 +405,7 @@ def test_one_rule_for_dates_in_every_operator() -> None:
 def test_an_absent_field_matches_nothing_and_its_negations_everything() -> None:
     """MongoDB's reading: a field no document has (or a null range bound) matches nothing; strict callers pass
     the known fields and get ``UnknownFilterField`` instead."""
-    conn = sqlite3.connect(":memory:")
-    conn.execute("CREATE TABLE documents(rid INTEGER PRIMARY KEY, metadata TEXT NOT NULL)")
-    conn.executemany(
-        "INSERT INTO documents(metadata) VALUES (?)", [(json.dumps({"a": i}),) for i in range(3)]
-    )
-
-    def rids(node: dict[str, Any]) -> list[int]:
-        where, params = compile_filters(node, None)
-        return [r[0] for r in conn.execute(f"SELECT rid FROM documents d WHERE {where} ORDER BY rid", params)]
+    rids = backends_select([{"a": i} for i in range(3)])
 
     assert rids({"ghost": 1}) == [] and rids({"ghost": {"$exists": True}}) == []
     assert (
@@ -395,5 +417,5 @@ def test_an_absent_field_matches_nothing_and_its_negations_everything() -> None:
     assert rids({"a": {"$gt": None}}) == rids({"a": {"$lte": None}}) == []
     assert rids({"a": {"$not": {"$gt": None}}}) == [1, 2, 3]
     with pytest.raises(UnknownFilterField, match="ghost") as caught:
-        compile_filters({"$or": [{"a": 1}, {"ghost": 1}]}, {"a"})
+        parse_filter({"$or": [{"a": 1}, {"ghost": 1}]}, {"a"})
     assert caught.value.field == "filter.$or.1.ghost"

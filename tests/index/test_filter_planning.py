@@ -1,7 +1,6 @@
-"""How a filter is applied must not change what a search returns: a broad filter tests the unfiltered
-candidates row by row (``ranking.post_filtered``, ``OpenVersion.bm25``), a selective one lists its matches
-through the ``doc_values`` side table; both give the ranking of listing every match first, and so do the
-in-memory columns' plans (the matches scored exactly, or a bitmap inside FAISS)."""
+"""How a filter's matches are ranked must not change what a search returns: the planner's ``Selection`` (from
+the columns, or from SQL where the columns answer ``Unsupported``) scored exactly or as a bitmap inside FAISS,
+in every mode; and a filter is parsed once a request, its tree never compiled to SQL while the columns answer."""
 
 from __future__ import annotations
 
@@ -11,13 +10,16 @@ import numpy as np
 import pytest
 
 import index.query.ranking as ranking
-import index.storage.version as version
+import index.storage.filters as filters_module
+import index.storage.store as store_module
 from index.records import Document
 from index.search_index import SearchIndex
+from index.storage.columns import Unsupported
+from index.storage.filters import parse_filter
 from tests.conftest import TINY_WORDS
 
 FILTERS = [
-    {"bucket": {"$lt": 9}},  # 90%: post-filtered
+    {"bucket": {"$lt": 9}},  # 90%
     {"bucket": {"$gte": 5}},  # 50%
     {"$or": [{"bucket": 3}, {"tag": "x"}]},
     {"bucket": 7},  # 10%
@@ -55,33 +57,37 @@ def searches(index: SearchIndex, tiny_encoder, filters) -> list[list[tuple[str, 
     return out
 
 
+def unsupported(tree) -> None:
+    raise Unsupported("the SQL backend's turn")
+
+
 @pytest.mark.parametrize("filters", FILTERS)
-def test_post_filtering_returns_what_listing_the_matches_returns(
+def test_every_plan_returns_the_same_ranking(
     planned_index, tiny_encoder, monkeypatch: pytest.MonkeyPatch, filters
 ) -> None:
-    store = planned_index._live.store
-    tested = []
-    original = store.matching_chunks
-    monkeypatch.setattr(store, "matching_chunks", lambda ids, f: tested.append(len(ids)) or original(ids, f))
-    monkeypatch.setattr(planned_index._live, "columns_enabled", False)  # SQLite's plans first
-    planned = searches(planned_index, tiny_encoder, filters)
-    monkeypatch.setattr(ranking, "TESTED_PER_MATCH", 0.0)  # never post-filter: list every match first
-    monkeypatch.setattr(version, "TESTED_PER_MATCH", 0.0)
-    listed = searches(planned_index, tiny_encoder, filters)
-    assert planned == listed
-    if store.match_rate(filters) >= 0.5:
-        assert tested, "a broad filter was not post-filtered"
-    monkeypatch.setattr(planned_index._live, "columns_enabled", True)  # the columns' two plans
-    assert searches(planned_index, tiny_encoder, filters) == listed
-    monkeypatch.setattr(ranking, "SELECTIVE_CHUNKS", 0)
-    assert searches(planned_index, tiny_encoder, filters) == listed
+    exact = searches(planned_index, tiny_encoder, filters)  # 400 documents: scored exactly
+    monkeypatch.setattr(ranking, "SELECTIVE_CHUNKS", 0)  # a bitmap inside FAISS
+    assert searches(planned_index, tiny_encoder, filters) == exact
+    monkeypatch.setattr(planned_index._live.columns, "select", unsupported)  # the SQL backend's rows
+    assert searches(planned_index, tiny_encoder, filters) == exact
+    assert any(exact), "nothing matched: the comparison proves nothing"
 
 
-def test_match_rate_estimates_selectivity(planned_index) -> None:
-    store = planned_index._live.store
-    assert store.match_rate({"bucket": {"$lt": 9}}) == pytest.approx(0.9, abs=0.06)
-    assert store.match_rate({"bucket": 7}) == pytest.approx(0.1, abs=0.06)
-    assert store.match_rate({"bucket": 11}) == 0.0
+def test_a_filter_is_parsed_once_and_the_columns_answer_without_sql(
+    planned_index, tiny_encoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = parse_filter({"$or": [{"bucket": {"$gte": 5}}, {"tag": "x"}], "date": {"$ne": "2020-01-02"}})
+    parses, compilations = [], []
+    parse, compile_sql = filters_module._Parser.filter, store_module.to_sql
+    monkeypatch.setattr(filters_module._Parser, "filter", lambda *a: parses.append(1) or parse(*a))
+    monkeypatch.setattr(
+        store_module, "to_sql", lambda *a, **k: compilations.append(1) or compile_sql(*a, **k)
+    )
+    assert any(searches(planned_index, tiny_encoder, tree))
+    assert planned_index.facets(tree, ["bucket"])["total"] > 0
+    assert parses == [] and compilations == []  # the service hands its parsed tree; the columns answer
+    planned_index.count_documents(tree)  # listing and counting are SQL's: one compilation each
+    assert parses == [] and len(compilations) == 1
 
 
 def test_side_table_follows_updates_and_deletes(planned_index) -> None:

@@ -18,7 +18,7 @@ from index.query.ranking import (
     reciprocal_rank_fusion,
 )
 from index.records import UnknownFilterField
-from index.storage.filters import InvalidFilterValue, compile_filters
+from index.storage.filters import InvalidFilterValue, parse_filter, to_sql
 from index.text.analysis import MAX_QUERY_TERMS, fts_query, query_terms
 
 
@@ -116,7 +116,7 @@ def documents() -> sqlite3.Connection:
 
 
 def matching(conn: sqlite3.Connection, filters: dict, fields: set[str]) -> list[int]:
-    where, params = compile_filters(filters, fields)
+    where, params = to_sql(parse_filter(filters, fields))
     query = f"SELECT rid FROM documents d WHERE {where} ORDER BY rid"
     return [r[0] for r in conn.execute(query, params)]
 
@@ -136,13 +136,13 @@ def test_filters_scalar_list_membership_and_conjunction(documents: sqlite3.Conne
 
 
 def test_filters_bind_values_and_refuse_unknown_fields(documents: sqlite3.Connection) -> None:
-    where, params = compile_filters({"tag": "a') OR 1=1 --"}, FIELDS)
+    where, params = to_sql(parse_filter({"tag": "a') OR 1=1 --"}, FIELDS))
     assert "OR 1=1" not in where and "a') OR 1=1 --" in params  # values are parameters, never SQL
     assert matching(documents, {"tag": "a') OR 1=1 --"}, FIELDS) == []
     with pytest.raises(UnknownFilterField, match="yaer"):
-        compile_filters({"yaer": 2020}, FIELDS)
+        parse_filter({"yaer": 2020}, FIELDS)
     for name in ('x"y', "x\\y", "x\x00y"):  # a JSON path cannot name them: refused, never searched
         with pytest.raises(InvalidFilterValue, match="filter: "):
-            compile_filters({name: 1}, FIELDS | {name})
+            parse_filter({name: 1}, FIELDS | {name})
     with pytest.raises(InvalidFilterValue, match="in all"):
-        compile_filters({f"f{i}": list(range(100)) for i in range(100)}, FIELDS)  # 10,100 bound together
+        parse_filter({f"f{i}": list(range(100)) for i in range(100)}, FIELDS)  # 10,100 bound together

@@ -22,7 +22,6 @@ from index.build.builder import attach_vectors, chunk_texts
 from index.build.own_vectors import InvalidVector, OwnVectors
 from index.records import Document, InvalidCursor, Landed, id_problem, text_problem
 from index.search_index import MAX_LIST_LIMIT
-from index.storage.filters import InvalidFilterValue
 
 router = APIRouter(route_class=StrictJSONRoute)
 InCollection = Annotated[Collection, Depends(current_collection)]
@@ -138,31 +137,29 @@ async def list_documents(
     `limit` documents or fewer: it ends after `CLOZE_MAX_PAGE_BYTES` of texts and metadata (always at least
     one document); follow `next_cursor`."""
     settings, engines = request.app.state.settings, request.app.state.engines
-    filters = None
+    tree = None
     if filter is not None:
         try:
-            filters = strict_loads(filter.encode(), settings.max_body_values)
+            raw = strict_loads(filter.encode(), settings.max_body_values)
         except BodyRejected as exc:
             raise ApiError(422, f"filter: {exc.detail}", "filter") from None
-        if not isinstance(filters, dict):
+        if not isinstance(raw, dict):
             raise ApiError(422, "filter: a JSON object, as /search takes", "filter")
-        check_filter(filters, settings)
+        tree = check_filter(raw, settings)
     index = collection.require_index()
-    await check_filter_fields(index, filters, settings, engines.work_pool)
+    await check_filter_fields(index, tree, settings, engines.work_pool)
     try:
         (
             page,
             next_cursor,
             total,
         ) = await engines.work_pool.run(  # one read: the total counts this page's state
-            index.document_page, limit, cursor, filters, settings.max_page_bytes
+            index.document_page, limit, cursor, tree, settings.max_page_bytes
         )
         # Up to CLOZE_MAX_PAGE_BYTES of text: serialised in a worker thread, not on the event loop.
         body = await engines.work_pool.run(page_json, page, next_cursor, total)
     except InvalidCursor as exc:
         raise ApiError(422, f"cursor: {exc}", "cursor") from exc
-    except InvalidFilterValue as exc:
-        raise ApiError(422, str(exc), exc.field) from exc
     return Response(body, media_type="application/json")
 
 

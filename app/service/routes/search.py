@@ -34,7 +34,6 @@ from index.build.own_vectors import InvalidVector, OwnVectors
 from index.query.ranking import RRF_K, Fusion
 from index.records import metadata_key_problem
 from index.search_index import MAX_SEARCH_WINDOW
-from index.storage.filters import InvalidFilterValue
 
 router = APIRouter(route_class=StrictJSONRoute)
 tracer = trace.get_tracer(__name__)
@@ -126,7 +125,7 @@ async def _answer(request: Request, body: SearchRequest, collection: Collection)
     started = time.perf_counter()
     settings, engines = request.app.state.settings, request.app.state.engines
     _check_query(body, settings.max_chars)
-    check_filter(body.filter, settings)
+    tree = check_filter(body.filter, settings)
     if body.top_k > settings.max_top_k:
         raise ApiError(422, f"top_k: {body.top_k} is over the limit of {settings.max_top_k}", "top_k")
     if body.offset + body.top_k > MAX_SEARCH_WINDOW:
@@ -139,27 +138,24 @@ async def _answer(request: Request, body: SearchRequest, collection: Collection)
     fusion = _fusion(body)
     _check_rerank(body, request)
     index = collection.require_index()
-    await check_filter_fields(index, body.filter, settings, engines.work_pool)
+    await check_filter_fields(index, tree, settings, engines.work_pool)
     vector = await _query_vector(body, collection, engines)
     query = body.query or ""
     # Reranked: the first stage's best ``candidates`` (from the top), re-scored, then the page is cut.
     window = (0, body.rerank.candidates) if body.rerank else (body.offset, body.top_k)
-    try:
-        hits = await engines.run_search(
-            index.search,
-            vector,
-            query,
-            top_k=window[1],
-            offset=window[0],
-            mode=body.mode,
-            filters=body.filter,
-            fusion=fusion,
-            explained=body.explain,
-            highlight=body.highlight,
-            text_chars=_text_needed(body, request),
-        )
-    except InvalidFilterValue as exc:
-        raise ApiError(422, str(exc), exc.field) from exc
+    hits = await engines.run_search(
+        index.search,
+        vector,
+        query,
+        top_k=window[1],
+        offset=window[0],
+        mode=body.mode,
+        filters=tree,
+        fusion=fusion,
+        explained=body.explain,
+        highlight=body.highlight,
+        text_chars=_text_needed(body, request),
+    )
     ranked = [(hit, hit.score, None, None) for hit in hits]
     if body.rerank is not None:
         ranked = (await _reranked(hits, body, request))[body.offset : body.offset + body.top_k]
@@ -315,16 +311,11 @@ async def facets(body: FacetsRequest, request: Request, collection: InCollection
     their document counts, and its least and greatest number and date (from the in-memory columns)."""
     started = time.perf_counter()
     settings, engines = request.app.state.settings, request.app.state.engines
-    check_filter(body.filter, settings)
+    tree = check_filter(body.filter, settings)
     for position, name in enumerate(body.fields):
         if problem := metadata_key_problem(name):
             raise ApiError(422, f"fields[{position}]: {problem}", f"fields[{position}]")
     index = collection.require_index()
-    await check_filter_fields(index, body.filter, settings, engines.work_pool)
-    try:
-        found = await engines.work_pool.run(
-            index.facets, body.filter, list(dict.fromkeys(body.fields)), body.top
-        )
-    except InvalidFilterValue as exc:
-        raise ApiError(422, str(exc), exc.field) from exc
+    await check_filter_fields(index, tree, settings, engines.work_pool)
+    found = await engines.work_pool.run(index.facets, tree, list(dict.fromkeys(body.fields)), body.top)
     return FacetsResponse(**found, took_ms=round((time.perf_counter() - started) * 1000, 3))
