@@ -35,7 +35,7 @@ FILTERS = [  # on grp: half the documents match in every state
     {"$or": [{"grp": "b"}, {"n": {"$lt": 0}}]},
 ]
 TIER_FILTERS = [{"n": {"$gte": 25}}, {"flag": True}, {"$and": [{"flag": False}, {"n": {"$lt": 25}}]}]
-MODES = ("dense", "bm25", "hybrid", "list")
+MODES = ("dense", "bm25", "hybrid", "list", "facets")
 ROUNDS = 400  # answers per reader; two readers
 QUERY = "lighthouse"
 
@@ -46,6 +46,8 @@ def answer(
     """What is wrong with one answer (None: it holds in the state it read). ``whole``: a search on ``grp`` must
     hold every match of its state (a replica's may miss what its columns have not replayed yet: it trails)."""
     halves = filters in FILTERS
+    if mode == "facets":
+        return facets_problem(index, filters, halves)
     if mode == "list":
         page, _, total = index.document_page(limit=DOCS, filters=filters)
         returned = [(d.id, d.metadata) for d in page]
@@ -58,6 +60,21 @@ def answer(
             return f"{mode} {filters}: {len(hits)} hits of {DOCS // 2} matches"
     wrong = [(doc_id, meta) for doc_id, meta in returned if not holds(meta, filters)]
     return f"{mode} {filters}: returned {wrong[0]}" if wrong else None
+
+
+def facets_problem(index: SearchIndex, filters: dict[str, Any], halves: bool) -> str | None:
+    """Facet counts and their total from one state: every document holds one ``grp`` and one ``flag``, so each
+    field's counts sum to the total, and a filter on ``grp`` or ``flag`` counts only the values it allows."""
+    found = index.facets(filters, ["grp", "flag"], top=5)
+    total, fields = found["total"], found["fields"]
+    counts = {name: {v["value"]: v["count"] for v in fields[name]["values"]} for name in ("grp", "flag")}
+    if any(sum(c.values()) != total for c in counts.values()) or (halves and total != DOCS // 2):
+        return f"facets {filters}: total {total}, counts {counts}"
+    allowed = {"grp": {"a"} if filters in FILTERS[:2] else {"b"} if halves else set(GROUPS)}
+    if filters in TIER_FILTERS:
+        allowed["flag"] = {True} if filters != TIER_FILTERS[2] else {False}
+    wrong = {name: set(c) - allowed[name] for name, c in counts.items() if name in allowed}
+    return f"facets {filters}: counted {wrong}" if any(wrong.values()) else None
 
 
 @pytest.mark.parametrize("where", ["writer", "replica"])
