@@ -49,6 +49,7 @@ class OpenVersion:
         # Until the first replay FAISS and the columns may hold different changelog points: it removes before
         # adding, and no snapshot saves the columns meanwhile.
         self.replaying = True
+        self.opened = False  # FAISS and the columns both opened
         try:
             self.vectors, meta = VectorIndex.load(self.folder / layout.VECTORS)
             self.applied_seq = self.saved_seq = int(meta.get("synced_seq", 0))
@@ -63,6 +64,7 @@ class OpenVersion:
         except DamagedFile as exc:
             self.rebuild_vectors("damaged-vectors", str(exc))
         self.columns = self._open_columns()  # filterable metadata, following the changelog
+        self.opened = True
         self.columns_enabled = True  # False: filters are planned over SQLite alone (benchmarks compare both)
         self.lexical = LexicalIndex()
         self.lexical.start(self.store)
@@ -103,9 +105,9 @@ class OpenVersion:
             self.vectors = build_vectors(self.store, dimension, factory)
         except ValueError:  # e.g. fewer vectors left than an IVF factory's lists: exact search is right then
             self.vectors = build_vectors(self.store, dimension, None)
-        if hasattr(self, "columns"):  # after the open: the columns stay at ``applied_seq``, FAISS is past it
+        if self.opened:  # the columns stay at ``applied_seq``: the next replay brings FAISS back to them
             self.replaying = True
-        else:
+        else:  # opening: the columns, opened next, replay from their own point if it is older
             self.applied_seq = self.store.max_seq()
         self.saved_seq = -1
         self.snapshot()
