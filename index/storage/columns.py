@@ -222,16 +222,21 @@ class Columns:
         """The columns saved in ``folder`` and the changelog point they hold, their arrays mapped
         copy-on-write. ``FileNotFoundError`` when none were saved; ``DamagedFile`` when they do not read back
         whole (the store holds everything: the caller loads them from it)."""
-        try:
-            pointer = json.loads((folder / POINTER).read_bytes())
-        except FileNotFoundError:
-            raise
-        except (OSError, ValueError) as exc:
-            raise DamagedFile(f"{folder / POINTER} does not read back: {exc}") from exc
-        try:
-            return cls._mapped(folder / FILES / pointer["folder"], pointer), int(pointer["synced_seq"])
-        except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:
-            raise DamagedFile(f"the columns saved in {folder} do not read back: {exc}") from exc
+        for attempt in range(2):  # the writer may replace them between the pointer's read and the files'
+            try:
+                pointer = json.loads((folder / POINTER).read_bytes())
+            except FileNotFoundError:
+                raise
+            except (OSError, ValueError) as exc:
+                raise DamagedFile(f"{folder / POINTER} does not read back: {exc}") from exc
+            try:
+                return cls._mapped(folder / FILES / pointer["folder"], pointer), int(pointer["synced_seq"])
+            except FileNotFoundError as exc:
+                if attempt:
+                    raise DamagedFile(f"the columns saved in {folder} are missing: {exc}") from exc
+            except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:
+                raise DamagedFile(f"the columns saved in {folder} do not read back: {exc}") from exc
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     @classmethod
     def _mapped(cls, saved: Path, pointer: dict[str, Any], texts: list[str] | None = None) -> Columns:

@@ -223,7 +223,6 @@ class OpenVersion:
                 return
             self.saved_seq = self.applied_seq
         if columns_due:
-            layout.pause_for_tests("snapshot-columns")  # FAISS saved, the columns not yet
             self._save_columns()
         # What the next open replays from: the older of the two (columns never saved: kept for them too).
         through = min([self.saved_seq, self.columns_seq, *self.pins])

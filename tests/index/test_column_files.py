@@ -293,3 +293,28 @@ def test_field_names_survive_the_files(tmp_path: Path, tiny_encoder) -> None:
         assert_same_as_the_store(reopened)
     finally:
         reopened.close()
+
+
+def test_a_save_landing_between_the_pointer_and_its_files_is_read_again(
+    tmp_path: Path, tiny_encoder, monkeypatch
+) -> None:
+    """A replica reads ``columns.json``, the writer saves and drops the folder it named: read the pointer again."""
+    root, repairs, tries = tmp_path / "idx", [], []
+    index = SearchIndex.open(root, tiny_encoder)
+    index.upsert(documents(5))
+    index.close()
+    real = Columns._mapped
+
+    def replaced_meanwhile(cls, saved: Path, pointer: dict, texts: list[str] | None = None) -> Columns:
+        tries.append(saved)
+        if len(tries) == 1:
+            raise FileNotFoundError(saved / "alive.npy")
+        return real(saved, pointer, texts)
+
+    monkeypatch.setattr(Columns, "_mapped", classmethod(replaced_meanwhile))
+    replica = SearchIndex.open(root, tiny_encoder, read_only=True, on_repair=repairs.append)
+    try:
+        assert repairs == [] and len(tries) == 2 and replica._live.columns_seq > 0
+        assert_same_as_the_store(replica)
+    finally:
+        replica.close()
