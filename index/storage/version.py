@@ -116,12 +116,13 @@ class OpenVersion:
         """FAISS, the columns and SQLite must agree once the changelog is replayed: as many vectors as stored
         chunk vectors, as many live document rows and mapped chunks as stored documents and chunks. A writer
         then saves columns it had to read from the store, so the next open maps them."""
-        stored, held = self.store.count_vectors(), self.vectors.ntotal
+        counts = self.store.counts()  # index-only counts: the vector blobs are not read
+        stored = counts["chunks"] - self.store.count_pending()  # chunks with a vector
+        held = self.vectors.ntotal
         if stored != held:
             self.rebuild_vectors(
                 "count-mismatch", f"{self.folder}: FAISS holds {held} vectors, the store {stored}"
             )
-        counts = self.store.counts()
         documents = int(np.count_nonzero(self.columns.alive[: self.columns.size]))
         chunks = int(np.count_nonzero(self.columns.chunk_row))
         if (documents, chunks) != (counts["documents"], counts["chunks"]):
