@@ -318,3 +318,33 @@ def test_a_save_landing_between_the_pointer_and_its_files_is_read_again(
         assert_same_as_the_store(replica)
     finally:
         replica.close()
+
+
+def test_a_restore_and_a_rebuild_publish_versions_whose_columns_open_mapped(
+    tmp_path: Path, tiny_encoder, monkeypatch
+) -> None:
+    """Both make a new version from rows (a restore's import, a rebuild's re-embedding): its columns are saved
+    with it, so neither the swap nor a replica's next open reads them from the store."""
+    root = tmp_path / "idx"
+    index = SearchIndex.open(root, tiny_encoder)
+    try:
+        index.upsert(documents(8))
+        entry = index.snapshot(tmp_path / "snaps")
+        index.upsert(documents(3, prefix="after"))
+        loads: list[Any] = []
+        real_load = Columns.load
+        monkeypatch.setattr(
+            Columns, "load", classmethod(lambda cls, store: loads.append(store) or real_load(store))
+        )
+        for make in (lambda: index.restore(tmp_path / "snaps" / entry["name"]), index.rebuild):
+            before = index._live.number
+            loads.clear()
+            make()
+            assert len(loads) == 1  # the new version's save read the store once; its open did not
+            live = index._live
+            assert live.number != before and (live.folder / POINTER).exists()
+            assert live.columns_seq == live.applied_seq == live.store.max_seq()
+            assert_same_as_the_store(index)
+        assert counted(index, {"color": {"$exists": True}}) == 8
+    finally:
+        index.close()
