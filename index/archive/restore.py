@@ -29,6 +29,7 @@ from index.archive.importer import ImportRules, import_store, rebuild_vectors
 from index.faultpoints import pause_for_tests
 from index.records import IndexError_, StorageError
 from index.storage import layout
+from index.storage.columns import Columns
 from index.storage.layout import FORMAT_VERSION, REBUILD_MARKER
 from index.storage.store import DocumentStore
 from index.storage.version import OpenVersion
@@ -241,6 +242,7 @@ def prepare_version(root: Path, number: int, archive: Path, info: dict[str, Any]
         import_store(staging / layout.STORE, store, dimension, int(info["sequence"]), rules)
         vectors = rebuild_vectors(store, dimension, sidecar)
         vectors.save(folder / layout.VECTORS, {"synced_seq": store.max_seq()})
+        Columns.save_from_store(store, folder)
         counts = store.counts()
     finally:
         store.close()

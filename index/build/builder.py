@@ -35,6 +35,7 @@ from index.build.ingest import corpus_checksum, iter_documents
 from index.build.ray_engine import embed_pending_with_ray
 from index.records import Document, IndexLocked, LiveWritesDuringBuild, check_document
 from index.storage import layout
+from index.storage.columns import Columns
 from index.storage.layout import FORMAT_VERSION, REBUILD_MARKER
 from index.storage.store import DocumentStore
 from index.storage.vectors import VectorIndex, build_vectors
@@ -121,6 +122,7 @@ class VersionDraft:
             raise RuntimeError(f"{self.store.count_pending()} chunks still have no vector")
         index = vectors or self.build_vectors()
         index.save(self.folder / layout.VECTORS, {"synced_seq": self.store.max_seq()})
+        Columns.save_from_store(self.store, self.folder)
         manifest = make_manifest(self.number, self.store, self.encoder, index, self.chunker, self.options)
         seconds = (stage_seconds or {}) | {"vectors": round(time.perf_counter() - started, 3)}
         manifest |= {"input_checksum": input_checksum, "stage_seconds": seconds}

@@ -1,8 +1,11 @@
 """Filterable metadata in memory, as columns beside the vectors: a filter becomes a mask over documents in a few
 vectorised passes, then a bitmap over chunk ids that FAISS (``IDSelectorBitmap``) and the in-memory BM25 skip by.
 
-SQLite stays the record: the columns are read from the store when a version opens (so a rebuild, a restore and a
-replica's reload get fresh ones) and follow the store's changelog, as FAISS and BM25 do. Each field keeps, per
+SQLite stays the record; the columns follow the store's changelog, as FAISS and BM25 do, and are saved beside FAISS
+(``save``: one ``.npy`` file per array in a folder of their own, named by ``columns.json`` with the changelog point
+they hold) so a version opens by mapping them (``open``: pages read as filters touch them, copy-on-write) and
+replaying the changelog past that point; without the files (a version saved before them, damaged ones) they are
+read from the store (``load``). Each field keeps, per
 document row (the store's ``rid``), the first element of its value: a kind (number, text, true, false, other), a
 number (the value, or a date-shaped text's instant as SQLite's ``julianday()``, so both sides of a date comparison
 are computed alike) and a text's dictionary code; further list elements go to an overflow list of (row, element).
@@ -13,19 +16,34 @@ property tests hold the two backends to each other.
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import shutil
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from index.records import DamagedFile
 from index.storage.filters import DATE_SHAPE, All, Either, Equals, Exists, Filter, Not, Range
 from index.storage.store import DocumentStore
+from index.storage.vectors import atomic_write, fsync_dir
 
 NONE, NUMBER, TEXT, TRUE, FALSE, OTHER = range(6)
 KINDS = {"integer": NUMBER, "real": NUMBER, "text": TEXT, "true": TRUE, "false": FALSE}
 EXACT_INTEGER = 2**53  # past this a float64 column cannot hold an integer exactly: such filters stay in SQL
 PAGE = 50_000  # document rows read from the store at a time when loading
+FILES = "columns"  # the folder of saved arrays in a version folder: one subfolder per save
+POINTER = "columns.json"  # names the live subfolder, with the changelog point it holds (written last)
+FORMAT = 1
+MAPPED_BYTES = 1 << 16  # smaller arrays are read whole: a map costs a page and a file handle each
+# Rows of headroom saved past the last one, so that a version opened from its files takes new documents (and
+# chunks) in place, copy-on-write, instead of copying every mapped array at its first write.
+HEADROOM = 1 / 8
+DENSE = {"kind": (np.int8, 0), "num": (np.float64, np.nan), "code": (np.int32, -1), "present": (bool, False)}
+EXTRA = {"extra_row": np.int64, "extra_kind": np.int8, "extra_num": np.float64, "extra_code": np.int32}
 # Every metadata element of the chosen documents, one row per (document, field, element); a field whose value has
 # no elements ([] or {}) still gives one row (element columns NULL): it is present for ``$exists``. A store with
 # the ``doc_values`` side table has the elements already (``FIELDS`` + ``VALUES``: one JSON parse a document
@@ -100,6 +118,11 @@ class FieldColumn:
             self.extra_row, self.extra_kind = self.extra_row[live], self.extra_kind[live]
             self.extra_num, self.extra_code = self.extra_num[live], self.extra_code[live]
 
+    def arrays(self, rows: int) -> dict[str, np.ndarray]:
+        """Every array by name, the dense ones ``rows`` long (cut or padded with their empty value)."""
+        dense = {name: _resized(getattr(self, name), rows, fill) for name, (_, fill) in DENSE.items()}
+        return dense | {name: getattr(self, name) for name in EXTRA}
+
     def nbytes(self) -> int:
         arrays = (
             self.kind,
@@ -147,6 +170,105 @@ class Columns:
         pairs = np.array(store.query("SELECT id, doc_rid FROM chunks").fetchall(), np.int64).reshape(-1, 2)
         columns._map_chunks(pairs)
         return columns
+
+    def save(self, folder: Path, seq: int) -> None:
+        """Write the arrays as of changelog point ``seq`` into a new subfolder of ``folder/columns`` (each file
+        fsync'd, then the subfolder renamed into place), then ``columns.json`` naming it (atomically), then
+        drop the older subfolders. Files are never rewritten in place: another process may have them mapped."""
+        parent = folder / FILES
+        parent.mkdir(exist_ok=True)
+        for stale in parent.glob(".*.tmp"):  # a save killed midway (only the writer saves)
+            shutil.rmtree(stale, ignore_errors=True)
+        name = f"{seq}-{secrets.token_hex(4)}"
+        temporary = parent / f".{name}.tmp"
+        temporary.mkdir()
+        try:
+            for file, array in self._arrays().items():
+                _save_array(temporary / f"{file}.npy", array)
+            _save_bytes(temporary / "texts.json", json.dumps(self.texts).encode())
+            fsync_dir(temporary)
+            os.replace(temporary, parent / name)
+            fsync_dir(parent)
+        finally:
+            shutil.rmtree(temporary, ignore_errors=True)
+        fields = [{"name": n, "inexact": c.inexact, "dead": c.dead} for n, c in self.fields.items()]
+        pointer = {"format": FORMAT, "folder": name, "synced_seq": seq, "size": self.size, "fields": fields}
+        atomic_write(folder / POINTER, json.dumps(pointer).encode())
+        for older in parent.iterdir():
+            if older.name != name and not older.name.startswith("."):
+                shutil.rmtree(older, ignore_errors=True)
+
+    @classmethod
+    def save_from_store(cls, store: DocumentStore, folder: Path) -> None:
+        """A new version's columns (a build, a restore), saved beside its FAISS so its first open maps them."""
+        cls.load(store).save(folder, store.max_seq())
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        rows = _with_headroom(self.size)
+        mapped = np.flatnonzero(self.chunk_row)
+        arrays = {
+            "alive": _resized(self.alive, rows, False),
+            "chunk_row": _resized(
+                self.chunk_row, _with_headroom(int(mapped[-1]) + 1 if len(mapped) else 0), 0
+            ),
+        }
+        for number, column in enumerate(self.fields.values()):
+            arrays |= {f"{number}.{name}": array for name, array in column.arrays(rows).items()}
+        return arrays
+
+    @classmethod
+    def open(cls, folder: Path) -> tuple[Columns, int]:
+        """The columns saved in ``folder`` and the changelog point they hold, their arrays mapped
+        copy-on-write. ``FileNotFoundError`` when none were saved; ``DamagedFile`` when they do not read back
+        whole (the store holds everything: the caller loads them from it)."""
+        for attempt in range(2):  # the writer may replace them between the pointer's read and the files'
+            try:
+                pointer = json.loads((folder / POINTER).read_bytes())
+            except FileNotFoundError:
+                raise
+            except (OSError, ValueError) as exc:
+                raise DamagedFile(f"{folder / POINTER} does not read back: {exc}") from exc
+            try:
+                return cls._mapped(folder / FILES / pointer["folder"], pointer), int(pointer["synced_seq"])
+            except FileNotFoundError as exc:
+                if attempt:
+                    raise DamagedFile(f"the columns saved in {folder} are missing: {exc}") from exc
+            except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:
+                raise DamagedFile(f"the columns saved in {folder} do not read back: {exc}") from exc
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    @classmethod
+    def _mapped(cls, saved: Path, pointer: dict[str, Any], texts: list[str] | None = None) -> Columns:
+        if pointer["format"] != FORMAT:
+            raise ValueError(f"format {pointer['format']}, this code reads {FORMAT}")
+        columns = cls()
+        columns.alive = _load_array(saved / "alive.npy", bool)
+        columns.capacity, columns.size = len(columns.alive), int(pointer["size"])
+        if not 1 <= columns.size <= columns.capacity:
+            raise ValueError(f"{columns.size} rows saved in arrays of {columns.capacity}")
+        columns.chunk_row = _load_array(saved / "chunk_row.npy", np.int64)
+        for number, described in enumerate(pointer["fields"]):
+            column = FieldColumn(0)
+            for name, (dtype, _) in DENSE.items():
+                setattr(column, name, _load_array(saved / f"{number}.{name}.npy", dtype, columns.capacity))
+            for name, dtype in EXTRA.items():
+                setattr(column, name, _load_array(saved / f"{number}.{name}.npy", dtype))
+            extras = {len(getattr(column, name)) for name in EXTRA}
+            if len(extras) != 1 or not (column.extra_row < columns.capacity).all():
+                raise ValueError(f"the overflow list of field {described['name']!r} is damaged")
+            column.inexact, column.dead = bool(described["inexact"]), int(described["dead"])
+            columns.fields[str(described["name"])] = column
+        columns.texts = json.loads((saved / "texts.json").read_bytes()) if texts is None else texts
+        columns.codes = {text: code for code, text in enumerate(columns.texts)}
+        return columns
+
+    def remapped(self, folder: Path) -> Columns:
+        """These columns as just saved in ``folder``, mapped again: the pages this process changed or copied
+        since the last open (growth, copy-on-write) are let go. The text dictionary is shared, not re-read."""
+        pointer = json.loads((folder / POINTER).read_bytes())
+        mapped = self._mapped(folder / FILES / pointer["folder"], pointer, self.texts)
+        mapped.codes = self.codes
+        return mapped
 
     @staticmethod
     def read_changes(store: DocumentStore, changes: list[tuple[int, str, int, str]]) -> Update:
@@ -427,9 +549,39 @@ def _number(value: float) -> int | float:
 
 
 def _resized(array: np.ndarray, size: int, fill: Any) -> np.ndarray:
+    if len(array) == size:
+        return array
     grown = np.full(size, fill, array.dtype)
     grown[: min(len(array), size)] = array[:size]
     return grown
+
+
+def _with_headroom(rows: int) -> int:
+    return rows + int(rows * HEADROOM) + 1024
+
+
+def _save_array(path: Path, array: np.ndarray) -> None:
+    with path.open("wb") as handle:
+        np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _save_bytes(path: Path, data: bytes) -> None:
+    with path.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _load_array(path: Path, dtype: Any, length: int | None = None) -> np.ndarray:
+    """A saved 1-d array, mapped copy-on-write when large (a plain ``ndarray`` view of the map, which keeps it
+    open); ``ValueError`` when it is not the expected type and length, or shorter than its header says."""
+    small = path.stat().st_size < MAPPED_BYTES
+    array = np.load(path, mmap_mode=None if small else "c", allow_pickle=False)
+    if array.dtype != np.dtype(dtype) or array.ndim != 1 or (length is not None and len(array) != length):
+        raise ValueError(f"{path.name}: {array.dtype} x {array.shape}, expected {np.dtype(dtype)} x {length}")
+    return array if small else array.view(np.ndarray)
 
 
 def _elements(store: DocumentStore, where: str, params: tuple) -> list[tuple]:

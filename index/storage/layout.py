@@ -5,6 +5,7 @@
     root/.build.lock               flock'd by the one build or rebuild running
     root/versions/<n>/store.sqlite documents, chunks, vectors, FTS5 (source of truth)
     root/versions/<n>/vectors.faiss + vectors.json
+    root/versions/<n>/columns.json + columns/<seq>-<id>/*.npy   the filter columns (``index.storage.columns``)
     root/versions/<n>/manifest.json written last: a version without it is unfinished
     root/versions/<n>/PUBLISHED    written (fsync'd) when the version is chosen to serve, before CURRENT moves
 

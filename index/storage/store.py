@@ -411,11 +411,6 @@ class DocumentStore:
         )
         return [r[0] for r in rows], [r[1] for r in rows]
 
-    def count_vectors(self) -> int:
-        """Chunks that have a vector: what the FAISS copy of this version must hold. Two index-only counts
-        (all chunks, and the partial index of pending ones), so it does not read the vector blobs at open."""
-        return self.counts()["chunks"] - self.count_pending()
-
     def count_pending(self) -> int:
         return int(self._conn().execute("SELECT COUNT(*) FROM chunks WHERE vector IS NULL").fetchone()[0])
 

@@ -285,6 +285,8 @@ class VectorIndex:
         file fails FAISS's own read checks). The store holds every vector, so the caller can rebuild it."""
         try:
             meta = json.loads(path.with_suffix(".json").read_text())
+            # Read, not mapped (IO_FLAG_MMAP): a mapped IVF's lists are read-only, and every writer and replica
+            # adds and removes (docs/design-decisions.md, "FAISS read whole").
             index = faiss.read_index(str(path))
             return cls(index, meta["factory"], meta["params"], set(meta.get("tombstones", []))), meta
         except (ValueError, KeyError, TypeError, RuntimeError, OSError) as exc:

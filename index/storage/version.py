@@ -1,5 +1,5 @@
-"""One opened, published version: its store, its FAISS copy, its in-memory BM25, and how far the changelog
-has been applied to them."""
+"""One opened, published version: its store, its FAISS copy, its filter columns, its in-memory BM25, and how far
+the changelog has been applied to them."""
 
 from __future__ import annotations
 
@@ -45,6 +45,11 @@ class OpenVersion:
         self.store = DocumentStore(self.folder / layout.STORE, create=False, read_only=read_only)
         self.pins: list[int] = []  # changelog points a running rebuild still needs
         self.saved_seq = 0
+        self.columns_seq = -1  # the changelog point of the saved columns (-1: none saved)
+        # Until the first replay FAISS and the columns may hold different changelog points: it removes before
+        # adding, and no snapshot saves the columns meanwhile.
+        self.replaying = True
+        self.opened = False  # FAISS and the columns both opened
         try:
             self.vectors, meta = VectorIndex.load(self.folder / layout.VECTORS)
             self.applied_seq = self.saved_seq = int(meta.get("synced_seq", 0))
@@ -58,11 +63,37 @@ class OpenVersion:
                 )
         except DamagedFile as exc:
             self.rebuild_vectors("damaged-vectors", str(exc))
-        # The first replay after opening may meet entries the snapshot already holds: it removes before adding.
-        self.replaying = True
-        self.columns = Columns.load(self.store)  # filterable metadata in memory, following the changelog
+        self.columns = self._open_columns()  # filterable metadata, following the changelog
+        self.opened = True
         self.lexical = LexicalIndex()
         self.lexical.start(self.store)
+
+    def _open_columns(self) -> Columns:
+        """The saved columns, mapped, with ``applied_seq`` lowered to their point so the replay brings FAISS and
+        them to one state; from the store when none were saved or they cannot serve (repaired, logged)."""
+        try:
+            columns, seq = Columns.open(self.folder)
+        except FileNotFoundError:  # a version saved before the columns' files: the writer saves them at open
+            log.info("no saved columns in %s: reading them from the store", self.folder)
+            return Columns.load(self.store)
+        except DamagedFile as exc:
+            return self._reload_columns("damaged-columns", str(exc))
+        if seq < self.store.pruned_through():
+            return self._reload_columns(
+                "stale-columns", f"the columns of {self.folder} predate the changelog"
+            )
+        if seq > self.store.max_seq():
+            return self._reload_columns(
+                "columns-ahead", f"the columns of {self.folder} are newer than its store"
+            )
+        self.applied_seq = min(self.applied_seq, seq)
+        self.columns_seq = seq
+        return columns
+
+    def _reload_columns(self, reason: str, detail: str) -> Columns:
+        report_repair(self.on_repair, reason, f"{detail}: read from the store")
+        self.columns_seq = -1
+        return Columns.load(self.store)
 
     def rebuild_vectors(self, reason: str, detail: str) -> None:
         """FAISS again from the store's vectors (the store is the source of truth; nothing is re-embedded),
@@ -73,17 +104,31 @@ class OpenVersion:
             self.vectors = build_vectors(self.store, dimension, factory)
         except ValueError:  # e.g. fewer vectors left than an IVF factory's lists: exact search is right then
             self.vectors = build_vectors(self.store, dimension, None)
-        self.applied_seq = self.store.max_seq()
+        if self.opened:  # the columns stay at ``applied_seq``: the next replay brings FAISS back to them
+            self.replaying = True
+        else:  # opening: the columns, opened next, replay from their own point if it is older
+            self.applied_seq = self.store.max_seq()
         self.saved_seq = -1
         self.snapshot()
 
     def verify(self) -> None:
-        """FAISS and SQLite must agree once the changelog is replayed: as many vectors as stored chunk vectors."""
-        stored, held = self.store.count_vectors(), self.vectors.ntotal
+        """FAISS, the columns and SQLite must agree once the changelog is replayed: as many vectors as stored
+        chunk vectors, as many live document rows and mapped chunks as stored documents and chunks. A writer
+        then saves columns it had to read from the store, so the next open maps them."""
+        counts = self.store.counts()  # index-only counts: the vector blobs are not read
+        stored = counts["chunks"] - self.store.count_pending()  # chunks with a vector
+        held = self.vectors.ntotal
         if stored != held:
             self.rebuild_vectors(
                 "count-mismatch", f"{self.folder}: FAISS holds {held} vectors, the store {stored}"
             )
+        documents = int(np.count_nonzero(self.columns.alive[: self.columns.size]))
+        chunks = int(np.count_nonzero(self.columns.chunk_row))
+        if (documents, chunks) != (counts["documents"], counts["chunks"]):
+            detail = f"{self.folder}: the columns hold {documents} documents and {chunks} chunks, the store {counts}"
+            self.columns = self._reload_columns("columns-mismatch", detail)
+        if self.columns_seq < 0 and not self.replaying and not self.read_only:
+            self._save_columns()
 
     def select(self, tree: Filter | None) -> Selection | None:
         """The planner: a parsed filter's matches, from the in-memory columns (from SQL's rows where the columns
@@ -116,25 +161,45 @@ class OpenVersion:
 
         Bounds both the changelog's size and the replay after a crash. Never raises: a snapshot that the
         disk refuses only means a longer replay next time (the changelog is kept). Caller is the writer."""
-        if self.read_only or self.applied_seq <= self.saved_seq or not self.folder.is_dir():
+        columns_due = not self.replaying and self.applied_seq > self.columns_seq
+        if self.read_only or not self.folder.is_dir():
+            return
+        if self.applied_seq <= self.saved_seq and not columns_due:
             return
         if self.applied_seq < self.store.pruned_through():
             return  # another process pruned past us: our copy is stale, its snapshot is the newer one
         layout.pause_for_tests("snapshot-start")
+        if self.applied_seq > self.saved_seq:
+            try:
+                self.vectors.save(
+                    self.folder / layout.VECTORS, {"synced_seq": self.applied_seq}, stage="snapshot"
+                )
+            except OSError as exc:
+                log.warning(
+                    "could not save the FAISS snapshot of %s (the changelog is kept): %s", self.folder, exc
+                )
+                return
+            self.saved_seq = self.applied_seq
+        if columns_due:
+            self._save_columns()
+        # What the next open replays from: the older of the two (columns never saved: kept for them too).
+        through = min([self.saved_seq, self.columns_seq, *self.pins])
         try:
-            self.vectors.save(
-                self.folder / layout.VECTORS, {"synced_seq": self.applied_seq}, stage="snapshot"
-            )
-        except OSError as exc:
-            log.warning(
-                "could not save the FAISS snapshot of %s (the changelog is kept): %s", self.folder, exc
-            )
-            return
-        self.saved_seq = self.applied_seq
-        try:
-            self.store.prune_changelog(min([self.saved_seq, *self.pins]))
+            if through > 0:
+                self.store.prune_changelog(through)
         except (StorageError, sqlite3.Error) as exc:
             log.warning("could not prune the changelog of %s: %s", self.folder, exc)
+
+    def _save_columns(self) -> None:
+        """Save the columns as of ``applied_seq`` and map them again from the new files (letting go of the
+        pages written since the last save). Caller is the writer, between replays."""
+        try:
+            self.columns.save(self.folder, self.applied_seq)
+            self.columns = self.columns.remapped(self.folder)
+        except (OSError, ValueError) as exc:
+            log.warning("could not save the columns of %s (the changelog is kept): %s", self.folder, exc)
+            return
+        self.columns_seq = self.applied_seq
 
     def close(self, save: bool) -> None:
         if save:  # a fresher snapshot makes the next open cheaper; the changelog makes it optional

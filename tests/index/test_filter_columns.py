@@ -1,6 +1,6 @@
 """The in-memory columns against the SQL path: random metadata, random writes and deletes, random filters; the
-writer's columns (kept by its own writes), a replica's (kept by the changelog replay) and columns loaded afresh
-(a rebuild's, a restore's) must select exactly the documents SQL selects, and facets must count what they hold."""
+writer's columns (kept by its own writes), a replica's (kept by the changelog replay), columns loaded afresh
+(a rebuild's, a restore's) and the writer's saved to files and mapped back must select exactly the documents SQL selects, and facets must count what they hold."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from index.records import Document
 from index.search_index import SearchIndex
+from index.storage import columns as columns_module
 from index.storage.columns import Columns
 from index.storage.filters import julianday, parse_filter
 from tests.index.test_filter_oracle import DATES, FIELDS, elements, filters, holds, metadata
@@ -55,9 +56,10 @@ def selected_ids(index: SearchIndex, columns: Columns, node: dict[str, Any]) -> 
 )
 @given(ops=operations, nodes=st.lists(filters, min_size=1, max_size=4))
 def test_columns_select_what_sql_selects_through_writes_and_deletes(
-    writer_and_replica, ops: list[tuple], nodes: list[dict[str, Any]]
+    writer_and_replica, monkeypatch, ops: list[tuple], nodes: list[dict[str, Any]]
 ) -> None:
     ran["columns"] += 1
+    monkeypatch.setattr(columns_module, "MAPPED_BYTES", 0)  # every saved array mapped, however small
     writer, replica = writer_and_replica
     for op, number, meta in ops:
         if op == "upsert":
@@ -67,6 +69,10 @@ def test_columns_select_what_sql_selects_through_writes_and_deletes(
     replica.reload_if_changed()
     store = writer._live.store
     fresh = Columns.load(store)
+    saved = writer._live.folder.parent.parent / "saved-columns"  # beside the versions, never opened as one
+    saved.mkdir(exist_ok=True)
+    writer._live.columns.save(saved, store.max_seq())
+    mapped, _ = Columns.open(saved)
     stored = {d.id: d.metadata for d in store.iter_documents()}
     for node in nodes:
         where, params = store.filter_sql(parse_filter(node))
@@ -75,6 +81,7 @@ def test_columns_select_what_sql_selects_through_writes_and_deletes(
         assert selected_ids(writer, writer._live.columns, node) == expected, ("writer", node)
         assert selected_ids(writer, replica._live.columns, node) == expected, ("replica", node)
         assert selected_ids(writer, fresh, node) == expected, ("fresh", node)
+        assert selected_ids(writer, mapped, node) == expected, ("saved and mapped", node)
         facets = writer.facets(node, FIELDS, top=100)
         for name in FIELDS:
             assert facets["fields"][name]["values"] == expected_counts(stored, expected, name), (node, name)
