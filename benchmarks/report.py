@@ -600,6 +600,9 @@ def filtered_goals(after: list[dict], unfiltered: dict[str, float]) -> str:
     recalled = [r for r in after if "recall@10" in r]
     kept = [r for r in recalled if r["recall@10"] >= unfiltered[r["factory"]]]
     slow = sorted({f"{r['factory']} {r['mode']} {r['filter'].split()[0]}" for r in after if r not in fast})
+    slow_cpu = sorted(
+        {f"{r['factory']} {r['mode']} {r['filter'].split()[0]}" for r in timed_cpu if r not in fast_cpu}
+    )
     return phrase(
         "filtered_corpus.goals",
         fast=len(fast),
@@ -609,6 +612,7 @@ def filtered_goals(after: list[dict], unfiltered: dict[str, float]) -> str:
         kept=len(kept),
         recalled=len(recalled),
         slow=", ".join(slow) or "none",
+        slow_cpu=", ".join(slow_cpu) or "none",
     )
 
 
