@@ -557,15 +557,18 @@ def index_scale(data: dict, command: str) -> Body:
     )
 
 
-def ratios(row: dict | None) -> str:
-    return "" if row is None else f"{row['p50_ratio']:.2f} / {row['p99_ratio']:.2f}"
+def ratios(row: dict | None, prefix: str = "") -> str:
+    """p50 / p99 of filtered over unfiltered (``cpu_``: of the searching thread's CPU time, where measured)."""
+    if row is None or f"{prefix}p50_ratio" not in row:
+        return ""
+    return f"{row[f'{prefix}p50_ratio']:.2f} / {row[f'{prefix}p99_ratio']:.2f}"
 
 
 def recall(row: dict | None) -> str:
     return "" if row is None else num(row.get("recall@10"), 3)
 
 
-# A row of the columns' plan ("after"), carrying the same query's row of SQLite's plans as "before".
+# A row of this tree ("after"), carrying the same configuration's row of the baseline as "before".
 FILTERED = Table(
     ("factory", value("factory")),
     ("mode", value("mode")),
@@ -574,6 +577,8 @@ FILTERED = Table(
     ("unfiltered p50 ms", fixed(("unfiltered", "p50_ms"), 2)),
     ("ratio before", lambda row: ratios(row["before"])),
     ("ratio after", ratios),
+    ("CPU ratio before", lambda row: ratios(row["before"], "cpu_")),
+    ("CPU ratio after", lambda row: ratios(row, "cpu_")),
     ("recall before", lambda row: recall(row["before"])),
     ("recall after", recall),
 )
@@ -587,18 +592,27 @@ CROSSOVER = Table(
 
 
 def filtered_goals(after: list[dict], unfiltered: dict[str, float]) -> str:
-    """How many rows of the columns' plan meet the goals: p50 and p99 within 1.2x, recall at least unfiltered."""
+    """How many rows after meet the goals: p50 and p99 within 1.2x (wall time; CPU time where measured),
+    recall at least unfiltered."""
     fast = [r for r in after if max(r["p50_ratio"], r["p99_ratio"]) <= 1.2]
+    timed_cpu = [r for r in after if "cpu_p50_ratio" in r]
+    fast_cpu = [r for r in timed_cpu if max(r["cpu_p50_ratio"], r["cpu_p99_ratio"]) <= 1.2]
     recalled = [r for r in after if "recall@10" in r]
     kept = [r for r in recalled if r["recall@10"] >= unfiltered[r["factory"]]]
     slow = sorted({f"{r['factory']} {r['mode']} {r['filter'].split()[0]}" for r in after if r not in fast})
+    slow_cpu = sorted(
+        {f"{r['factory']} {r['mode']} {r['filter'].split()[0]}" for r in timed_cpu if r not in fast_cpu}
+    )
     return phrase(
         "filtered_corpus.goals",
         fast=len(fast),
+        fast_cpu=len(fast_cpu),
+        timed_cpu=len(timed_cpu),
         rows=len(after),
         kept=len(kept),
         recalled=len(recalled),
         slow=", ".join(slow) or "none",
+        slow_cpu=", ".join(slow_cpu) or "none",
     )
 
 
@@ -620,7 +634,7 @@ def write_cost(writes: dict[str, dict] | None) -> list[str]:
 
 
 def filtered_corpus(label: str) -> Callable[[dict, str], Body]:
-    """A corpus's filtered searches before (SQLite's plans) and after (the in-memory columns), one run."""
+    """A corpus's filtered searches before (a baseline revision's code) and after (this tree), one run."""
 
     def body(data: dict, command: str) -> Body:
         rows, columns = data["rows"], data["columns"]
@@ -642,6 +656,7 @@ def filtered_corpus(label: str) -> Callable[[dict, str], Body]:
                 ),
                 label=label.capitalize(),
                 documents=documents,
+                before=baseline(data),
                 unfiltered=unfiltered,
                 load_start=data["load_average_start"],
                 load_end=data["load_average_end"],
@@ -655,12 +670,19 @@ def filtered_corpus(label: str) -> Callable[[dict, str], Body]:
             ),
             summary=[
                 f"filtered search, {documents:,} documents ({label}), filters matching 0.1-90%",
-                f"worst filtered/unfiltered p99 {worst['p99_ratio']:.2f}x after (columns) ({worst['factory']}, "
+                f"worst filtered/unfiltered p99 {worst['p99_ratio']:.2f}x after ({worst['factory']}, "
                 f"{worst['filter']}, {worst['mode']})",
             ],
         )
 
     return body
+
+
+def baseline(data: dict) -> str:
+    """What "before" ran: a revision's code in its own process, or (older results) SQLite's plans in-process."""
+    if "before" in data:
+        return phrase("filtered_corpus.revision", revision=data["before"]["revision"])
+    return phrase("filtered_corpus.sqlite_plans")
 
 
 def filtered_results(name: str) -> Callable[[], dict | None]:

@@ -93,7 +93,8 @@ def dense_ranking(
 
 def selected_ranking(version: OpenVersion, query: np.ndarray, top_k: int, selection: Selection) -> Ranked:
     """A filter's matches scored exactly when few (``exact_filter_limit``) and the index reads vectors back;
-    else one FAISS search that skips non-matching ids (a bitmap), with its search widened by the match rate."""
+    else one FAISS search that skips non-matching ids (a bitmap), with its search widened by the match rate
+    (``VectorIndex.filtered_settings``)."""
     count, vectors = selection.chunk_count, version.vectors
     if not count or not vectors.ntotal:
         return []
@@ -104,13 +105,17 @@ def selected_ranking(version: OpenVersion, query: np.ndarray, top_k: int, select
             return best_chunk_per_document(version, ids, vectors.reconstruct(ids) @ query, top_k)
         except RuntimeError:  # a chunk not in FAISS (no vector yet): search instead
             pass
-    overrides = vectors.filtered_settings(min(1.0, count / vectors.ntotal))
+    rate, deepened = min(1.0, count / vectors.ntotal), 0
     wanted = top_k * 3 + 10
     while True:
+        overrides = vectors.filtered_settings(rate, deepened)
         ids, scores = _candidates(version, query, wanted, selection.chunks, overrides)
         ranked = best_chunk_per_document(version, ids, scores, top_k)
         if len(ranked) >= top_k or wanted >= count:
             return ranked
+        # Short: more candidates, and where the search found fewer than asked, its matches lie beyond the
+        # lists / graph region it reached: widen that too.
+        deepened += len(ids) < min(wanted, count)
         wanted *= 4
 
 
