@@ -482,9 +482,9 @@ class Selection:
     @cached_property
     def chunks(self) -> np.ndarray:
         # Row 0 (no document) is never selected. A write landing during the search may point chunks at rows
-        # past this selection's mask: they map to one appended unselected row (a new array, one pass).
-        documents = np.append(self.documents, False)
-        return documents[np.minimum(self._chunk_row, len(self.documents))]
+        # past this selection's mask: ``clip`` maps them to one appended unselected row, in the gather's own
+        # pass (a separate clipping pass cost 2-3x as much, the largest filter step of a dense search past 100k chunks).
+        return np.take(np.append(self.documents, False), self._chunk_row, mode="clip")
 
     @cached_property
     def chunk_count(self) -> int:
