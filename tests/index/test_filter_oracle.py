@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from index.query import ranking
 from index.records import Document, InvalidDocument, UnknownFilterField, check_document
 from index.search_index import SearchIndex
+from index.storage import columns as columns_module
 from index.storage.columns import Columns, Unsupported
 from index.storage.filters import InvalidFilterValue, parse_filter, to_sql
 from index.storage.store import FILL_VALUES
@@ -222,8 +223,14 @@ def test_both_backends_match_the_oracle(rows: list[dict[str, Any]], node: dict[s
         where, params = to_sql(tree, values_table)
         got = {r[0] for r in conn.execute(f"SELECT rid FROM documents d WHERE {where}", params)}
         assert got == expected, (values_table, node, rows)
-    masked = Columns.load(MemoryStore(conn)).select(tree).documents
-    assert set(np.flatnonzero(masked).tolist()) == expected, ("columns", node, rows)
+    columns = Columns.load(MemoryStore(conn))
+    for few in (columns_module.FEW_VALUES, 0):  # equalities one pass per value, and by isin / a code table
+        columns_module.FEW_VALUES, saved = few, columns_module.FEW_VALUES
+        try:
+            masked = columns.select(tree).documents
+        finally:
+            columns_module.FEW_VALUES = saved
+        assert set(np.flatnonzero(masked).tolist()) == expected, ("columns", few, node, rows)
 
 
 def test_backends_oracle_ran_its_examples() -> None:
@@ -419,3 +426,22 @@ def test_an_absent_field_matches_nothing_and_its_negations_everything() -> None:
     with pytest.raises(UnknownFilterField, match="ghost") as caught:
         parse_filter({"$or": [{"a": 1}, {"ghost": 1}]}, {"a"})
     assert caught.value.field == "filter.$or.1.ghost"
+
+
+@pytest.mark.parametrize("few", [8, 0])
+def test_equalities_of_many_values_match_the_oracle(few: int, monkeypatch) -> None:
+    """Lists past ``FEW_VALUES`` (a code table, np.isin) and within it (one pass per value), also with lists
+    and $nin, where the random filters above rarely hold more than one matching value."""
+    monkeypatch.setattr(columns_module, "FEW_VALUES", few)
+    rows = [{"tag": f"t{i % 20}", "n": i % 13, "tags": [f"t{i % 7}", f"t{i % 11}"]} for i in range(80)]
+    columns = Columns.load(MemoryStore(metadata_database(rows)))
+    for node in (
+        {"tag": {"$in": [f"t{i}" for i in range(3, 15)]}},
+        {"tag": ["t3", "t5", "missing"]},
+        {"tags": {"$nin": ["t1", "t2", "t4", "t6", "t8", "t9", "t10", "t12", "t13"]}},
+        {"n": {"$in": [1, 2.0, 3, 5, 7, 8, 9, 11, 12, True]}},
+    ):
+        expected = {rid for rid, meta in enumerate(rows, start=1) if holds(meta, node)}
+        masked = columns.select(parse_filter(node)).documents
+        assert set(np.flatnonzero(masked).tolist()) == expected, (few, node)
+        assert 0 < len(expected) < len(rows), node  # the filter splits the rows
