@@ -560,6 +560,7 @@ def projection(row: dict, chunks: int) -> dict:
     scale = TARGET / chunks
     out = {
         "restart_ready_s": round(row["restart_ready_s"] * scale, 1),
+        "restart_ready_cpu_s": round(row["restart_ready_cpu_s"] * scale, 1),
         "rss_steady_mb": round(row["process_base_rss_mb"] + row["index_rss_mb"] * scale, 1),
         "disk_gb": round(row["disk_bytes_per_chunk"] * TARGET / 1e9, 1),
     }
@@ -592,6 +593,27 @@ def goals(before: dict, after: dict, projected: dict) -> dict:
     }
 
 
+def derived(arms: dict, chunks: int) -> dict:
+    """What the arms' measurements say: each arm's summary, after / before, the projection and the goals."""
+    rows = {name: summary(result, chunks) for name, result in arms.items()}
+    projected = {name: projection(row, chunks) for name, row in rows.items()}
+    return {
+        "summary": rows,
+        "ratios_after_over_before": {
+            key: ratio(rows["after"][key], rows["before"][key])
+            for key in rows["before"]
+            if isinstance(rows["before"][key], int | float)
+        },
+        "projection_10m": projected,
+        "goals_10m": goals(rows["before"], rows["after"], projected["after"]),
+    }
+
+
+def write_result(path: Path, result: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         worker(sys.argv[2:])
@@ -614,7 +636,14 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true", help="build (and cache) the index, then stop")
     parser.add_argument("--keep", action="store_true", help="keep each arm's copies under --work/run")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "host_scale.json")
+    parser.add_argument(
+        "--rederive", action="store_true", help="recompute --out's summary, ratios, projection and goals only"
+    )
     args = parser.parse_args()
+    if args.rederive:
+        result = json.loads(args.out.read_text())
+        write_result(args.out, result | derived(result["arms"], result["chunks"]))
+        return
     args.factory = args.factory or ivf_pq(args.chunks)
     args.replica_chunks = min(args.replica_chunks, args.chunks)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -632,8 +661,6 @@ def main() -> None:
         arm_started = time.perf_counter()
         arms[name] = arm(args, name, code, built, replica_built)
         seconds[name] = round(time.perf_counter() - arm_started, 1)
-    rows = {name: summary(result, args.chunks) for name, result in arms.items()}
-    projected = {name: projection(row, args.chunks) for name, row in rows.items()}
     result = {
         "command": command(),
         "chunks": args.chunks,
@@ -647,21 +674,13 @@ def main() -> None:
         "replica_build": replica_build,
         "arm_seconds": seconds,
         "total_seconds": round(time.perf_counter() - started, 1),
-        "summary": rows,
-        "ratios_after_over_before": {
-            key: ratio(rows["after"][key], rows["before"][key])
-            for key in rows["before"]
-            if isinstance(rows["before"][key], int | float)
-        },
-        "projection_10m": projected,
-        "goals_10m": goals(rows["before"], rows["after"], projected["after"]),
+        **derived(arms, args.chunks),
         "arms": arms,
         "load_average_start": load_start,
         "load_average_end": load_average(),
         "cpu_count": os.cpu_count(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
     print(json.dumps({k: result[k] for k in ("summary", "goals_10m", "arm_seconds")}, indent=2))
 
 
