@@ -209,7 +209,9 @@ def open_ready(root: Path):
     stages: dict = {"rss_before_open_mb": memory_mb()["VmRSS"]}
     started, cpu = time.perf_counter(), cpu_s()
     index = SearchIndex.open(root, stand_in_encoder(), create=False)
-    stages |= {"open_s": time.perf_counter() - started, "rss_opened_mb": memory_mb()["VmRSS"]}
+    opened = memory_mb()  # its peak so far: what loading the structures took, transients included
+    stages |= {"open_s": time.perf_counter() - started, "rss_opened_mb": opened["VmRSS"]}
+    stages |= {"peak_opened_mb": opened["VmHWM"]}
     wait = getattr(index, "wait_for_lexical", None)  # today's in-memory BM25 builds in the background
     if wait is not None:
         wait()
@@ -531,6 +533,10 @@ def summary(arm_result: dict, chunks: int) -> dict:
         "index_rss_mb": round(restart["rss_steady_mb"] - restart["stages"]["rss_before_open_mb"], 1),
         "rss_at_open_per_chunk": per_chunk(stages["rss_opened_mb"] - stages["rss_before_open_mb"], chunks),
         "rss_open_to_ready_per_chunk": per_chunk(stages["rss_ready_mb"] - stages["rss_opened_mb"], chunks),
+        "open_peak_over_base_mb": round(stages["peak_opened_mb"] - stages["rss_before_open_mb"], 1)
+        if "peak_opened_mb" in stages
+        else None,
+        "columns_per_chunk": round(restart["held_bytes"].get("columns_bytes", 0) / chunks, 1) or None,
         "disk_bytes_per_chunk": arm_result["disk"]["bytes_per_chunk"],
         "upsert_p50_ms": restart["upserts"]["wall"]["p50_ms"],
         "upsert_mean_ms": restart["upserts"]["wall"]["mean_ms"],
@@ -542,6 +548,7 @@ def summary(arm_result: dict, chunks: int) -> dict:
             row[f"{mode}/{name}_p50_ms"] = figures["wall"]["p50_ms"]
             row[f"{mode}/{name}_p99_ms"] = figures["wall"]["p99_ms"]
             row[f"{mode}/{name}_cpu_p50_ms"] = figures["cpu"]["p50_ms"]
+            row[f"{mode}/{name}_cpu_p99_ms"] = figures["cpu"]["p99_ms"]
     if replica := arm_result.get("fresh_replica"):
         row["fresh_replica_ready_s"] = replica["ready_and_idle_s"]
         row["fresh_replica_chunks"] = replica["chunks"]

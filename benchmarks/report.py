@@ -855,13 +855,17 @@ HOST_FIGURES = [  # (label, summary key, digits): the issue 68 table's rows
     ("RSS steady, MB", "rss_steady_mb", 0),
     ("RSS peak, MB", "rss_peak_mb", 0),
     ("index RSS per chunk, B", "index_rss_per_chunk", 0),
+    ("RSS from open to ready per chunk, B (today: the in-memory BM25)", "rss_open_to_ready_per_chunk", 0),
+    ("peak while opening over the process's own, MB", "open_peak_over_base_mb", 0),
+    ("filter columns held, B/chunk", "columns_per_chunk", 0),
     ("disk per chunk, B", "disk_bytes_per_chunk", 0),
     *[
         (f"{mode} {name} p50 / p99, ms", (f"{mode}/{name}_p50_ms", f"{mode}/{name}_p99_ms"), 1)
         for mode in ("bm25", "dense", "hybrid")
         for name in ("none", "10%", "1%")
     ],
-    ("BM25 unfiltered p50, CPU ms", "bm25/none_cpu_p50_ms", 1),
+    ("BM25 unfiltered p50 / p99, CPU ms", ("bm25/none_cpu_p50_ms", "bm25/none_cpu_p99_ms"), 1),
+    ("hybrid unfiltered p50 / p99, CPU ms", ("hybrid/none_cpu_p50_ms", "hybrid/none_cpu_p99_ms"), 1),
     ("upsert (local ack), mean wall / CPU ms", ("upsert_mean_ms", "upsert_cpu_mean_ms"), 1),
     ("fresh replica ready from the bucket, s", "fresh_replica_ready_s", 1),
 ]
