@@ -400,7 +400,8 @@ def disk_use(root: Path, chunks: int) -> dict:
     store = folder / "store.sqlite"
     if store.exists():
         with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as conn:
-            for name, size in conn.execute("SELECT name, pgsize FROM dbstat WHERE aggregate = TRUE"):
+            # page by page: the aggregated form's sizes are 32-bit and wrap past 2 GB
+            for name, size in conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
                 group = "fts5" if "fts" in name else name
                 tables[group] = tables.get(group, 0) + size
     total = sum(entries.values())
