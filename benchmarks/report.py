@@ -932,6 +932,8 @@ def host_scale(data: dict, command: str) -> Body:
             load=data["load_average_start"][0],
             load_end=data["load_average_end"][0],
             build_min=round(data["build"]["process_s"] / 60, 1),
+            queries=data["arms"]["after"]["restart"]["queries"]["queries"],
+            upserts=data["arms"]["after"]["restart"]["upserts"]["upserts"],
             replica=phrase("host_scale.replica", chunks=replica["chunks"]) if replica else "",
             table=table(["figure", "before", "after", "after / before"], host_rows(data)),
             disk=table(["structure", "before, B/chunk", "after, B/chunk"], host_disk_rows(data)),
