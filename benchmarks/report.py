@@ -898,7 +898,8 @@ def host_disk_rows(data: dict) -> list[list[str]]:
     names = sorted(
         set(arms["before"]) | set(arms["after"]), key=lambda n: -max(a.get(n, 0) for a in arms.values())
     )
-    return [[f"`{name}`", num(arms["before"].get(name)), num(arms["after"].get(name))] for name in names]
+    shown = [name for name in names if max(a.get(name, 0) for a in arms.values()) >= 1]  # not SQLite's -shm
+    return [[f"`{name}`", num(arms["before"].get(name)), num(arms["after"].get(name))] for name in shown]
 
 
 def host_goal_rows(data: dict) -> list[list[str]]:
