@@ -915,6 +915,107 @@ def restore_import(data: dict, command: str) -> Body:
     )
 
 
+HOST_FIGURES = [  # (label, summary key, digits): the issue 68 table's rows
+    ("restart to ready, s", "restart_ready_s", 1),
+    ("restart to ready, CPU s", "restart_ready_cpu_s", 1),
+    ("first open of the copy (an upgrade), s", "first_open_ready_s", 1),
+    ("RSS steady, MB", "rss_steady_mb", 0),
+    ("RSS peak, MB", "rss_peak_mb", 0),
+    ("index RSS per chunk, B", "index_rss_per_chunk", 0),
+    ("RSS from open to ready per chunk, B (today: the in-memory BM25)", "rss_open_to_ready_per_chunk", 0),
+    ("peak while opening over the process's own, MB", "open_peak_over_base_mb", 0),
+    ("filter columns held, B/chunk", "columns_per_chunk", 0),
+    ("disk per chunk, B", "disk_bytes_per_chunk", 0),
+    *[
+        (f"{mode} {name} p50 / p99, ms", (f"{mode}/{name}_p50_ms", f"{mode}/{name}_p99_ms"), 1)
+        for mode in ("bm25", "dense", "hybrid")
+        for name in ("none", "10%", "1%")
+    ],
+    ("BM25 unfiltered p50 / p99, CPU ms", ("bm25/none_cpu_p50_ms", "bm25/none_cpu_p99_ms"), 1),
+    ("hybrid unfiltered p50 / p99, CPU ms", ("hybrid/none_cpu_p50_ms", "hybrid/none_cpu_p99_ms"), 1),
+    ("upsert (local ack), mean wall / CPU ms", ("upsert_mean_ms", "upsert_cpu_mean_ms"), 1),
+    ("fresh replica ready from the bucket, s", "fresh_replica_ready_s", 1),
+]
+
+
+def host_cell(row: dict, key: str | tuple[str, ...], digits: int) -> str:
+    keys = (key,) if isinstance(key, str) else key
+    return " / ".join(num(row.get(k), digits) for k in keys)
+
+
+def host_rows(data: dict) -> list[list[str]]:
+    before, after = data["summary"]["before"], data["summary"]["after"]
+    ratios = data["ratios_after_over_before"]
+    first = HOST_FIGURES[0][1]
+    return [
+        [label, host_cell(before, key, digits), host_cell(after, key, digits), host_ratio(ratios, key)]
+        for label, key, digits in HOST_FIGURES
+        if key != first or before.get(first) is not None
+    ]
+
+
+def host_ratio(ratios: dict, key: str | tuple[str, ...]) -> str:
+    """After over before of the row's first figure (the p50 of a p50 / p99 pair)."""
+    found = ratios.get(key if isinstance(key, str) else key[0])
+    return f"{found:.2f}x" if found else ""
+
+
+def host_disk_rows(data: dict) -> list[list[str]]:
+    arms = {name: data["arms"][name]["disk"]["per_chunk"] for name in ("before", "after")}
+    names = sorted(
+        set(arms["before"]) | set(arms["after"]), key=lambda n: -max(a.get(n, 0) for a in arms.values())
+    )
+    shown = [name for name in names if max(a.get(name, 0) for a in arms.values()) >= 1]  # not SQLite's -shm
+    return [[f"`{name}`", num(arms["before"].get(name)), num(arms["after"].get(name))] for name in shown]
+
+
+def host_goal_rows(data: dict) -> list[list[str]]:
+    return [
+        [
+            key,
+            num(goal["goal"], 1),
+            num(goal["value"], 1),
+            goal.get("basis", ""),
+            "yes" if goal["met"] else "no",
+        ]
+        for key, goal in data["goals_10m"].items()
+    ]
+
+
+@section(
+    "One host at scale: ready after a restart, memory, latency, a fresh replica",
+    "host_scale.json",
+    "python benchmarks/host_scale.py --chunks 1000000",
+)
+def host_scale(data: dict, command: str) -> Body:
+    after = data["summary"]["after"]
+    replica = data["arms"]["after"].get("fresh_replica") or {}
+    return Body(
+        fill(
+            "host_scale",
+            **figures_of(data, "chunks", "factory", "vectors", "texts", "arm_seconds", "cpu_count"),
+            before=data["before_commit"][:7],
+            after=(data["after_commit"] or "the tree")[:7],
+            proof=phrase("host_scale.proof") if data["same_index_code"] else "",
+            load=data["load_average_start"][0],
+            load_end=data["load_average_end"][0],
+            build_min=round(data["build"]["process_s"] / 60, 1),
+            queries=data["arms"]["after"]["restart"]["queries"]["queries"],
+            upserts=data["arms"]["after"]["restart"]["upserts"]["upserts"],
+            replica=phrase("host_scale.replica", chunks=replica["chunks"]) if replica else "",
+            table=table(["figure", "before", "after", "after / before"], host_rows(data)),
+            disk=table(["structure", "before, B/chunk", "after, B/chunk"], host_disk_rows(data)),
+            goals=table(["goal at 10M", "goal", "after", "from", "met"], host_goal_rows(data)),
+        ),
+        summary=[
+            f"How soon does one host serve {data['chunks']:,} chunks after a restart, in how much memory?",
+            f"{num(data['summary']['before']['restart_ready_s'], 1)} s before, {num(after['restart_ready_s'], 1)} s "
+            f"after; RSS {num(after['rss_steady_mb'])} MB; BM25 p50 {num(after['bm25/none_p50_ms'], 1)} ms"
+            + (" (a proof run: the same index code on both sides)" if data["same_index_code"] else ""),
+        ],
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Training
 
