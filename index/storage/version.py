@@ -1,5 +1,5 @@
-"""One opened, published version: its store, its FAISS copy, its in-memory BM25, and how far the changelog
-has been applied to them."""
+"""One opened, published version: its store, its FAISS copy, its BM25 index (tantivy, in the version's
+folder), and how far the changelog has been applied to them."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from index.records import DamagedFile, IndexModelMismatch, StorageError
 from index.storage import layout
 from index.storage.columns import Columns, Selection, Unsupported
 from index.storage.filters import TESTED_PER_MATCH
+from index.storage import lexical
 from index.storage.lexical import LexicalIndex
 from index.storage.store import DocumentStore
 from index.storage.vectors import VectorIndex, build_vectors
@@ -45,6 +46,8 @@ class OpenVersion:
         self.store = DocumentStore(self.folder / layout.STORE, create=False, read_only=read_only)
         self.pins: list[int] = []  # changelog points a running rebuild still needs
         self.saved_seq = 0
+        # The version's folder belongs to its writer: a read-only process keeps a private copy.
+        self.lexical = LexicalIndex(None if read_only else self.folder / lexical.FOLDER)
         try:
             self.vectors, meta = VectorIndex.load(self.folder / layout.VECTORS)
             self.applied_seq = self.saved_seq = int(meta.get("synced_seq", 0))
@@ -62,7 +65,6 @@ class OpenVersion:
         self.replaying = True
         self.columns = Columns.load(self.store)  # filterable metadata in memory, following the changelog
         self.columns_enabled = True  # False: filters are planned over SQLite alone (benchmarks compare both)
-        self.lexical = LexicalIndex()
         self.lexical.start(self.store)
 
     def rebuild_vectors(self, reason: str, detail: str) -> None:
@@ -107,7 +109,7 @@ class OpenVersion:
     def bm25(
         self, text: str, limit: int, filters: dict[str, Any] | None, selection: Selection | None = None
     ) -> list[tuple[str, float]]:
-        """In memory when built (a filter: its matches masked in, from the columns; without them, its best
+        """On tantivy when built (a filter: its matches masked in, from the columns; without them, its best
         candidates tested, or its matches listed and ranked alone); FTS5 until then (same ranking function,
         same constants), and while the in-memory copy is at another changelog point than the columns and FAISS
         (a build that just finished, before it replays the writes it missed): one state per search."""
@@ -155,7 +157,8 @@ class OpenVersion:
             pool = deeper
 
     def snapshot(self) -> None:
-        """Save FAISS as of ``applied_seq``, then prune the changelog behind it (and behind any rebuild's pin).
+        """Save FAISS as of ``applied_seq`` and BM25's position, then prune the changelog behind both (and
+        behind any rebuild's pin).
 
         Bounds both the changelog's size and the replay after a crash. Never raises: a snapshot that the
         disk refuses only means a longer replay next time (the changelog is kept). Caller is the writer."""
@@ -174,8 +177,10 @@ class OpenVersion:
             )
             return
         self.saved_seq = self.applied_seq
+        lexical_seq = self.lexical.save()  # None: BM25 needs no changelog (it is built again at the next open)
+        kept = [self.saved_seq, *self.pins, *([] if lexical_seq is None else [lexical_seq])]
         try:
-            self.store.prune_changelog(min([self.saved_seq, *self.pins]))
+            self.store.prune_changelog(min(kept))
         except (StorageError, sqlite3.Error) as exc:
             log.warning("could not prune the changelog of %s: %s", self.folder, exc)
 

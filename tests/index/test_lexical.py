@@ -1,4 +1,5 @@
-"""The in-memory BM25: ranks like FTS5 on real text, follows writes through the changelog, yields to FTS5."""
+"""BM25 on tantivy: ranks like FTS5 on real text, follows writes through the changelog (idempotently, so a crash
+converges), shows one state per search, yields to FTS5 while it builds."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from index.records import Document
 from index.search_index import SearchIndex
-from index.storage.lexical import LexicalIndex
+from index.storage import lexical as module
+from index.storage.lexical import LexicalIndex, indexed_terms
 from index.storage.store import DocumentStore
 from index.text.chunking import Chunk
 
@@ -41,7 +44,7 @@ def scifact_store(tmp_path: Path, shared_data: Path) -> DocumentStore:
 
 
 def test_ranks_like_fts5_on_real_text(scifact_store: DocumentStore, shared_data: Path) -> None:
-    lexical = LexicalIndex()
+    lexical = LexicalIndex()  # a temporary folder
     lexical.build(scifact_store)
     assert lexical.ready
     with (shared_data / "beir-scifact" / "queries.jsonl").open() as handle:
@@ -90,28 +93,130 @@ def test_search_index_uses_it_unfiltered_and_fts5_filtered(tmp_path: Path, tiny_
         index.close()
 
 
-def test_a_search_leaves_no_hold_on_the_arrays_writes_grow(scifact_store: DocumentStore, monkeypatch) -> None:
-    """A search that fails midway keeps its frame alive in the traceback, past the lock: if its locals were
-    views of the index's arrays, every later write failed with BufferError, half-applied (issue 42's soak)."""
-    import numpy as np
+def test_terms_are_our_snowball_stems_and_stopwords_count_in_length(tmp_path: Path) -> None:
+    assert indexed_terms("The cats were RUNNING to a café") == "- cat - run - - café"
+    store = DocumentStore(tmp_path / "documents.sqlite")
+    with store.transaction() as conn:
+        short = Document("short", "runner runs", {})
+        long = Document("long", "runs " + "and the of " * 20, {})  # the same stem, diluted by stopwords
+        store.write_documents(conn, [as_item(short), as_item(long), as_item(Document("x", "other", {}))], log=True)
+    lexical = LexicalIndex(tmp_path / "lexical")
+    lexical.build(store)
+    assert [d for d, _ in lexical.search("running", 5)] == ["short", "long"]
+    assert lexical.search("the and of", 5) == []  # stopwords are never query terms
+    assert lexical.search("-", 5) == []  # nor is the stopwords' placeholder
+    lexical.stop()
+    store.close()
 
-    from index.storage import lexical as module
 
+def change(store: DocumentStore) -> None:
+    with store.transaction() as conn:
+        store.write_documents(conn, [as_item(Document("new", "zebrafish xylophones quantified", {}))], log=True)
+        store.write_documents(conn, [as_item(Document("4983", "xylophones replaced the abstract", {}))], log=True)
+        store.delete_document(conn, "5836", log=True)
+
+
+def state(lexical: LexicalIndex) -> tuple[int, list, list]:
+    return (
+        lexical.documents,
+        lexical.search("xylophones zebrafish", 10),
+        lexical.search("microstructural development human newborn", 20),
+    )
+
+
+def test_a_replay_after_a_crash_converges(scifact_store: DocumentStore, tmp_path: Path) -> None:
+    """Commits past the sidecar's sequence (a crash before the next FAISS snapshot saved it) are replayed on
+    open: deleted and added again, never doubled."""
+    folder = tmp_path / "lexical"
+    lexical = LexicalIndex(folder)
+    lexical.build(scifact_store)
+    built_at = lexical.seq
+    change(scifact_store)
+    assert lexical.sync(scifact_store) == 3
+    expected = state(lexical)
+    assert expected[0] == 600 and expected[1][0][0] == "new" and "4983" in {d for d, _ in expected[1]}
+    lexical.stop()  # no save: the sidecar still says ``built_at``
+
+    reopened = LexicalIndex(folder)
+    assert reopened.seq == built_at and reopened.start(scifact_store) is None and reopened.ready
+    assert reopened.sync(scifact_store) == 3  # the same three documents, again
+    assert state(reopened) == expected
+    reopened.seq = built_at  # and a third time
+    assert reopened.sync(scifact_store) == 3 and state(reopened) == expected
+    assert reopened.save() == scifact_store.max_seq()
+    reopened.stop()
+    again = LexicalIndex(folder)
+    assert again.seq == scifact_store.max_seq() and again.start(scifact_store) is None
+    assert state(again) == expected
+    again.stop()
+
+
+def test_a_damaged_or_stale_index_is_built_again(scifact_store: DocumentStore, tmp_path: Path) -> None:
+    folder = tmp_path / "lexical"
+    lexical = LexicalIndex(folder)
+    lexical.build(scifact_store)
+    expected = lexical.search("microstructural development human newborn", 10)
+    lexical.stop()
+    (folder / "meta.json").write_text("{ not json")
+    damaged = LexicalIndex(folder)
+    assert damaged.start(scifact_store) is not None and damaged.wait(60)
+    assert damaged.search("microstructural development human newborn", 10) == expected
+    damaged.stop()
+    change(scifact_store)
+    scifact_store.prune_changelog(scifact_store.max_seq())  # the sidecar's point is no longer in the changelog
+    stale = LexicalIndex(folder)
+    assert stale.start(scifact_store) is not None and stale.wait(60) and stale.seq == scifact_store.max_seq()
+    assert stale.search("xylophones zebrafish", 1)[0][0] == "new"
+    stale.stop()
+
+
+def test_a_search_sees_one_commit_until_the_next_is_handed_over(scifact_store: DocumentStore) -> None:
+    """``prepare`` commits outside the index's write lock; searches keep the state at ``seq`` (and ``at=``
+    refuses any other point) until ``apply`` hands the new searcher over."""
     lexical = LexicalIndex()
     lexical.build(scifact_store)
-    real_log = np.log
+    before = lexical.seq
+    change(scifact_store)
+    with scifact_store.snapshot():
+        pending = lexical.prepare(scifact_store)
+    assert pending is not None and pending.since == before
+    assert lexical.search("xylophones", 5, at=before) == []  # committed, not yet seen
+    assert lexical.search("xylophones", 5, at=pending.through) is None  # not at that point yet
+    assert lexical.apply(pending, scifact_store) == 3
+    assert lexical.search("xylophones", 5, at=before) is None
+    assert {d for d, _ in lexical.search("xylophones", 5, at=pending.through)} == {"new", "4983"}
+    lexical.stop()
 
-    def failing_log(value):
-        raise RuntimeError("a search that fails after reading the arrays")
 
-    monkeypatch.setattr(module.np, "log", failing_log)
-    with pytest.raises(RuntimeError) as kept:  # pytest keeps the exception and its frames
-        lexical.search("microstructural development human newborn", 5)
-    monkeypatch.setattr(module.np, "log", real_log)
-    with scifact_store.transaction() as conn:
-        scifact_store.write_documents(
-            conn, [as_item(Document("later", "zebrafish xylophones quantified", {}))], log=True
-        )
-    assert lexical.sync(scifact_store) == 1
-    assert [d for d, _ in lexical.search("xylophones", 5)] == ["later"]
-    assert kept.value is not None
+def same(got: list[tuple[str, float]], expected: list[tuple[str, float]]) -> bool:
+    return [d for d, _ in got] == [d for d, _ in expected] and [s for _, s in got] == pytest.approx(
+        [s for _, s in expected]
+    )
+
+
+def test_a_filter_ranks_its_matches_alone_broad_or_selective(scifact_store: DocumentStore) -> None:
+    """Both ways a mask applies (a deeper top list kept where it matches, the query restricted to its rows)
+    give the unfiltered ranking's order among the matches, with the same scores."""
+    lexical = LexicalIndex()
+    lexical.build(scifact_store)
+    rids = dict(scifact_store.query("SELECT id, rid FROM documents"))
+    size = max(rids.values()) + 1
+    query = "cells protein expression in human disease"
+    everything = lexical.search(query, 600)
+    for every in (1, 2, 10, 50, 300):  # 100% .. 0.3% of the documents
+        rows = (np.arange(size) % every) == 0
+        expected = [hit for hit in everything if rows[rids[hit[0]]]][:10]
+        assert same(lexical.search(query, 10, rows=rows), expected), every
+    only = [d for d, _ in everything[5:8]]
+    assert same(lexical.search(query, 10, only=only), everything[5:8])
+    assert lexical.search(query, 10, rows=np.zeros(size, bool)) == []
+    lexical.stop()
+
+
+def test_the_temporary_copy_is_removed_and_nothing_restarts_after_stop(scifact_store: DocumentStore) -> None:
+    lexical = LexicalIndex()
+    assert lexical.start(scifact_store) is not None and lexical.wait(60)
+    folder = lexical.folder
+    assert (folder / module.SYNCED).exists()
+    lexical.stop()
+    assert not folder.exists() and lexical.start(scifact_store) is None
