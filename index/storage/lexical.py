@@ -45,7 +45,7 @@ SYNCED = "synced.json"  # beside tantivy's files: the changelog sequence its las
 FORMAT = 1  # of the schema and the terms: an index of another format is built again
 STOPWORD_TERM = "-"  # every stopword's one term: \w never matches "-", so no query stem equals it
 WRITER_HEAP = 64 << 20
-WRITER_LOCK_WAIT_S = 30.0  # a reopened version waits for the copy it replaces to release tantivy's writer
+WRITER_LOCK_WAIT_S = 1.0  # a reopened version waits for the copy it replaces to release tantivy's writer
 POST_FILTER_DEEPEST = 4000  # a filter whose matches need a deeper top list is applied inside the query
 _local = threading.local()  # a PyStemmer object is not thread-safe: one per thread
 
@@ -79,6 +79,10 @@ def _schema() -> tantivy.Schema:
 
 
 SCHEMA = _schema()
+
+
+class WriterBusy(RuntimeError):
+    """Another copy of the version (in this process or another) holds the folder's tantivy writer."""
 
 
 @dataclass
@@ -176,13 +180,14 @@ class LexicalIndex:
             with self._lock:
                 self.ready = False
                 writer = self._fresh_writer()
-                with store.snapshot():
-                    seq = store.max_seq()  # the rows read below are this point's
-                    for batch in _batches(store.iter_rows(), 2000):
-                        if self._stopped.is_set():
-                            return
-                        for rid, document in batch:
-                            writer.add_document(_document(document.id, rid, document.text))
+                # Before reading, and no read transaction held through the build (it would hold the WAL back):
+                # rows changed while they are read are replayed from ``seq`` by the sync below (idempotent).
+                seq = store.max_seq()
+                for batch in _batches(store.iter_rows(), 2000):
+                    if self._stopped.is_set():
+                        return
+                    for rid, document in batch:
+                        writer.add_document(_document(document.id, rid, document.text))
                 writer.commit()
                 self._committed = seq
                 self._adopt(seq)
@@ -190,6 +195,10 @@ class LexicalIndex:
                 self.ready, self.failed = True, False
             self.sync(store)
             log.info("BM25 index %s ready: %d documents", self.folder, self.documents)
+        except WriterBusy:
+            with self._lock:
+                self._go_private()
+            self.build(store)
         except Exception:  # the store went away (version swapped, closed), a full disk: FTS5 keeps answering
             self.failed = True
             log.warning("BM25 index %s not built; BM25 stays on FTS5", self.folder, exc_info=True)
@@ -207,6 +216,8 @@ class LexicalIndex:
             writer = self._writer_locked()
             writer.delete_all_documents()
             return writer
+        except WriterBusy:
+            raise
         except ValueError:
             if self._writer is not None:
                 self._writer.wait_merging_threads()
@@ -227,11 +238,21 @@ class LexicalIndex:
                 try:
                     self._writer = self._index.writer(WRITER_HEAP, 1)
                     break
-                except ValueError:  # LockBusy
-                    if time.monotonic() > deadline:
+                except ValueError as exc:
+                    if "LockBusy" not in str(exc):
                         raise
+                    if time.monotonic() > deadline:
+                        raise WriterBusy(f"{self.folder}: {exc}") from exc
                     time.sleep(0.05)
         return self._writer
+
+    def _go_private(self) -> None:
+        """Another copy of this version writes the folder (two writable opens of one index in a process):
+        this one keeps its own in a temporary folder from now on. Caller holds the lock."""
+        log.warning("BM25 index %s has another writer: this copy builds its own", self.folder)
+        self._index = None
+        self._temporary = True
+        self.folder = Path(tempfile.mkdtemp(prefix="cloze-lexical-"))
 
     def _adopt(self, seq: int) -> None:
         assert self._index is not None
@@ -267,7 +288,14 @@ class LexicalIndex:
         with self._lock:
             if not self.ready or self.seq != since or self._index is None or through < self._committed:
                 return None  # ``through < _committed``: an older view of the store than the one committed
-            writer = self._writer_locked()
+            try:
+                writer = self._writer_locked()
+            except WriterBusy:
+                self._go_private()
+                writer = None
+            if writer is None:
+                self.start(store)
+                return None
             for doc_id in doc_ids:  # removed before added: a replay of what is already in converges
                 writer.delete_documents_by_term("doc_id", doc_id)
             for doc_id, rid, text in rows:
