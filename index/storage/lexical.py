@@ -10,8 +10,11 @@ percent above), the one difference from the formula the training teacher uses.
 
 SQLite stays the source of truth. The index follows the store through the changelog that keeps FAISS
 current: each changed document is deleted by id and added as the store holds it now, so applying an entry
-twice converges, and a crash at any point is repaired by replaying from the sequence the sidecar
-(``lexical/synced.json``) records, written when FAISS saves its snapshot. A missing, damaged or stale index is
+twice converges. A tantivy commit costs milliseconds of CPU and an fsync, so writes do not wait for one: the
+documents changed since the last commit (at most ``COMMIT_EVERY``) are held in memory as term counts, left out
+of tantivy's answers and scored beside them with the committed index's statistics, and committed in one go
+when they are that many or FAISS saves its snapshot. The sidecar (``lexical/synced.json``) records the
+sequence the committed index covers: a crash at any point is repaired by replaying the changelog from it. A missing, damaged or stale index is
 rebuilt from the store in the background (FTS5 answers meanwhile); a read-only process keeps its own copy in
 a temporary folder (the version's belongs to its writer). A filter reaches it as a mask over the store's
 document rows (``index.storage.columns``): broad ones keep the matches of a deeper top list, selective ones
@@ -27,6 +30,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +51,7 @@ STOPWORD_TERM = "-"  # every stopword's one term: \w never matches "-", so no qu
 WRITER_HEAP = 64 << 20
 WRITER_LOCK_WAIT_S = 1.0  # a reopened version waits for the copy it replaces to release tantivy's writer
 POST_FILTER_DEEPEST = 4000  # a filter whose matches need a deeper top list is applied inside the query
+COMMIT_EVERY = 256  # changed documents held beside the committed index before a commit
 _local = threading.local()  # a PyStemmer object is not thread-safe: one per thread
 
 
@@ -74,6 +79,7 @@ def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("doc_id", stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_integer_field("rid", stored=True, indexed=True, fast=True)  # i64: what term sets of ints match
+    builder.add_integer_field("length", fast=True)  # words: the average length that scores held changes
     builder.add_text_field("stems", stored=False, tokenizer_name="whitespace", index_option="freq")
     return builder.build()
 
@@ -85,14 +91,29 @@ class WriterBusy(RuntimeError):
     """Another copy of the version (in this process or another) holds the folder's tantivy writer."""
 
 
+Held = dict[str, "tuple[int, dict[str, int], int] | None"]  # doc_id -> (rid, term counts, length), None: gone
+
+
+@dataclass(frozen=True)
+class View:
+    """What one search reads: a committed searcher (with its collection statistics) and the documents changed
+    since its commit, at changelog point ``seq``."""
+
+    searcher: tantivy.Searcher
+    held: Held
+    seq: int
+    documents: int  # in the committed index
+    average_length: float
+
+
 @dataclass
 class Pending:
-    """The changelog's ``(since, through]`` committed to tantivy, and the searcher that sees it; ``through``
+    """The changelog's ``(since, through]`` handed to tantivy's writer, and the view that shows it; ``through``
     None: the changelog was pruned past ``since``, the index is built again."""
 
     since: int
     through: int | None
-    searcher: tantivy.Searcher | None = None
+    view: View | None = None
     changed: int = 0
 
 
@@ -101,15 +122,14 @@ class LexicalIndex:
         """``folder``: where the index lives (made when missing); None: a private temporary folder."""
         self._temporary = folder is None
         self.folder = Path(tempfile.mkdtemp(prefix="cloze-lexical-")) if folder is None else Path(folder)
-        self._lock = threading.Lock()  # tantivy's writer: builds and commits
-        self._view = threading.Lock()  # what searches read: the searcher and ``seq``, changed together
+        self._lock = threading.Lock()  # tantivy's writer: builds, staged changes and commits
         self._builder: threading.Thread | None = None
         self._stopped = threading.Event()
         self._writer: tantivy.IndexWriter | None = None
-        self._searcher: tantivy.Searcher | None = None
+        self._view: View | None = None  # replaced whole: a search reads one
+        self._swap = threading.Lock()  # replacing the view (never held through a build or a commit)
         self.ready = False
-        self.seq = 0  # the changelog point the searcher shows
-        self._committed = 0  # the changelog point of the last commit (never replaced by an older view)
+        self._staged = 0  # the changelog point of what the writer holds (never replaced by an older view)
         self.saved_seq = 0  # the point ``synced.json`` records (the changelog must be kept past it)
         self.failed = False  # a build failed: the changelog need not be kept for it
         self._index = self._open_existing()
@@ -124,13 +144,19 @@ class LexicalIndex:
                 raise ValueError(f"format {synced.get('format')!r}, not {FORMAT}")
             seq = int(synced["synced_seq"])
             index = tantivy.Index.open(str(self.folder))
-            self._searcher = index.searcher()
+            self._view = _view(index, {}, seq)
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
             if (self.folder / SYNCED).exists():
                 log.warning("BM25 index %s does not open (%s): built again from the store", self.folder, exc)
             return None
-        self.seq = self.saved_seq = self._committed = seq
+        self.saved_seq = self._staged = seq
         return index
+
+    @property
+    def seq(self) -> int:
+        """The changelog point searches see."""
+        view = self._view
+        return 0 if view is None else view.seq
 
     def start(self, store: DocumentStore) -> threading.Thread | None:
         """Ready at once when the folder holds an index the changelog can bring up to date; otherwise built in
@@ -164,9 +190,9 @@ class LexicalIndex:
             builder.join()
             if self._builder is builder:
                 break
-        with self._lock, self._view:
+        with self._lock, self._swap:
             writer, self._writer = self._writer, None
-            self._searcher = self._index = None
+            self._view = self._index = None
         if writer is not None:
             writer.wait_merging_threads()
         if self._temporary:
@@ -187,11 +213,13 @@ class LexicalIndex:
                     if self._stopped.is_set():
                         return
                     for rid, document in batch:
-                        writer.add_document(_document(document.id, rid, document.text))
+                        writer.add_document(_document(document.id, rid, indexed_terms(document.text)))
                 writer.commit()
-                self._committed = seq
-                self._adopt(seq)
-                self._save_locked()
+                self._staged = seq
+                fresh = _view(self._index, {}, seq)
+                with self._swap:
+                    self._view = fresh
+                self._save_locked(seq)
                 self.ready, self.failed = True, False
             self.sync(store)
             log.info("BM25 index %s ready: %d documents", self.folder, self.documents)
@@ -254,13 +282,6 @@ class LexicalIndex:
         self._temporary = True
         self.folder = Path(tempfile.mkdtemp(prefix="cloze-lexical-"))
 
-    def _adopt(self, seq: int) -> None:
-        assert self._index is not None
-        self._index.reload()
-        searcher = self._index.searcher()
-        with self._view:
-            self._searcher, self.seq = searcher, seq
-
     def sync(self, store: DocumentStore) -> int:
         """Apply changelog entries past ``seq``: each changed document is re-read as it is now."""
         with store.snapshot():
@@ -268,9 +289,10 @@ class LexicalIndex:
         return self.apply(pending, store)
 
     def prepare(self, store: DocumentStore) -> Pending | None:
-        """Commit the documents changed past ``seq``, as the store holds them, to tantivy, outside the index's
-        write lock: searches keep the searcher they hold (the state at ``seq``) until ``apply`` hands over the
-        new one. Called in the caller's snapshot of the store."""
+        """Hand the documents changed past ``seq``, as the store holds them, to tantivy's writer, held beside
+        the committed index (committed once ``COMMIT_EVERY`` are held), outside the index's write lock:
+        searches keep the view they read (the state at ``seq``) until ``apply`` hands over the new one. Called
+        in the caller's snapshot of the store."""
         since = self.seq
         if not self.ready or self._stopped.is_set():  # a running build replays the changelog when it ends
             return None
@@ -286,8 +308,9 @@ class LexicalIndex:
         )
         through = changes[-1][0]
         with self._lock:
-            if not self.ready or self.seq != since or self._index is None or through < self._committed:
-                return None  # ``through < _committed``: an older view of the store than the one committed
+            view = self._view
+            if not self.ready or view is None or view.seq != since or self._index is None or through < self._staged:
+                return None  # ``through < _staged``: an older view of the store than the writer's
             try:
                 writer = self._writer_locked()
             except WriterBusy:
@@ -296,14 +319,41 @@ class LexicalIndex:
             if writer is None:
                 self.start(store)
                 return None
-            for doc_id in doc_ids:  # removed before added: a replay of what is already in converges
-                writer.delete_documents_by_term("doc_id", doc_id)
-            for doc_id, rid, text in rows:
-                writer.add_document(_document(doc_id, rid, text))
-            writer.commit()
-            self._committed = through
-            self._index.reload()
-            return Pending(since, through, self._index.searcher(), len(doc_ids))
+            held: Held = {**view.held, **dict.fromkeys(doc_ids)}
+            try:
+                for doc_id in doc_ids:  # removed before added: a replay of what is already in converges
+                    writer.delete_documents_by_term("doc_id", doc_id)
+                for doc_id, rid, text in rows:
+                    terms = indexed_terms(text)
+                    writer.add_document(_document(doc_id, rid, terms))
+                    held[doc_id] = _counted(rid, terms)
+                self._staged = through
+                fresh = self._commit_locked(through) if len(held) >= COMMIT_EVERY else None
+            except (ValueError, OSError) as exc:  # a full disk: FAISS and the columns go on, BM25 answers from
+                # FTS5 while the index is built again (the writer's uncommitted changes went with it)
+                log.warning("BM25 index %s could not commit (built again): %s", self.folder, exc)
+                self._drop_writer()
+                self.start(store)
+                return None
+            next_view = fresh or View(view.searcher, held, through, view.documents, view.average_length)
+            return Pending(since, through, next_view, len(doc_ids))
+
+    def _commit_locked(self, seq: int) -> View:
+        """Commit what the writer holds (the store's changes through ``seq``): a view with none held. Caller
+        holds the lock."""
+        assert self._writer is not None and self._index is not None
+        self._writer.commit()
+        return _view(self._index, {}, seq)
+
+    def _drop_writer(self) -> None:
+        """A writer whose commit failed is let go with what it had not committed. Caller holds the lock."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.rollback()
+                writer.wait_merging_threads()
+            except ValueError as exc:
+                log.warning("BM25 index %s: its writer ended with an error: %s", self.folder, exc)
 
     def apply(self, pending: Pending | None, store: DocumentStore) -> int:
         """Searches see ``pending``'s commit from here (the caller holds the index's write lock, so that they see
@@ -314,38 +364,47 @@ class LexicalIndex:
             if self.ready and self.seq == pending.since:
                 self.start(store)
             return 0
-        with self._view:
+        with self._swap:
             if not self.ready or self.seq != pending.since:
                 return 0
-            self._searcher, self.seq = pending.searcher, pending.through
+            self._view = pending.view
         return pending.changed
 
     def save(self) -> int | None:
-        """Record in the sidecar that the committed index covers the changelog through ``seq`` (every change
-        is committed as it is applied); the sequence the changelog must be kept from for this index, or None
-        when it needs none (its build failed: the next open builds it again)."""
+        """Commit the held changes and record in the sidecar that the committed index covers the changelog
+        through that point (FAISS's snapshot calls this): the sequence the changelog must be kept from for this
+        index, or None when it needs none (its build failed: the next open builds it again)."""
         with self._lock:
-            if self.ready and self.seq > self.saved_seq and not self._temporary:
+            view = self._view
+            if self.ready and view is not None and self._staged > self.saved_seq and self._writer is not None:
                 try:
-                    self._save_locked()
-                except OSError as exc:
-                    log.warning("could not save BM25's position in %s (the changelog is kept): %s", self.folder, exc)
+                    fresh = self._commit_locked(self._staged)
+                    with self._swap:
+                        if self._view is view and view.seq == self._staged:  # one state, committed alone
+                            self._view = fresh
+                    if not self._temporary:
+                        self._save_locked(self._staged)
+                except (ValueError, OSError) as exc:
+                    log.warning("could not save BM25's index in %s (the changelog is kept): %s", self.folder, exc)
             return None if self.failed else self.saved_seq
 
-    def _save_locked(self) -> None:
+    def _save_locked(self, seq: int) -> None:
         temporary = self.folder / f".{SYNCED}.tmp"
         with temporary.open("w") as handle:
-            json.dump({"synced_seq": self.seq, "format": FORMAT}, handle)
+            json.dump({"synced_seq": seq, "format": FORMAT}, handle)
             handle.flush()
             os.fsync(handle.fileno())
         temporary.replace(self.folder / SYNCED)
-        self.saved_seq = self.seq
+        self.saved_seq = seq
 
     @property
     def documents(self) -> int:
-        """Documents held (deleted ones not counted)."""
-        searcher = self._searcher
-        return 0 if searcher is None else searcher.num_docs
+        """Documents searched (deleted ones not counted)."""
+        view = self._view
+        if view is None:
+            return 0
+        stale = sum(_count(view.searcher, tantivy.Query.term_query(SCHEMA, "doc_id", d)) for d in view.held)
+        return view.documents - stale + sum(entry is not None for entry in view.held.values())
 
     def disk_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.folder.iterdir() if f.is_file())
@@ -365,26 +424,84 @@ class LexicalIndex:
         those documents (the same scores: the collection statistics stay those of every document, as FTS5's
         are). ``at``: None unless the index is at that changelog point (the caller's other copies')."""
         stems = query_stems(text)
-        with self._view:  # one searcher for the whole search, the one at ``seq``
-            searcher = self._searcher
-            if at is not None and (self.seq != at or not self.ready or searcher is None):
-                return None
-        if searcher is None or limit <= 0 or not stems:
+        view = self._view  # one view for the whole search, the one at ``seq``
+        if at is not None and (view is None or view.seq != at or not self.ready):
+            return None
+        if view is None or limit <= 0 or not stems:
             return []
         query = _any_of(stems)
+        if view.held:  # their committed copies are stale: scored from the held counts instead
+            stale = tantivy.Query.term_set_query(SCHEMA, "doc_id", list(view.held))
+            query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), (tantivy.Occur.MustNot, stale)])
         if only is not None:
-            return _top(searcher, _restricted(query, "doc_id", list(dict.fromkeys(only))), limit)[0]
-        if rows is None:
-            return _top(searcher, query, limit)[0]
-        return _filtered(searcher, query, limit, rows)
+            found = _top(view.searcher, _restricted(query, "doc_id", list(dict.fromkeys(only))), limit)[0]
+        elif rows is None:
+            found = _top(view.searcher, query, limit)[0]
+        else:
+            found = _filtered(view.searcher, query, limit, rows)
+        if not view.held:
+            return found
+        allowed = None if only is None else set(only)
+        held = _score_held(view, stems, rows, allowed)
+        return sorted(found + held, key=lambda hit: -hit[1])[:limit]
 
 
-def _document(doc_id: str, rid: int, text: str) -> tantivy.Document:
+def _document(doc_id: str, rid: int, terms: str) -> tantivy.Document:
     document = tantivy.Document()
     document.add_text("doc_id", doc_id)
     document.add_integer("rid", int(rid))
-    document.add_text("stems", indexed_terms(text))
+    document.add_integer("length", terms.count(" ") + 1 if terms else 0)
+    document.add_text("stems", terms)
     return document
+
+
+def _counted(rid: int, terms: str) -> tuple[int, dict[str, int], int]:
+    tokens = terms.split()
+    return int(rid), Counter(t for t in tokens if t != STOPWORD_TERM), len(tokens)
+
+
+def _view(index: tantivy.Index, held: Held, seq: int) -> View:
+    """The index's latest commit as a view, with the statistics that score held documents beside it."""
+    index.reload()
+    searcher = index.searcher()
+    documents = searcher.num_docs
+    average = 0.0
+    if documents:
+        stats = searcher.aggregate(tantivy.Query.all_query(), {"length": {"avg": {"field": "length"}}})
+        average = float(stats["length"]["value"] or 0.0)
+    return View(searcher, held, seq, documents, average)
+
+
+def _count(searcher: tantivy.Searcher, query: tantivy.Query) -> int:
+    return searcher.search(query, 1, count=True).count
+
+
+def _score_held(
+    view: View, stems: list[str], rows: np.ndarray | None, allowed: set[str] | None
+) -> list[tuple[str, float]]:
+    """Okapi BM25 of the held documents (the formula tantivy scores with) with the committed index's
+    collection statistics counting the held documents in, as a commit would (their stale copies too, as
+    tantivy's document frequencies do until a merge drops them): each term's document frequency, the
+    documents, the average length."""
+    alive = [entry for entry in view.held.values() if entry is not None]
+    total = max(view.documents + len(alive), 1)
+    average = view.average_length or 1.0
+    idf = {}
+    for stem in stems:
+        df = view.searcher.doc_freq("stems", stem) + sum(stem in counts for _, counts, _ in alive)
+        idf[stem] = float(np.log(1.0 + (total - df + 0.5) / (df + 0.5)))
+    scored = []
+    for doc_id, entry in view.held.items():
+        if entry is None or (allowed is not None and doc_id not in allowed):
+            continue
+        rid, counts, length = entry
+        if rows is not None and not (rid < len(rows) and rows[rid]):
+            continue
+        norm = K1 * (1 - B + B * length / average)
+        score = sum(idf[s] * counts[s] * (K1 + 1) / (counts[s] + norm) for s in stems if s in counts)
+        if score > 0:
+            scored.append((doc_id, score))
+    return scored
 
 
 def _batches(items: Iterable, size: int) -> Iterable[list]:
