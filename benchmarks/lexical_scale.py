@@ -5,7 +5,9 @@ sentences as queries. CPU seconds are the fair figure on a shared machine (wall 
 
 Measured for each: the build (the old one runs at every open), opening a built index, bytes per chunk (on disk
 for tantivy; the old one's postings arrays in memory), query p50/p99 unfiltered and with a filter mask matching
-10% and 1% of the chunks, one upsert's catch-up (the write path's share), and the top 10's agreement.
+10% and 1% of the chunks (for tantivy also each way a mask applies, forced: a deeper top list whose matches
+are kept, ``widen``, or the query restricted to the mask's rows, ``restrict``), one upsert's catch-up (the
+write path's share) and, for tantivy, the commit of the held writes, and the top 10's agreement.
 
     nice -n 10 .venv/bin/python benchmarks/lexical_scale.py --chunks 100000 --before /tmp/before-checkout
 """
@@ -13,6 +15,7 @@ for tantivy; the old one's postings arrays in memory), query p50/p99 unfiltered 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import random
@@ -30,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.index_scale import split_sentences  # noqa: E402
 from harness.provenance import command, load_average  # noqa: E402
 from index.records import Document  # noqa: E402
+from index.storage import lexical  # noqa: E402
 from index.storage.lexical import LexicalIndex  # noqa: E402
 from index.storage.store import DocumentStore  # noqa: E402
 from index.text.chunking import Chunk  # noqa: E402
@@ -96,9 +100,29 @@ def measure(name: str, index, build, reopen, store: DocumentStore, queries: list
     result["unfiltered"] = latencies(lambda q: index.search(q, 10), queries)
     for label, mask in masks.items():
         result[f"filter_{label}"] = latencies(lambda q, m=mask: index.search(q, 10, rows=m), queries)
+    if isinstance(index, LexicalIndex):  # the two ways a mask applies, each forced
+        for plan, deepest in (("widen", 10**12), ("restrict", 0)):
+            for label, mask in masks.items():
+                with forced(deepest):
+                    result[f"filter_{label}_{plan}"] = latencies(
+                        lambda q, m=mask: index.search(q, 10, rows=m), queries
+                    )
     result["upsert_catch_up"] = upsert_cost(index, store)
+    if isinstance(index, LexicalIndex):  # the held writes' commit, once per COMMIT_EVERY documents
+        cpu, wall, _ = timed(index.save)
+        result["commit_held_ms"] = {"cpu_ms": round(1000 * cpu, 2), "wall_ms": round(1000 * wall, 2)}
     print(name, json.dumps(result), flush=True)
     return result
+
+
+@contextlib.contextmanager
+def forced(deepest: int):
+    """Every filter widens the top list (``deepest`` huge) or restricts the query (0)."""
+    saved, lexical.POST_FILTER_DEEPEST = lexical.POST_FILTER_DEEPEST, deepest
+    try:
+        yield
+    finally:
+        lexical.POST_FILTER_DEEPEST = saved
 
 
 def index_bytes(index) -> int:
@@ -114,15 +138,22 @@ def upsert_cost(index, store: DocumentStore, rounds: int = 30) -> dict[str, floa
     for i in range(rounds):
         text = f"zebrafish xylophone number {i} quantified in a fresh document"
         with store.transaction() as conn:
-            store.write_documents(conn, [(Document(f"new{i % 3}", text, {}), [Chunk(0, text, 0)], None)], log=True)
+            store.write_documents(
+                conn, [(Document(f"new{i % 3}", text, {}), [Chunk(0, text, 0)], None)], log=True
+            )
         cpu, wall, _ = timed(lambda: index.sync(store))
         cpus.append(cpu)
         walls.append(wall)
-    return {"cpu_ms": round(1000 * float(np.median(cpus)), 2), "wall_ms": round(1000 * float(np.median(walls)), 2)}
+    return {
+        "cpu_ms": round(1000 * float(np.median(cpus)), 2),
+        "wall_ms": round(1000 * float(np.median(walls)), 2),
+    }
 
 
 def top10_agreement(before, after, queries: list[str]) -> float:
-    shared = [len({d for d, _ in before.search(q, 10)} & {d for d, _ in after.search(q, 10)}) for q in queries]
+    shared = [
+        len({d for d, _ in before.search(q, 10)} & {d for d, _ in after.search(q, 10)}) for q in queries
+    ]
     return round(sum(shared) / (10 * len(queries)), 3)
 
 
@@ -143,9 +174,13 @@ def main() -> None:
         size = store.counts()["documents"] + 1
         masks = {"10pct": rng.random(size) < 0.10, "1pct": rng.random(size) < 0.01}
         old = load_before(args.before).LexicalIndex()
-        before = measure("before", old, lambda: old.build(store), rebuild(store, args.before), store, queries, masks)
+        before = measure(
+            "before", old, lambda: old.build(store), rebuild(store, args.before), store, queries, masks
+        )
         new = LexicalIndex(work / "lexical")
-        after = measure("after", new, lambda: new.build(store), reopen_tantivy(store, work), store, queries, masks)
+        after = measure(
+            "after", new, lambda: new.build(store), reopen_tantivy(store, work), store, queries, masks
+        )
         new = LexicalIndex(work / "lexical")
         new.start(store)
         result = {

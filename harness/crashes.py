@@ -233,12 +233,16 @@ class Chain:
                 hits = http.post("/search", json={"query": text, "top_k": 1, "mode": "dense"})
                 top = hits.json()["results"] if hits.status_code == 200 else []
                 lexical = http.post("/search", json={"query": text, "top_k": 10, "mode": "bm25"})
-                words = {hit["id"] for hit in lexical.json()["results"]} if lexical.status_code == 200 else set()
+                words = (
+                    {hit["id"] for hit in lexical.json()["results"]} if lexical.status_code == 200 else set()
+                )
                 kept = got.status_code == 200 and got.json()["text"] == text
                 if kept and top and top[0]["id"] == doc_id and doc_id in words:
                     found += 1
                 elif len(problems) < 5:
-                    problems.append(f"{doc_id}: GET {got.status_code}, top {top[:1]}, in BM25's top 10: {doc_id in words}")
+                    problems.append(
+                        f"{doc_id}: GET {got.status_code}, top {top[:1]}, in BM25's top 10: {doc_id in words}"
+                    )
             counts = http.get("/index/fields").json()["counts"]
         row = {
             "case": case,

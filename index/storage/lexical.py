@@ -78,7 +78,9 @@ def query_stems(text: str) -> list[str]:
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("doc_id", stored=True, tokenizer_name="raw", index_option="basic")
-    builder.add_integer_field("rid", stored=True, indexed=True, fast=True)  # i64: what term sets of ints match
+    builder.add_integer_field(
+        "rid", stored=True, indexed=True, fast=True
+    )  # i64: what term sets of ints match
     builder.add_integer_field("length", fast=True)  # words: the average length that scores held changes
     builder.add_text_field("stems", stored=False, tokenizer_name="whitespace", index_option="freq")
     return builder.build()
@@ -167,7 +169,9 @@ class LexicalIndex:
             if store.pruned_through() <= self.seq <= store.max_seq():
                 self.ready = True  # the caller's catch-up replays the changelog past ``seq``
                 return None
-            log.info("BM25 index %s at sequence %s, outside the changelog: built again", self.folder, self.seq)
+            log.info(
+                "BM25 index %s at sequence %s, outside the changelog: built again", self.folder, self.seq
+            )
         # Not ready from now, not from when the builder takes the lock: a write's sync would otherwise wait out
         # the whole build while holding the index's write lock (every search waiting behind it).
         self.ready = False
@@ -309,7 +313,13 @@ class LexicalIndex:
         through = changes[-1][0]
         with self._lock:
             view = self._view
-            if not self.ready or view is None or view.seq != since or self._index is None or through < self._staged:
+            if (
+                not self.ready
+                or view is None
+                or view.seq != since
+                or self._index is None
+                or through < self._staged
+            ):
                 return None  # ``through < _staged``: an older view of the store than the writer's
             try:
                 writer = self._writer_locked()
@@ -329,7 +339,10 @@ class LexicalIndex:
                     held[doc_id] = _counted(rid, terms)
                 self._staged = through
                 fresh = self._commit_locked(through) if len(held) >= COMMIT_EVERY else None
-            except (ValueError, OSError) as exc:  # a full disk: FAISS and the columns go on, BM25 answers from
+            except (
+                ValueError,
+                OSError,
+            ) as exc:  # a full disk: FAISS and the columns go on, BM25 answers from
                 # FTS5 while the index is built again (the writer's uncommitted changes went with it)
                 log.warning("BM25 index %s could not commit (built again): %s", self.folder, exc)
                 self._drop_writer()
@@ -385,7 +398,9 @@ class LexicalIndex:
                     if not self._temporary:
                         self._save_locked(self._staged)
                 except (ValueError, OSError) as exc:
-                    log.warning("could not save BM25's index in %s (the changelog is kept): %s", self.folder, exc)
+                    log.warning(
+                        "could not save BM25's index in %s (the changelog is kept): %s", self.folder, exc
+                    )
             return None if self.failed else self.saved_seq
 
     def _save_locked(self, seq: int) -> None:
@@ -527,7 +542,9 @@ def _restricted(query: tantivy.Query, field: str, values: list) -> tantivy.Query
     return tantivy.Query.boolean_query([(tantivy.Occur.Must, query), (tantivy.Occur.Must, inside)])
 
 
-def _top(searcher: tantivy.Searcher, query: tantivy.Query, limit: int) -> tuple[list[tuple[str, float]], list[int]]:
+def _top(
+    searcher: tantivy.Searcher, query: tantivy.Query, limit: int
+) -> tuple[list[tuple[str, float]], list[int]]:
     """The best ``limit`` hits (doc_id, score) and their rids; ties in index order."""
     found = searcher.search(query, limit, count=False).hits
     hits, rids = [], []
@@ -538,7 +555,9 @@ def _top(searcher: tantivy.Searcher, query: tantivy.Query, limit: int) -> tuple[
     return hits, rids
 
 
-def _filtered(searcher: tantivy.Searcher, query: tantivy.Query, limit: int, rows: np.ndarray) -> list[tuple[str, float]]:
+def _filtered(
+    searcher: tantivy.Searcher, query: tantivy.Query, limit: int, rows: np.ndarray
+) -> list[tuple[str, float]]:
     """A filter's matches (``rows``: a mask over rids, exact, so its match rate is known): a broad filter keeps
     the matches of a top list deep enough to hold ``limit`` of them at that rate (deepened when it did not);
     a selective one, or one whose list would be too deep, restricts the query to its rows."""

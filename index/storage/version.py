@@ -12,10 +12,9 @@ from typing import Any
 import numpy as np
 
 from index.records import DamagedFile, IndexModelMismatch, StorageError
-from index.storage import layout
+from index.storage import layout, lexical
 from index.storage.columns import Columns, Selection, Unsupported
 from index.storage.filters import TESTED_PER_MATCH
-from index.storage import lexical
 from index.storage.lexical import LexicalIndex
 from index.storage.store import DocumentStore
 from index.storage.vectors import VectorIndex, build_vectors
@@ -177,7 +176,9 @@ class OpenVersion:
             )
             return
         self.saved_seq = self.applied_seq
-        lexical_seq = self.lexical.save()  # None: BM25 needs no changelog (it is built again at the next open)
+        lexical_seq = (
+            self.lexical.save()
+        )  # None: BM25 needs no changelog (it is built again at the next open)
         kept = [self.saved_seq, *self.pins, *([] if lexical_seq is None else [lexical_seq])]
         try:
             self.store.prune_changelog(min(kept))

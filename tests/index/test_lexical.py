@@ -99,7 +99,9 @@ def test_terms_are_our_snowball_stems_and_stopwords_count_in_length(tmp_path: Pa
     with store.transaction() as conn:
         short = Document("short", "runner runs", {})
         long = Document("long", "runs " + "and the of " * 20, {})  # the same stem, diluted by stopwords
-        store.write_documents(conn, [as_item(short), as_item(long), as_item(Document("x", "other", {}))], log=True)
+        store.write_documents(
+            conn, [as_item(short), as_item(long), as_item(Document("x", "other", {}))], log=True
+        )
     lexical = LexicalIndex(tmp_path / "lexical")
     lexical.build(store)
     assert [d for d, _ in lexical.search("running", 5)] == ["short", "long"]
@@ -111,8 +113,12 @@ def test_terms_are_our_snowball_stems_and_stopwords_count_in_length(tmp_path: Pa
 
 def change(store: DocumentStore) -> None:
     with store.transaction() as conn:
-        store.write_documents(conn, [as_item(Document("new", "zebrafish xylophones quantified", {}))], log=True)
-        store.write_documents(conn, [as_item(Document("4983", "xylophones replaced the abstract", {}))], log=True)
+        store.write_documents(
+            conn, [as_item(Document("new", "zebrafish xylophones quantified", {}))], log=True
+        )
+        store.write_documents(
+            conn, [as_item(Document("4983", "xylophones replaced the abstract", {}))], log=True
+        )
         store.delete_document(conn, "5836", log=True)
 
 
@@ -156,7 +162,8 @@ def alike(got: tuple[int, list, list], expected: tuple[int, list, list]) -> bool
     """The same documents, found by the same queries, with close scores: held documents count in the statistics
     that score committed ones only once committed (and tantivy rounds lengths)."""
     return got[0] == expected[0] and all(
-        {d for d, _ in a} == {d for d, _ in b} and [s for _, s in a] == pytest.approx([s for _, s in b], rel=0.1)
+        {d for d, _ in a} == {d for d, _ in b}
+        and [s for _, s in a] == pytest.approx([s for _, s in b], rel=0.1)
         for a, b in zip(got[1:], expected[1:], strict=True)
     )
 
@@ -173,7 +180,9 @@ def test_a_damaged_or_stale_index_is_built_again(scifact_store: DocumentStore, t
     assert damaged.search("microstructural development human newborn", 10) == expected
     damaged.stop()
     change(scifact_store)
-    scifact_store.prune_changelog(scifact_store.max_seq())  # the sidecar's point is no longer in the changelog
+    scifact_store.prune_changelog(
+        scifact_store.max_seq()
+    )  # the sidecar's point is no longer in the changelog
     stale = LexicalIndex(folder)
     assert stale.start(scifact_store) is not None and stale.wait(60) and stale.seq == scifact_store.max_seq()
     assert stale.search("xylophones zebrafish", 1)[0][0] == "new"
