@@ -101,9 +101,9 @@ def measure(name: str, index, build, reopen, store: DocumentStore, queries: list
     for label, mask in masks.items():
         result[f"filter_{label}"] = latencies(lambda q, m=mask: index.search(q, 10, rows=m), queries)
     if isinstance(index, LexicalIndex):  # the two ways a mask applies, each forced
-        for plan, deepest in (("widen", 10**12), ("restrict", 0)):
+        for plan in ("widen", "restrict"):
             for label, mask in masks.items():
-                with forced(deepest):
+                with forced(plan == "widen"):
                     result[f"filter_{label}_{plan}"] = latencies(
                         lambda q, m=mask: index.search(q, 10, rows=m), queries
                     )
@@ -116,13 +116,13 @@ def measure(name: str, index, build, reopen, store: DocumentStore, queries: list
 
 
 @contextlib.contextmanager
-def forced(deepest: int):
-    """Every filter widens the top list (``deepest`` huge) or restricts the query (0)."""
-    saved, lexical.POST_FILTER_DEEPEST = lexical.POST_FILTER_DEEPEST, deepest
+def forced(widen: bool):
+    """Every filter widens the top list (until it holds ``limit`` matches), or none does."""
+    saved, lexical.widens = lexical.widens, lambda pool, matched: widen
     try:
         yield
     finally:
-        lexical.POST_FILTER_DEEPEST = saved
+        lexical.widens = saved
 
 
 def index_bytes(index) -> int:
