@@ -188,6 +188,7 @@ class OpenVersion:
     def close(self, save: bool) -> None:
         if save:  # a fresher snapshot makes the next open cheaper; the changelog makes it optional
             self.snapshot()
+            self.lexical.save()  # BM25's held writes committed: nothing of them to replay at the next open
         self.lexical.stop()
         self.store.close()
 

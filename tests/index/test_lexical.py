@@ -290,3 +290,20 @@ def test_held_changes_are_committed_in_one_go(scifact_store: DocumentStore, monk
     assert {d for d, _ in lexical.search("xylophones", 5)} == {"new", "4983", "more"}
     assert lexical.documents == 601
     lexical.stop()
+
+
+def test_closing_commits_the_held_writes(tmp_path: Path, tiny_encoder) -> None:
+    index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    assert index.wait_for_lexical(60)
+    index.upsert([Document("a", "the king plays guitar", {}), Document("b", "the queen reads", {})])
+    live = index._live
+    assert set(live.lexical._view.held) == {"a", "b"}
+    index.close()
+    synced = json.loads((live.folder / module.FOLDER / module.SYNCED).read_text())
+    assert synced["synced_seq"] == 2
+    reopened = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    try:
+        assert reopened.wait_for_lexical(0) and reopened._live.lexical._view.held == {}  # nothing replayed
+        assert [h.id for h in reopened.search(None, "guitar", mode="bm25")] == ["a"]
+    finally:
+        reopened.close()
