@@ -51,9 +51,9 @@ STOPWORD_TERM = "-"  # every stopword's one term: \w never matches "-", so no qu
 WRITER_HEAP = 64 << 20
 WRITER_LOCK_WAIT_S = 1.0  # a reopened version waits for the copy it replaces to release tantivy's writer
 # What a filter's two plans cost (benchmarks/results/lexical_scale.json, 100k chunks): a widened top list about
-# 4 us a hit (each hit's stored rid is read), a query restricted to the filter's rows about 4 ms plus 0.8 us a
-# matching document (its term set). 10% of 100k: widened 1.6 ms, restricted 12 ms; 1%: 6.5 and 5.0 ms.
-WIDEN_MS_PER_HIT, RESTRICT_MS, RESTRICT_MS_PER_MATCH = 0.004, 4.0, 0.0008
+# 5 us a hit (each hit's stored rid is read), a query restricted to the filter's rows about 5 ms plus 1.6 us a
+# matching document (its term set). 10% of 100k: widened 2.0 ms, restricted 21 ms; 1%: 7.7 and 6.5 ms.
+WIDEN_MS_PER_HIT, RESTRICT_MS, RESTRICT_MS_PER_MATCH = 0.005, 5.0, 0.0016
 COMMIT_EVERY = 256  # changed documents held beside the committed index before a commit
 _local = threading.local()  # a PyStemmer object is not thread-safe: one per thread
 
