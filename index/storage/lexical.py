@@ -503,7 +503,8 @@ def _score_held(
     documents, the average length."""
     alive = [entry for entry in view.held.values() if entry is not None]
     total = max(view.documents + len(alive), 1)
-    average = view.average_length or 1.0
+    words = view.average_length * view.documents + sum(length for _, _, length in alive)
+    average = words / total or 1.0
     idf = {}
     for stem in stems:
         df = view.searcher.doc_freq("stems", stem) + sum(stem in counts for _, counts, _ in alive)

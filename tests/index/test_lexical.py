@@ -307,3 +307,23 @@ def test_closing_commits_the_held_writes(tmp_path: Path, tiny_encoder) -> None:
         assert [h.id for h in reopened.search(None, "guitar", mode="bm25")] == ["a"]
     finally:
         reopened.close()
+
+
+def test_held_documents_score_as_they_will_once_committed(tmp_path: Path) -> None:
+    """A new collection's first writes are all held (its committed index is empty): their scores must be the
+    ones tantivy gives after the commit (a replica restored from a base has them committed), so a writer and
+    its replica rank alike."""
+    store = DocumentStore(tmp_path / "documents.sqlite")
+    lexical = LexicalIndex(tmp_path / "lexical")
+    lexical.build(store)
+    texts = ["the cat sat on the mat", "a dog and a cat", "guitar music for the dog", "france is a country"]
+    with store.transaction() as conn:
+        store.write_documents(
+            conn, [as_item(Document(f"d{i}", t, {})) for i, t in enumerate(texts)], log=True
+        )
+    assert lexical.sync(store) == 4 and len(lexical._view.held) == 4
+    held = lexical.search("cat dog guitar", 10)
+    assert lexical.save() == store.max_seq() and lexical._view.held == {}
+    assert same(lexical.search("cat dog guitar", 10), held)
+    lexical.stop()
+    store.close()
