@@ -390,6 +390,8 @@ class LexicalIndex:
         """Commit the held changes and record in the sidecar that the committed index covers the changelog
         through that point (FAISS's snapshot calls this): the sequence the changelog must be kept from for this
         index, or None when it needs none (its build failed: the next open builds it again)."""
+        if not self.ready:  # a build holds the writer for its whole run: never wait for it here
+            return None if self.failed else self.saved_seq
         with self._lock:
             view = self._view
             if self.ready and view is not None and self._staged > self.saved_seq and self._writer is not None:
