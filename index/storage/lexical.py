@@ -136,7 +136,6 @@ class LexicalIndex:
         self.ready = False
         self._staged = 0  # the changelog point of what the writer holds (never replaced by an older view)
         self.saved_seq = 0  # the point ``synced.json`` records (the changelog must be kept past it)
-        self.failed = False  # a build failed: the changelog need not be kept for it
         self._index = self._open_existing()
 
     # ---- opening, building and following the store ---------------------------------------------------
@@ -227,7 +226,7 @@ class LexicalIndex:
                 with self._swap:
                     self._view = fresh
                 self._save_locked(seq)
-                self.ready, self.failed = True, False
+                self.ready = True
             self.sync(store)
             log.info("BM25 index %s ready: %d documents", self.folder, self.documents)
         except WriterBusy:
@@ -235,7 +234,6 @@ class LexicalIndex:
                 self._go_private()
             self.build(store)
         except Exception:  # the store went away (version swapped, closed), a full disk: FTS5 keeps answering
-            self.failed = True
             log.warning("BM25 index %s not built; BM25 stays on FTS5", self.folder, exc_info=True)
 
     def _fresh_writer(self) -> tantivy.IndexWriter:
@@ -389,24 +387,27 @@ class LexicalIndex:
     def save(self) -> int | None:
         """Commit the held changes and record in the sidecar that the committed index covers the changelog
         through that point (FAISS's snapshot calls this): the sequence the changelog must be kept from for this
-        index, or None when it needs none (its build failed: the next open builds it again)."""
+        index, or None when it needs none: while it builds (its sidecar is gone: a crash builds it again, and
+        a build replays from its own start), in a temporary folder (a restart builds it again)."""
         if not self.ready:  # a build holds the writer for its whole run: never wait for it here
-            return None if self.failed else self.saved_seq
+            return None
         with self._lock:
             view = self._view
-            if self.ready and view is not None and self._staged > self.saved_seq and self._writer is not None:
+            if view is not None and self._staged > self.saved_seq and self._writer is not None:
                 try:
                     fresh = self._commit_locked(self._staged)
                     with self._swap:
                         if self._view is view and view.seq == self._staged:  # one state, committed alone
                             self._view = fresh
-                    if not self._temporary:
+                    if self._temporary:
+                        self.saved_seq = self._staged
+                    else:
                         self._save_locked(self._staged)
                 except (ValueError, OSError) as exc:
                     log.warning(
                         "could not save BM25's index in %s (the changelog is kept): %s", self.folder, exc
                     )
-            return None if self.failed else self.saved_seq
+            return None if self._temporary or not self.ready else self.saved_seq
 
     def _save_locked(self, seq: int) -> None:
         temporary = self.folder / f".{SYNCED}.tmp"
