@@ -390,7 +390,8 @@ class LexicalIndex:
         index, or None when it needs none: while it builds (its sidecar is gone: a crash builds it again, and
         a build replays from its own start), in a temporary folder (a restart builds it again)."""
         if not self.ready:  # a build holds the writer for its whole run: never wait for it here
-            return None
+            opened = self._index is not None and self._builder is None  # from disk, its catch-up to come
+            return self.saved_seq if opened and not self._temporary else None
         with self._lock:
             view = self._view
             if view is not None and self._staged > self.saved_seq and self._writer is not None:

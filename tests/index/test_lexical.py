@@ -327,3 +327,26 @@ def test_held_documents_score_as_they_will_once_committed(tmp_path: Path) -> Non
     assert same(lexical.search("cat dog guitar", 10), held)
     lexical.stop()
     store.close()
+
+
+def test_faiss_rebuilt_at_open_keeps_the_bm25_index(tmp_path: Path, tiny_encoder) -> None:
+    """Repairing FAISS at open saves a snapshot and prunes the changelog before BM25 starts: the prune must
+    stop at BM25's saved point, or the index on disk would be built again for nothing."""
+    index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    assert index.wait_for_lexical(60)
+    index.upsert([Document("a", "the king plays guitar", {})])
+    folder = index._live.folder
+    index.close()
+    index = SearchIndex.open(tmp_path / "idx", tiny_encoder)  # held writes replayed: none
+    index.upsert([Document("b", "the queen plays violin", {})])  # held, not committed: the crash loses it
+    index._live.lexical._writer = None  # as a kill would: what the writer held is never committed
+    index._lease.release()  # and the dead process's writer lock goes with it
+    (folder / "vectors.faiss").write_bytes(b"damaged")
+    reopened = SearchIndex.open(tmp_path / "idx", tiny_encoder)
+    try:
+        lexical = reopened._live.lexical
+        assert lexical._builder is None and lexical.ready  # opened from disk, then replayed
+        assert lexical.seq == reopened._live.applied_seq
+        assert [h.id for h in reopened.search(None, "violin", mode="bm25")] == ["b"]
+    finally:
+        reopened.close()
