@@ -339,7 +339,7 @@ class LexicalIndex:
                     writer.add_document(_document(doc_id, rid, terms))
                     held[doc_id] = _counted(rid, terms)
                 self._staged = through
-                fresh = self._commit_locked(through) if len(held) >= COMMIT_EVERY else None
+                fresh = self._commit_locked(through) if _commit_due(len(held), view.documents) else None
             except (
                 ValueError,
                 OSError,
@@ -468,6 +468,13 @@ class LexicalIndex:
         return sorted(found + held, key=lambda hit: -hit[1])[:limit]
 
 
+def _commit_due(held: int, committed: int) -> bool:
+    """Commit at ``COMMIT_EVERY`` held documents, or sooner while they are more than half as many as the
+    committed ones: held documents count in the statistics only of their own scores, so a small collection
+    (a new one) would rank unlike a copy holding the same documents committed (a replica's base)."""
+    return held >= COMMIT_EVERY or 2 * held > committed
+
+
 def _document(doc_id: str, rid: int, terms: str) -> tantivy.Document:
     document = tantivy.Document()
     document.add_text("doc_id", doc_id)
@@ -512,6 +519,7 @@ def _score_held(
     idf = {}
     for stem in stems:
         df = view.searcher.doc_freq("stems", stem) + sum(stem in counts for _, counts, _ in alive)
+        df = min(df, total)  # tantivy's frequencies count replaced copies until a merge drops them
         idf[stem] = float(np.log(1.0 + (total - df + 0.5) / (df + 0.5)))
     scored = []
     for doc_id, entry in view.held.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 from pathlib import Path
 
 import numpy as np
@@ -292,7 +293,10 @@ def test_held_changes_are_committed_in_one_go(scifact_store: DocumentStore, monk
     lexical.stop()
 
 
-def test_closing_commits_the_held_writes(tmp_path: Path, tiny_encoder) -> None:
+def test_closing_commits_the_held_writes(tmp_path: Path, tiny_encoder, monkeypatch) -> None:
+    monkeypatch.setattr(
+        module, "_commit_due", lambda held, committed: False
+    )  # a small collection commits early
     index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
     assert index.wait_for_lexical(60)
     index.upsert([Document("a", "the king plays guitar", {}), Document("b", "the queen reads", {})])
@@ -309,10 +313,10 @@ def test_closing_commits_the_held_writes(tmp_path: Path, tiny_encoder) -> None:
         reopened.close()
 
 
-def test_held_documents_score_as_they_will_once_committed(tmp_path: Path) -> None:
-    """A new collection's first writes are all held (its committed index is empty): their scores must be the
-    ones tantivy gives after the commit (a replica restored from a base has them committed), so a writer and
-    its replica rank alike."""
+def test_held_documents_score_as_they_will_once_committed(tmp_path: Path, monkeypatch) -> None:
+    """Held documents (here all of them: the committed index is empty) score as tantivy scores them once
+    committed (a replica restored from a base has them committed), so a writer and its replica rank alike."""
+    monkeypatch.setattr(module, "_commit_due", lambda held, committed: False)
     store = DocumentStore(tmp_path / "documents.sqlite")
     lexical = LexicalIndex(tmp_path / "lexical")
     lexical.build(store)
@@ -329,9 +333,10 @@ def test_held_documents_score_as_they_will_once_committed(tmp_path: Path) -> Non
     store.close()
 
 
-def test_faiss_rebuilt_at_open_keeps_the_bm25_index(tmp_path: Path, tiny_encoder) -> None:
+def test_faiss_rebuilt_at_open_keeps_the_bm25_index(tmp_path: Path, tiny_encoder, monkeypatch) -> None:
     """Repairing FAISS at open saves a snapshot and prunes the changelog before BM25 starts: the prune must
     stop at BM25's saved point, or the index on disk would be built again for nothing."""
+    monkeypatch.setattr(module, "_commit_due", lambda held, committed: False)
     index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
     assert index.wait_for_lexical(60)
     index.upsert([Document("a", "the king plays guitar", {})])
@@ -350,3 +355,32 @@ def test_faiss_rebuilt_at_open_keeps_the_bm25_index(tmp_path: Path, tiny_encoder
         assert [h.id for h in reopened.search(None, "violin", mode="bm25")] == ["b"]
     finally:
         reopened.close()
+
+
+def test_a_small_collection_commits_early(tmp_path: Path) -> None:
+    """Held documents more than half as many as the committed ones are committed at once: their statistics
+    would otherwise move the ranking against a copy that has them committed."""
+    assert module._commit_due(1, 0) and module._commit_due(6, 11) and not module._commit_due(6, 12)
+    assert module._commit_due(module.COMMIT_EVERY, 10**6) and not module._commit_due(255, 10**6)
+
+
+def test_documents_replaced_again_and_again_are_all_found(tmp_path: Path) -> None:
+    """Replaced copies stay in tantivy's document frequencies until a merge: a held document's term could count
+    in more documents than the collection holds, and its score then fell below zero (dropped from answers)."""
+    store = DocumentStore(tmp_path / "documents.sqlite")
+    texts = {f"d{i}": f"lighthouse keeper number {i}" for i in range(24)}
+
+    def write(ids: list[str]) -> None:
+        with store.transaction() as conn:
+            store.write_documents(conn, [as_item(Document(i, texts[i], {})) for i in ids], log=True)
+
+    write(list(texts))
+    lexical = LexicalIndex(tmp_path / "lexical")
+    lexical.build(store)
+    rng = random.Random(0)
+    for _ in range(30):
+        write(rng.sample(list(texts), 4))
+        lexical.sync(store)
+        assert len(lexical.search("lighthouse", 30)) == 24
+    lexical.stop()
+    store.close()
