@@ -370,16 +370,16 @@ class LexicalIndex:
                 log.warning("BM25 index %s: its writer ended with an error: %s", self.folder, exc)
 
     def apply(self, pending: Pending | None, store: DocumentStore) -> int:
-        """Searches see ``pending``'s commit from here (the caller holds the index's write lock, so that they see
-        it with FAISS and the columns at one point), unless a build or another sync moved ``seq`` since."""
+        """Searches see ``pending``'s state from here (the caller holds the index's write lock, so that they see
+        it with FAISS and the columns at one point), unless another sync already showed a newer one."""
         if pending is None:
             return 0
         if pending.through is None:
             if self.ready and self.seq == pending.since:
                 self.start(store)
             return 0
-        with self._swap:
-            if not self.ready or self.seq != pending.since:
+        with self._swap:  # a pending view is whole (its searcher's commit and every change since): newer wins
+            if not self.ready or pending.through <= self.seq:
                 return 0
             self._view = pending.view
         return pending.changed
