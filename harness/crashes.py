@@ -2,7 +2,8 @@
 writer processes, damaged files and a full disk, each followed by a restart and one checker.
 
 The checker's bar: every acknowledged document answers ``GET`` with its text, is the top dense hit for
-its own text, and the index holds as many vectors as chunks. Shared by ``tests/e2e/test_crashes.py`` (the
+its own text and among the top 10 BM25 hits for it (tantivy's index, replayed from the changelog after the
+kill), and the index holds as many vectors as chunks. Shared by ``tests/e2e/test_crashes.py`` (the
 suite) and ``benchmarks/crash_matrix.py`` (the same cases with longer write streams).
 
 The tiny random model serves (mechanics only): texts are distinct word sequences, so each is its own
@@ -222,8 +223,8 @@ class Chain:
     # ---- the checker --------------------------------------------------------------------------------
 
     def check(self, case: str, **extra: Any) -> dict[str, Any]:
-        """Every acknowledged document is there, with its text, and is its own top dense hit; vectors ==
-        chunks. Records one row of the report."""
+        """Every acknowledged document is there, with its text, its own top dense hit and among the top 10
+        BM25 hits for its text; vectors == chunks. Records one row of the report."""
         assert self.server is not None
         url, found, problems = self.server.url, 0, []
         with httpx.Client(base_url=url, headers=AUTH, timeout=30) as http:
@@ -231,10 +232,17 @@ class Chain:
                 got = http.get(f"/documents/{doc_id}")
                 hits = http.post("/search", json={"query": text, "top_k": 1, "mode": "dense"})
                 top = hits.json()["results"] if hits.status_code == 200 else []
-                if got.status_code == 200 and got.json()["text"] == text and top and top[0]["id"] == doc_id:
+                lexical = http.post("/search", json={"query": text, "top_k": 10, "mode": "bm25"})
+                words = (
+                    {hit["id"] for hit in lexical.json()["results"]} if lexical.status_code == 200 else set()
+                )
+                kept = got.status_code == 200 and got.json()["text"] == text
+                if kept and top and top[0]["id"] == doc_id and doc_id in words:
                     found += 1
                 elif len(problems) < 5:
-                    problems.append(f"{doc_id}: GET {got.status_code}, top {top[:1]}")
+                    problems.append(
+                        f"{doc_id}: GET {got.status_code}, top {top[:1]}, in BM25's top 10: {doc_id in words}"
+                    )
             counts = http.get("/index/fields").json()["counts"]
         row = {
             "case": case,

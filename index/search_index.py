@@ -152,7 +152,8 @@ class SearchIndex:
         return self._chunkers[shape]
 
     def wait_for_lexical(self, timeout: float | None = None) -> bool:
-        """Until the in-memory BM25 is built (FTS5 answers meanwhile): for runs that must score one ranker."""
+        """Until BM25's tantivy index is ready (built when its folder lacked one; FTS5 answers meanwhile): for
+        runs that must score one ranker."""
         return self._live.lexical.wait(timeout)
 
     def require_writable(self) -> None:

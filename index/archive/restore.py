@@ -31,6 +31,8 @@ from index.records import IndexError_, StorageError
 from index.storage import layout
 from index.storage.columns import Columns
 from index.storage.layout import FORMAT_VERSION, REBUILD_MARKER
+from index.storage.lexical import FOLDER as LEXICAL
+from index.storage.lexical import LexicalIndex
 from index.storage.store import DocumentStore
 from index.storage.version import OpenVersion
 
@@ -243,6 +245,7 @@ def prepare_version(root: Path, number: int, archive: Path, info: dict[str, Any]
         vectors = rebuild_vectors(store, dimension, sidecar)
         vectors.save(folder / layout.VECTORS, {"synced_seq": store.max_seq()})
         Columns.save_from_store(store, folder)
+        build_lexical(folder, store)
         counts = store.counts()
     finally:
         store.close()
@@ -258,6 +261,17 @@ def prepare_version(root: Path, number: int, archive: Path, info: dict[str, Any]
         "restored_from": {"sequence": info.get("sequence"), "created": info.get("created")},
     }
     layout.write_manifest(folder, manifest)  # last: the version is complete only then
+
+
+def build_lexical(folder: Path, store: DocumentStore) -> None:
+    """BM25's index built from the imported rows, as FAISS is (an archive carries none: building it costs about
+    what checking a shipped one against the rows would), so the restored version serves BM25 from its first
+    search. One that fails (logged) is built again in the background when the version opens."""
+    lexical = LexicalIndex(folder / LEXICAL)
+    try:
+        lexical.build(store)
+    finally:
+        lexical.stop()
 
 
 def open_restored(
@@ -287,11 +301,17 @@ def open_restored(
 
 
 def check_restored(version: OpenVersion, info: dict[str, Any]) -> None:
-    """The imported copy must hold what the archive says it holds, and FAISS every imported vector."""
+    """The imported copy must hold what the archive says it holds, FAISS every imported vector and BM25 every
+    imported document."""
     counts = version.store.counts()
     if counts["documents"] != info.get("documents") or counts["chunks"] != info.get("chunks"):
         raise BadArchive(
             f"the restored store holds {counts}, the snapshot says {info.get('documents')} documents"
+        )
+    if version.lexical.ready and version.lexical.documents != counts["documents"]:
+        raise BadArchive(
+            f"BM25's index of the restored copy holds {version.lexical.documents} documents, the store "
+            f"{counts['documents']}"
         )
     version.verify()
 

@@ -1,6 +1,6 @@
 """Highlights: the character spans of a chunk that match the query's terms, as BM25 matches them.
 
-The same analysis as the in-memory BM25 (``index.text.analysis``'s words, its stop words, Snowball English stems):
+The same analysis as BM25's index (``index.text.analysis``'s words, its stop words, Snowball English stems):
 "running dogs" marks "run", "runs" and "dog"; a stop word is never marked. Offsets are Python string indices
 (Unicode code points), ``[start, end)``, sorted, never overlapping.
 """

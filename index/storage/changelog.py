@@ -37,7 +37,7 @@ def apply_changes(version: OpenVersion, lock: ReadWriteLock) -> int:
     ahead of the columns that mask them."""
     store = version.store
     with store.snapshot():
-        lexical = version.lexical.pending(store)
+        lexical = version.lexical.prepare(store)  # committed to tantivy, not yet seen by searches
         through, changes = store.max_seq(), store.changes_since(version.applied_seq)
         final = {chunk_id: op for _, _, chunk_id, op in changes}  # each chunk's last operation
         removed = [i for i, op in final.items() if op == "-"]

@@ -1,5 +1,5 @@
 """Filterable metadata in memory, as columns beside the vectors: a filter becomes a mask over documents in a few
-vectorised passes, then a bitmap over chunk ids that FAISS (``IDSelectorBitmap``) and the in-memory BM25 skip by.
+vectorised passes, then a bitmap over chunk ids that FAISS (``IDSelectorBitmap``) and BM25 (tantivy) skip by.
 
 SQLite stays the record; the columns follow the store's changelog, as FAISS and BM25 do, and are saved beside FAISS
 (``save``: one ``.npy`` file per array in a folder of their own, named by ``columns.json`` with the changelog point

@@ -1,5 +1,5 @@
-"""One opened, published version: its store, its FAISS copy, its filter columns, its in-memory BM25, and how far
-the changelog has been applied to them."""
+"""One opened, published version: its store, its FAISS copy, its filter columns, its BM25 index (tantivy, in the
+version's folder), and how far the changelog has been applied to them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from index.records import DamagedFile, IndexModelMismatch, StorageError
-from index.storage import layout
+from index.storage import layout, lexical
 from index.storage.columns import Columns, Selection, Unsupported
 from index.storage.filters import Filter
 from index.storage.lexical import LexicalIndex
@@ -50,6 +50,8 @@ class OpenVersion:
         # adding, and no snapshot saves the columns meanwhile.
         self.replaying = True
         self.opened = False  # FAISS and the columns both opened
+        # The version's folder belongs to its writer: a read-only process keeps a private copy.
+        self.lexical = LexicalIndex(None if read_only else self.folder / lexical.FOLDER)
         try:
             self.vectors, meta = VectorIndex.load(self.folder / layout.VECTORS)
             self.applied_seq = self.saved_seq = int(meta.get("synced_seq", 0))
@@ -65,7 +67,6 @@ class OpenVersion:
             self.rebuild_vectors("damaged-vectors", str(exc))
         self.columns = self._open_columns()  # filterable metadata, following the changelog
         self.opened = True
-        self.lexical = LexicalIndex()
         self.lexical.start(self.store)
 
     def _open_columns(self) -> Columns:
@@ -145,8 +146,8 @@ class OpenVersion:
             return Selection(self.columns, documents, tree)
 
     def bm25(self, text: str, limit: int, selection: Selection | None) -> list[tuple[str, float]]:
-        """In memory when built (a filter: its matches masked in); FTS5 until then (same ranking function,
-        same constants, the filter as SQL), and while the in-memory copy is at another changelog point than the
+        """On tantivy when built (a filter: its matches masked in); FTS5 until then (same ranking function,
+        same constants, the filter as SQL), and while tantivy's copy is at another changelog point than the
         columns and FAISS (a build that just finished, before it replays the writes it missed): one state per
         search."""
         if self.lexical.ready:
@@ -157,7 +158,8 @@ class OpenVersion:
         return self.store.bm25(text, limit, None if selection is None else selection.filter)
 
     def snapshot(self) -> None:
-        """Save FAISS as of ``applied_seq``, then prune the changelog behind it (and behind any rebuild's pin).
+        """Save FAISS as of ``applied_seq`` and BM25's position, then prune the changelog behind both (and
+        behind any rebuild's pin).
 
         Bounds both the changelog's size and the replay after a crash. Never raises: a snapshot that the
         disk refuses only means a longer replay next time (the changelog is kept). Caller is the writer."""
@@ -182,8 +184,10 @@ class OpenVersion:
             self.saved_seq = self.applied_seq
         if columns_due:
             self._save_columns()
-        # What the next open replays from: the older of the two (columns never saved: kept for them too).
-        through = min([self.saved_seq, self.columns_seq, *self.pins])
+        lexical_seq = self.lexical.save()  # None: BM25 keeps no changelog (built again at the next open)
+        # What the next open replays from: the oldest saved point (columns never saved: kept for them too).
+        kept = [self.saved_seq, self.columns_seq, *self.pins, *([] if lexical_seq is None else [lexical_seq])]
+        through = min(kept)
         try:
             if through > 0:
                 self.store.prune_changelog(through)
@@ -204,6 +208,7 @@ class OpenVersion:
     def close(self, save: bool) -> None:
         if save:  # a fresher snapshot makes the next open cheaper; the changelog makes it optional
             self.snapshot()
+            self.lexical.save()  # BM25's held writes committed: nothing of them to replay at the next open
         self.lexical.stop()
         self.store.close()
 

@@ -1,7 +1,9 @@
-"""How text becomes search terms, shared by the in-memory BM25 and the FTS5 query: one tokenisation rule.
+"""How text becomes search terms, shared by BM25's tantivy index, highlights and the FTS5 query: one
+tokenisation rule.
 
 Words are runs of Unicode word characters, lower-cased. Very common English words are dropped from
-queries (and never indexed in memory): as OR-terms they match nearly every row and only slow BM25 down.
+queries (tantivy indexes them as one placeholder term, counted in a document's length only): as OR-terms
+they match nearly every row and only slow BM25 down.
 """
 
 from __future__ import annotations

@@ -343,12 +343,17 @@ def test_the_teachers_bm25_is_the_products(tmp_path: Path, shared_data: Path) ->
     bm25 = Bm25Matrix([d.text for d in documents])
     queries = [d.text.split(".")[0] for d in documents[::30]]  # each document's first sentence
     ours = (bm25.anchors(queries) @ bm25.passages.T).toarray()
+    worst = 0.0
     for query, row in zip(queries, ours, strict=True):
         expected = dict(product.search(query, len(documents)))
         assert expected, query
         got = {documents[j].id: row[j] for j in row.nonzero()[0]}
         assert got.keys() == expected.keys()
-        assert [got[d] for d in expected] == pytest.approx(list(expected.values()), rel=1e-4)
+        # The formula and constants are the same; tantivy keeps each document's length in one byte (exact to
+        # 40 words, within 6% above), which moves the scores of longer documents by up to 4.5% here.
+        assert [got[d] for d in expected] == pytest.approx(list(expected.values()), rel=0.05)
+        worst = max(worst, max(abs(got[d] / s - 1) for d, s in expected.items()))
+    assert worst > 1e-4  # the lengths' rounding is there to tolerate (or this test could be exact again)
 
 
 def _teacher_rows():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,7 @@ import pytest
 from index.build.builder import attach_vectors, chunk_texts
 from index.records import Document, IndexModelMismatch, ReadOnlyIndex, UnknownFilterField
 from index.search_index import SearchIndex
-from index.storage import changelog, layout
+from index.storage import changelog, layout, lexical
 from index.storage.columns import Columns
 from index.storage.store import DocumentStore
 from index.storage.vectors import VectorIndex
@@ -262,8 +263,6 @@ def test_a_writer_behind_the_pruned_changelog_reloads(tmp_path: Path, tiny_encod
 def test_a_snapshot_older_than_the_pruned_changelog_is_rebuilt_from_the_store(
     tmp_path: Path, tiny_encoder, monkeypatch
 ) -> None:
-    import shutil
-
     monkeypatch.setattr(changelog, "SNAPSHOT_EVERY", 3)
     index = SearchIndex.open(tmp_path / "idx", tiny_encoder)
     corpus = docs(7)
@@ -291,7 +290,9 @@ def test_closing_stops_the_background_bm25_build_first(tmp_path: Path, tiny_enco
     """Closing a SQLite connection under the builder's running query crashed the whole process (CI segfault)."""
     writer = SearchIndex.open(tmp_path / "idx", tiny_encoder)
     writer.upsert(docs(3000))
+    folder = writer._live.folder
     writer.close()
+    shutil.rmtree(folder / lexical.FOLDER)  # a version whose BM25 index is lost (or predates tantivy)
     reopened = SearchIndex.open(tmp_path / "idx", tiny_encoder)  # starts a fresh background build
     version = reopened._live
     reopened.close()

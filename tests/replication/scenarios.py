@@ -48,6 +48,15 @@ def search_ids(server: HasUrl, text: str, mode: str) -> list[str]:
     return [hit["id"] for hit in answer.json()["results"]]
 
 
+def answers_alike(got: list[str], expected: list[str], mode: str) -> bool:
+    """Dense: the same list. BM25 (and hybrid, which fuses its ranks): the same best hit and 4 of the 5 ids:
+    tantivy scores with the statistics of what it has committed, and a replica's base holds committed what
+    the writer may still hold beside its index (index/storage/lexical.py), so near ties can swap."""
+    if mode == "dense":
+        return got == expected
+    return got[:1] == expected[:1] and len(set(got) & set(expected)) >= len(expected) - 1
+
+
 def replicas_answer_as_the_writer(cluster: Faults, expected_documents: int) -> float:
     """(1): every replica holds the writer's documents and answers its searches in every mode."""
     seconds = wait_converged(cluster, timeout=60)  # type: ignore[arg-type]  # it reads writer and replicas
@@ -58,7 +67,8 @@ def replicas_answer_as_the_writer(cluster: Faults, expected_documents: int) -> f
         assert documents(replica) == expected
         for text in probes:
             for mode in ("dense", "bm25", "hybrid"):
-                assert search_ids(replica, text, mode) == search_ids(cluster.writer, text, mode)
+                ours, writers = search_ids(replica, text, mode), search_ids(cluster.writer, text, mode)
+                assert answers_alike(ours, writers, mode), (mode, text, ours, writers)
         state = replication(replica)
         assert state["lag"] == 0 and not state["stale"], state
     return seconds
