@@ -44,6 +44,16 @@ def document(i: int, shape: dict) -> dict:
 
 def read(http: TestClient, mode: str, node: dict) -> str | None:
     """What is wrong with one answer (None: it holds in the state it read)."""
+    if mode == "facets":  # every document holds one grp and one flag: each field's counts sum to the total
+        answer = http.post("/collections/flips/facets", json={"filter": node, "fields": ["grp", "flag"]})
+        assert answer.status_code == 200, answer.text
+        found = answer.json()
+        counts = {
+            name: {v["value"]: v["count"] for v in found["fields"][name]["values"]}
+            for name in ("grp", "flag")
+        }
+        sums = {name: sum(c.values()) for name, c in counts.items()}
+        return None if set(sums.values()) == {found["total"]} else f"facets {node}: {found['total']}, {sums}"
     if mode == "list":
         answer = http.get(
             "/collections/flips/documents", params={"limit": DOCS, "filter": json.dumps(node)}
