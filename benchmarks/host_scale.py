@@ -41,7 +41,6 @@ import gzip
 import json
 import os
 import random
-import re
 import resource
 import shutil
 import sqlite3
@@ -57,10 +56,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.index_scale import prose_sentences  # noqa: E402
 from harness.provenance import command, load_average  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-PROSE = ROOT.parent / "shared" / "data" / "english-prose-public-domain"
 DIMENSION, CLUSTERS, BATCH = 384, 1000, 10_000
 FILTERS = {"none": None, "10%": {"bucket": {"$lt": 100}}, "1%": {"bucket": {"$lt": 10}}}
 MODES = ("bm25", "dense", "hybrid")
@@ -78,19 +77,11 @@ GOALS = {  # the issue's, at 10M chunks on this 24 GB host
 # ---- corpus (code-independent: written once by the orchestrator) ----------------------------------------
 
 
-def prose_sentences() -> list[str]:
-    sentences: list[str] = []
-    for path in sorted(PROSE.rglob("*.txt.gz")):
-        text = re.sub(r"\s+", " ", gzip.open(path, "rt", encoding="utf-8", errors="replace").read())
-        sentences += [s for s in re.split(r"(?<=[.!?])\s+", text) if 4 <= len(s.split()) <= 80]
-    return sentences
-
-
 def write_corpus(folder: Path, chunks: int, queries: int, seed: int = 0) -> None:
     """``corpus.jsonl.gz`` (one document a line: id, text, bucket, date), ``queries.json`` (held-out
     sentences) and ``centers.npy`` (the clusters vectors are drawn from)."""
     rng = random.Random(seed)
-    sentences = prose_sentences()
+    sentences = prose_sentences(4, 80)
     rng.shuffle(sentences)
     held_out = [s for s in sentences[:20_000] if 6 <= len(s.split()) <= 15][:queries]
     pool = sentences[20_000:]

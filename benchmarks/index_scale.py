@@ -39,11 +39,12 @@ PROSE = SHARED / "english-prose-public-domain"
 QUERIES = 1000
 
 
-def prose_sentences() -> list[str]:
+def prose_sentences(fewest_words: int = 6, most_words: int = 60) -> list[str]:
     sentences: list[str] = []
     for path in sorted(PROSE.rglob("*.txt.gz")):
         text = re.sub(r"\s+", " ", gzip.open(path, "rt", encoding="utf-8", errors="replace").read())
-        sentences += [s for s in re.split(r"(?<=[.!?])\s+", text) if 6 <= len(s.split()) <= 60]
+        split = re.split(r"(?<=[.!?])\s+", text)
+        sentences += [s for s in split if fewest_words <= len(s.split()) <= most_words]
     return sentences
 
 

@@ -8,20 +8,8 @@ The same analysis as BM25's index (``index.text.analysis``'s words, its stop wor
 from __future__ import annotations
 
 import re
-import threading
 
-import Stemmer
-
-from index.text.analysis import MAX_QUERY_TERMS, STOPWORDS, WORD, query_terms
-
-_local = threading.local()  # a PyStemmer object is not thread-safe: one per thread
-
-
-def _stemmer() -> Stemmer.Stemmer:
-    stemmer = getattr(_local, "stemmer", None)
-    if stemmer is None:
-        stemmer = _local.stemmer = Stemmer.Stemmer("english")
-    return stemmer
+from index.text.analysis import MAX_QUERY_TERMS, STOPWORDS, WORD, query_terms, stemmer
 
 
 def highlight_spans(text: str, query: str) -> list[tuple[int, int]]:
@@ -31,12 +19,12 @@ def highlight_spans(text: str, query: str) -> list[tuple[int, int]]:
     terms = list(dict.fromkeys(query_terms(query)))[:MAX_QUERY_TERMS]
     if not terms:
         return []
-    stemmer = _stemmer()
-    wanted = set(stemmer.stemWords(terms))
+    stems = stemmer()
+    wanted = set(stems.stemWords(terms))
     lowered = text.lower()
     if len(lowered) == len(text):  # each character lower-cases to one: offsets carry over, words are words()
         distinct = list(set(WORD.findall(lowered)) - STOPWORDS)
-        hit = [w for w, stem in zip(distinct, stemmer.stemWords(distinct), strict=True) if stem in wanted]
+        hit = [w for w, stem in zip(distinct, stems.stemWords(distinct), strict=True) if stem in wanted]
         if not hit:
             return []
         pattern = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, hit)) + r")(?!\w)")
@@ -46,7 +34,7 @@ def highlight_spans(text: str, query: str) -> list[tuple[int, int]]:
     matches = list(WORD.finditer(text))
     pieces = [[w for w in WORD.findall(m.group().lower()) if w not in STOPWORDS] for m in matches]
     distinct = list({w for group in pieces for w in group})
-    matched = {w for w, stem in zip(distinct, stemmer.stemWords(distinct), strict=True) if stem in wanted}
+    matched = {w for w, stem in zip(distinct, stems.stemWords(distinct), strict=True) if stem in wanted}
     spans: list[tuple[int, int]] = []
     for match, group in zip(matches, pieces, strict=True):
         if any(w in matched for w in group):

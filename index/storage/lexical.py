@@ -36,11 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import Stemmer
 import tantivy
 
 from index.storage.store import DocumentStore
-from index.text.analysis import MAX_QUERY_TERMS, STOPWORDS, query_terms, words
+from index.text.analysis import MAX_QUERY_TERMS, STOPWORDS, query_terms, stemmer, words
 
 log = logging.getLogger(__name__)
 K1, B = 1.2, 0.75  # tantivy's BM25 constants, stated for the training teacher (lexical_teacher.py)
@@ -55,27 +54,19 @@ WRITER_LOCK_WAIT_S = 1.0  # a reopened version waits for the copy it replaces to
 # matching document (its term set). 10% of 100k: widened 2.0 ms, restricted 21 ms; 1%: 7.7 and 6.5 ms.
 WIDEN_MS_PER_HIT, RESTRICT_MS, RESTRICT_MS_PER_MATCH = 0.005, 5.0, 0.0016
 COMMIT_EVERY = 256  # changed documents held beside the committed index before a commit
-_local = threading.local()  # a PyStemmer object is not thread-safe: one per thread
-
-
-def _stemmer() -> Stemmer.Stemmer:
-    stemmer = getattr(_local, "stemmer", None)
-    if stemmer is None:
-        stemmer = _local.stemmer = Stemmer.Stemmer("english")
-    return stemmer
 
 
 def indexed_terms(text: str) -> str:
     """A document's terms as tantivy indexes them: its words' stems, each stopword as ``STOPWORD_TERM``."""
     tokens = words(text)
-    stems = _stemmer().stemWords(tokens)
+    stems = stemmer().stemWords(tokens)
     return " ".join(STOPWORD_TERM if w in STOPWORDS else s for w, s in zip(tokens, stems, strict=True))
 
 
 def query_stems(text: str) -> list[str]:
     """The distinct stems of the first ``MAX_QUERY_TERMS`` distinct query terms (the terms FTS5 would get)."""
     terms = list(dict.fromkeys(query_terms(text)))[:MAX_QUERY_TERMS]
-    return list(dict.fromkeys(_stemmer().stemWords(terms)))
+    return list(dict.fromkeys(stemmer().stemWords(terms)))
 
 
 def _schema() -> tantivy.Schema:

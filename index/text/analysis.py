@@ -9,6 +9,9 @@ they match nearly every row and only slow BM25 down.
 from __future__ import annotations
 
 import re
+import threading
+
+import Stemmer
 
 WORD = re.compile(r"\w+", re.UNICODE)
 STOPWORDS = frozenset(
@@ -16,6 +19,15 @@ STOPWORDS = frozenset(
     "which with".split()
 )
 MAX_QUERY_TERMS = 64  # a pasted paragraph is still one bounded query
+_local = threading.local()  # a PyStemmer object is not thread-safe: one per thread
+
+
+def stemmer() -> Stemmer.Stemmer:
+    """This thread's Snowball English stemmer: BM25's terms and highlights' stems are the same words'."""
+    found = getattr(_local, "stemmer", None)
+    if found is None:
+        found = _local.stemmer = Stemmer.Stemmer("english")
+    return found
 
 
 def words(text: str) -> list[str]:
