@@ -149,7 +149,7 @@ def best_chunk_per_document(version: OpenVersion, ids: np.ndarray, scores: np.nd
             if doc_id is not None and doc_id not in best:
                 best[doc_id] = (float(scores[position]), chunk_id)
         start, size = start + size, size * 2
-    ranked = sorted(best.items(), key=lambda item: -item[1][0])
+    ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[0]))  # ties: the same on every copy
     return [(doc_id, score, chunk_id) for doc_id, (score, chunk_id) in ranked[:top_k]]
 
 

@@ -289,59 +289,70 @@ class LexicalIndex:
         the committed index (committed once ``COMMIT_EVERY`` are held), outside the index's write lock:
         searches keep the view they read (the state at ``seq``) until ``apply`` hands over the new one. Called
         in the caller's snapshot of the store."""
-        since = self.seq
-        if not self.ready or self._stopped.is_set():  # a running build replays the changelog when it ends
-            return None
-        if since < store.pruned_through():  # entries we needed are gone: read everything again
-            return Pending(since, None)
-        changes = store.changes_since(since)
-        if not changes:
-            return None
-        doc_ids = list(dict.fromkeys(doc_id for _, doc_id, _, _ in changes))
-        rows = store.query(
-            "SELECT id, rid, text FROM documents WHERE id IN (SELECT value FROM json_each(?))",
-            (json.dumps(doc_ids),),
-        )
-        through = changes[-1][0]
-        with self._lock:
-            view = self._view
-            if (
-                not self.ready
-                or view is None
-                or view.seq != since
-                or self._index is None
-                or through < self._staged
-            ):
-                return None  # ``through < _staged``: an older view of the store than the writer's
-            try:
-                writer = self._writer_locked()
-            except WriterBusy:
-                self._go_private()
-                writer = None
-            if writer is None:
-                self.start(store)
+        while self.ready and not self._stopped.is_set():  # a running build replays the changelog when it ends
+            since = self.seq
+            if since < store.pruned_through():  # entries we needed are gone: read everything again
+                return Pending(since, None)
+            changes = store.changes_since(since)
+            if not changes:
                 return None
-            held: Held = {**view.held, **dict.fromkeys(doc_ids)}
-            try:
-                for doc_id in doc_ids:  # removed before added: a replay of what is already in converges
-                    writer.delete_documents_by_term("doc_id", doc_id)
-                for doc_id, rid, text in rows:
-                    terms = indexed_terms(text)
-                    writer.add_document(_document(doc_id, rid, terms))
-                    held[doc_id] = _counted(rid, terms)
-                self._staged = through
-                fresh = self._commit_locked(through) if _commit_due(len(held), view.documents) else None
-            except (
-                ValueError,
-                OSError,
-            ) as exc:  # a full disk: FAISS and the columns go on, BM25 answers from
-                # FTS5 while the index is built again (the writer's uncommitted changes went with it)
-                log.warning("BM25 index %s could not commit (built again): %s", self.folder, exc)
-                self._drop_writer()
-                self.start(store)
-                return None
-            next_view = fresh or View(view.searcher, held, through, view.documents, view.average_length)
-            return Pending(since, through, next_view, len(doc_ids))
+            doc_ids = list(dict.fromkeys(doc_id for _, doc_id, _, _ in changes))
+            rows = store.query(
+                "SELECT id, rid, text FROM documents WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(doc_ids),),
+            )
+            with self._lock:
+                view = self._view
+                if view is not None and view.seq > since:
+                    continue  # another sync (a build's last one) moved on while we read: again from there
+                return self._stage_locked(store, view, since, changes[-1][0], doc_ids, rows)
+        return None
+
+    def _stage_locked(
+        self,
+        store: DocumentStore,
+        view: View | None,
+        since: int,
+        through: int,
+        doc_ids: list[str],
+        rows: Iterable[tuple[str, int, str]],
+    ) -> Pending | None:
+        """``prepare``'s changes handed to the writer. Caller holds the lock."""
+        if (
+            not self.ready
+            or view is None
+            or view.seq != since
+            or self._index is None
+            or through < self._staged
+        ):
+            return None  # ``through < _staged``: an older view of the store than the writer's
+        try:
+            writer = self._writer_locked()
+        except WriterBusy:
+            self._go_private()
+            writer = None
+        if writer is None:
+            self.start(store)
+            return None
+        held: Held = {**view.held, **dict.fromkeys(doc_ids)}
+        try:
+            for doc_id in doc_ids:  # removed before added: a replay of what is already in converges
+                writer.delete_documents_by_term("doc_id", doc_id)
+            for doc_id, rid, text in rows:
+                terms = indexed_terms(text)
+                writer.add_document(_document(doc_id, rid, terms))
+                held[doc_id] = _counted(rid, terms)
+            self._staged = through
+            fresh = self._commit_locked(through) if _commit_due(len(held), view.documents) else None
+        except (ValueError, OSError) as exc:
+            # a full disk: FAISS and the columns go on, BM25 answers from FTS5 while the index is built again
+            # (the writer's uncommitted changes went with it)
+            log.warning("BM25 index %s could not commit (built again): %s", self.folder, exc)
+            self._drop_writer()
+            self.start(store)
+            return None
+        next_view = fresh or View(view.searcher, held, through, view.documents, view.average_length)
+        return Pending(since, through, next_view, len(doc_ids))
 
     def _commit_locked(self, seq: int) -> View:
         """Commit what the writer holds (the store's changes through ``seq``): a view with none held. Caller
@@ -456,7 +467,7 @@ class LexicalIndex:
             return found
         allowed = None if only is None else set(only)
         held = _score_held(view, stems, rows, allowed)
-        return sorted(found + held, key=lambda hit: -hit[1])[:limit]
+        return sorted(found + held, key=lambda hit: (-hit[1], hit[0]))[:limit]
 
 
 def _commit_due(held: int, committed: int) -> bool:
@@ -552,14 +563,23 @@ def _restricted(query: tantivy.Query, field: str, values: list) -> tantivy.Query
 def _top(
     searcher: tantivy.Searcher, query: tantivy.Query, limit: int
 ) -> tuple[list[tuple[str, float]], list[int]]:
-    """The best ``limit`` hits (doc_id, score) and their rids; ties in index order."""
-    found = searcher.search(query, limit, count=False).hits
-    hits, rids = [], []
+    """The best ``limit`` hits (doc_id, score) and their rids, ties in doc_id order: tantivy breaks them in
+    index order, which differs between copies holding the same documents (a replica's base, a rebuild), so
+    the hits tied with the last one kept are all read before the cut."""
+    fetch = limit + 1
+    found = searcher.search(query, fetch, count=False).hits
+    while len(found) == fetch and found[limit - 1][0] == found[-1][0]:
+        fetch *= 2
+        found = searcher.search(query, fetch, count=False).hits
+    last = found[min(limit, len(found)) - 1][0] if found else 0.0
+    ranked = []
     for score, address in found:
+        if score < last:
+            break
         stored = searcher.doc(address)
-        hits.append((stored["doc_id"][0], float(score)))
-        rids.append(stored["rid"][0])
-    return hits, rids
+        ranked.append((-float(score), stored["doc_id"][0], stored["rid"][0]))
+    ranked.sort()
+    return [(doc_id, -score) for score, doc_id, _ in ranked[:limit]], [rid for *_, rid in ranked[:limit]]
 
 
 def widens(pool: int, matched: int) -> bool:

@@ -550,7 +550,7 @@ class DocumentStore:
         where, params = self.filter_sql(tree)
         rows = self._conn().execute(
             "SELECT d.id, -documents_fts.rank FROM documents_fts JOIN documents d ON d.rid = documents_fts.rowid "
-            f"WHERE documents_fts MATCH ? AND {where} ORDER BY documents_fts.rank LIMIT ?",
+            f"WHERE documents_fts MATCH ? AND {where} ORDER BY documents_fts.rank, d.id LIMIT ?",
             [expression, *params, limit],
         )
         return [(r[0], float(r[1])) for r in rows]

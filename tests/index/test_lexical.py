@@ -384,3 +384,60 @@ def test_documents_replaced_again_and_again_are_all_found(tmp_path: Path) -> Non
         assert len(lexical.search("lighthouse", 30)) == 24
     lexical.stop()
     store.close()
+
+
+def test_ties_rank_alike_in_every_copy_whatever_the_order_written(tmp_path: Path) -> None:
+    """Copies holding the same documents in another order (a replica's base, a rebuild) cut a tie at the same
+    place: tantivy's own order is the index's, so a replica answered another document at 5th (CI, test_loopback)."""
+    texts = {f"d{i:02d}": "lighthouse keeper" if i % 3 else "lighthouse keeper lamp" for i in range(30)}
+    answers = []
+    for copy, order in enumerate(
+        (sorted(texts), sorted(texts, reverse=True), random.Random(1).sample(list(texts), 30))
+    ):
+        store = DocumentStore(tmp_path / f"copy{copy}.sqlite")
+        with store.transaction() as conn:
+            store.write_documents(conn, [as_item(Document(i, texts[i], {})) for i in order], log=True)
+        lexical = LexicalIndex(tmp_path / f"lexical{copy}")
+        lexical.build(store)
+        rows = np.zeros(31, dtype=bool)  # a filter's matches, the even documents, by their rids here
+        for doc_id, rid in store.query("SELECT id, rid FROM documents"):
+            rows[rid] = int(doc_id[1:]) % 2 == 0
+        answers.append(
+            [lexical.search("lighthouse lamp", k) for k in (1, 5, 12)]
+            + [lexical.search("keeper", 5, rows=rows), store.bm25("keeper", 5)]
+        )
+        lexical.stop()
+        store.close()
+    assert answers[0] == answers[1] == answers[2]
+    assert [d for d, _ in answers[0][1]] == ["d00", "d03", "d06", "d09", "d12"]  # the lamp's ten, by id
+    assert [d for d, _ in answers[0][2]][10:] == ["d01", "d02"]
+
+
+def test_a_sync_overtaken_while_it_reads_reads_again(tmp_path: Path) -> None:
+    """Two syncs at once (a write's and a build's last one): the one that reads while the other shows a newer
+    state reads again from there; it used to drop its changes, and BM25 stayed on FTS5 until the next write."""
+    store = DocumentStore(tmp_path / "documents.sqlite")
+    lexical = LexicalIndex(tmp_path / "lexical")
+    lexical.build(store)
+
+    def write(doc_id: str, text: str) -> None:
+        with store.transaction() as conn:
+            store.write_documents(conn, [as_item(Document(doc_id, text, {}))], log=True)
+
+    write("a", "the king plays guitar")
+    with store.snapshot():
+        first = lexical.prepare(store)  # the other sync: staged, not yet shown
+    write("b", "the queen plays violin")
+    changes_since = store.changes_since
+
+    def overtaken(since: int) -> list:
+        found = changes_since(since)
+        if first is not None and lexical.seq < first.through:
+            lexical.apply(first, store)  # shown while this sync reads
+        return found
+
+    store.changes_since = overtaken
+    assert lexical.sync(store) == 1 and lexical.seq == store.max_seq()
+    assert [d for d, _ in lexical.search("violin guitar", 5)] == ["a", "b"]
+    lexical.stop()
+    store.close()
