@@ -837,51 +837,6 @@ def collection_memory(data: dict, command: str) -> Body:
     )
 
 
-def rounds(key: str, digits: int) -> Cell:
-    """A measure of every round, side by side (``a / b``)."""
-    return lambda row: " / ".join(num(measured[key], digits) for measured in row["rounds"])
-
-
-COLUMN_FILES = Table(
-    ("documents", lambda row: f"{row['documents']:,}"),
-    ("columns", value("arm")),
-    ("open s", rounds("open_seconds", 3)),
-    ("RSS MB after open", rounds("rss_mb_after_open", 1)),
-    ("peak MB during open", rounds("peak_mb_during_open", 1)),
-    ("RSS MB after a first filter", rounds("rss_mb_after_first_filter", 1)),
-    (
-        "on disk B/document",
-        lambda row: num(row["disk_bytes_per_document"], 1) if row["arm"] == "mapped" else "",
-    ),
-)
-
-
-@section(
-    "Restarting with filter columns",
-    "column_files.json",
-    "python benchmarks/column_files.py --documents 100000 500000 --work WORK",
-)
-def column_files(data: dict, command: str) -> Body:
-    arms = (("before", "read from the store"), ("after", "mapped"))
-    rows = [
-        {**result, "arm": name, "rounds": result[side]} for result in data["results"] for side, name in arms
-    ]
-    largest = data["results"][-1]
-    return Body(
-        fill(
-            "column_files",
-            filter=json.dumps(data["filter"]),
-            load=data["load_average"][0],
-            results=COLUMN_FILES.render(rows),
-        ),
-        summary=[
-            f"filter columns at a restart, {largest['documents']:,} documents",
-            f"{num(min(r['open_seconds'] for r in largest['before']), 1)} s read from the store, "
-            f"{num(max(r['open_seconds'] for r in largest['after']), 3)} s mapped",
-        ],
-    )
-
-
 MB = 2**20
 
 
