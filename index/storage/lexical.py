@@ -50,7 +50,7 @@ FORMAT = 1  # of the schema and the terms: an index of another format is built a
 STOPWORD_TERM = "-"  # every stopword's one term: \w never matches "-", so no query stem equals it
 WRITER_HEAP = 64 << 20
 WRITER_LOCK_WAIT_S = 1.0  # a reopened version waits for the copy it replaces to release tantivy's writer
-# What a filter's two plans cost beyond a base they share (benchmarks/results/lexical_filter.json, 100k real
+# What a filter's two plans cost beyond a base they share (docs/design-decisions.md, filtered BM25: 100k real
 # chunks, CPU p50): a widened top list 0.3 us a hit (rids read from the fast field in one call), a query
 # restricted to the filter's rows 0.6 ms more plus 0.75 us a matching document (its term set). 1% of 100k:
 # widened 1.1 ms, restricted 4.2 ms; 0.1%: 5.5 and 1.3 ms.
