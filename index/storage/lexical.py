@@ -17,8 +17,9 @@ when they are that many or FAISS saves its snapshot. The sidecar (``lexical/sync
 sequence the committed index covers: a crash at any point is repaired by replaying the changelog from it. A missing, damaged or stale index is
 rebuilt from the store in the background (FTS5 answers meanwhile); a read-only process keeps its own copy in
 a temporary folder (the version's belongs to its writer). A filter reaches it as a mask over the store's
-document rows (``index.storage.columns``): broad ones keep the matches of a deeper top list, selective ones
-restrict the query to their rows.
+document rows (``index.storage.columns``): broad ones keep the matches of a deeper top list (its rids read
+from tantivy's fast field), selective ones restrict the query to their rows (the filter translated into tantivy
+instead: measured, not taken, docs/design-decisions.md).
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ FORMAT = 1  # of the schema and the terms: an index of another format is built a
 STOPWORD_TERM = "-"  # every stopword's one term: \w never matches "-", so no query stem equals it
 WRITER_HEAP = 64 << 20
 WRITER_LOCK_WAIT_S = 1.0  # a reopened version waits for the copy it replaces to release tantivy's writer
-# What a filter's two plans cost (benchmarks/results/lexical_scale.json, 100k chunks): a widened top list about
-# 5 us a hit (each hit's stored rid is read), a query restricted to the filter's rows about 5 ms plus 1.6 us a
-# matching document (its term set). 10% of 100k: widened 2.0 ms, restricted 21 ms; 1%: 7.7 and 6.5 ms.
-WIDEN_MS_PER_HIT, RESTRICT_MS, RESTRICT_MS_PER_MATCH = 0.005, 5.0, 0.0016
+# What a filter's two plans cost beyond a base they share (docs/design-decisions.md, filtered BM25: 100k real
+# chunks, CPU p50): a widened top list 0.3 us a hit (rids read from the fast field in one call), a query
+# restricted to the filter's rows 0.6 ms more plus 0.75 us a matching document (its term set). 1% of 100k:
+# widened 1.1 ms, restricted 4.2 ms; 0.1%: 5.5 and 1.3 ms.
+WIDEN_MS_PER_HIT, RESTRICT_MS, RESTRICT_MS_PER_MATCH = 0.0003, 0.6, 0.00075
 COMMIT_EVERY = 256  # changed documents held beside the committed index before a commit
 
 
@@ -598,12 +600,32 @@ def _filtered(
         return []
     pool = int(1.5 * limit * len(rows) / matched) + 1
     while widens(pool, matched):
-        hits, rids = _top(searcher, query, pool)
-        kept = [hit for hit, rid in zip(hits, rids, strict=True) if rid < len(rows) and rows[rid]]
-        if len(kept) >= limit or len(hits) < pool:
-            return kept[:limit]
+        hits = searcher.search(query, pool, count=False).hits
+        rids = searcher.fast_field_values("rid", [address for _, address in hits])  # no stored document read
+        kept = [
+            hit
+            for hit, rid in zip(hits, rids, strict=True)
+            if rid is not None and rid < len(rows) and rows[rid]
+        ]
+        if len(hits) < pool or (len(kept) >= limit and hits[-1][0] < kept[limit - 1][0]):
+            return _best_kept(searcher, kept, limit)
         if not kept:
             break
-        pool = int(1.5 * limit * len(hits) / len(kept)) + 1
+        # Too few matches at this depth, or hits past it may tie with the last one kept.
+        pool = max(2 * pool, int(1.5 * limit * len(hits) / len(kept)) + 1)
     rids = np.flatnonzero(rows).tolist()
     return _top(searcher, _restricted(query, "rid", rids), limit)[0]
+
+
+def _best_kept(
+    searcher: tantivy.Searcher, kept: list[tuple[float, tantivy.DocAddress]], limit: int
+) -> list[tuple[str, float]]:
+    """The best ``limit`` of a widened list's matches, ties in doc_id order as ``_top`` cuts them: every kept
+    hit tied with the last one kept is read before the cut (the caller saw none past the list)."""
+    if not kept:
+        return []
+    last = kept[min(limit, len(kept)) - 1][0]
+    ranked = sorted(
+        (-float(score), searcher.doc(address)["doc_id"][0]) for score, address in kept if score >= last
+    )
+    return [(doc_id, -score) for score, doc_id in ranked[:limit]]

@@ -386,9 +386,14 @@ def test_documents_replaced_again_and_again_are_all_found(tmp_path: Path) -> Non
     store.close()
 
 
-def test_ties_rank_alike_in_every_copy_whatever_the_order_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("widened", [True, False])
+def test_ties_rank_alike_in_every_copy_whatever_the_order_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, widened: bool
+) -> None:
     """Copies holding the same documents in another order (a replica's base, a rebuild) cut a tie at the same
-    place: tantivy's own order is the index's, so a replica answered another document at 5th (CI, test_loopback)."""
+    place: tantivy's own order is the index's, so a replica answered another document at 5th (CI, test_loopback).
+    A filter's matches too, whichever way its mask applies (a widened list, or the query restricted to them)."""
+    monkeypatch.setattr(module, "widens", lambda pool, matched: widened)
     texts = {f"d{i:02d}": "lighthouse keeper" if i % 3 else "lighthouse keeper lamp" for i in range(30)}
     answers = []
     for copy, order in enumerate(
@@ -411,6 +416,7 @@ def test_ties_rank_alike_in_every_copy_whatever_the_order_written(tmp_path: Path
     assert answers[0] == answers[1] == answers[2]
     assert [d for d, _ in answers[0][1]] == ["d00", "d03", "d06", "d09", "d12"]  # the lamp's ten, by id
     assert [d for d, _ in answers[0][2]][10:] == ["d01", "d02"]
+    assert [d for d, _ in answers[0][3]] == ["d02", "d04", "d08", "d10", "d14"]  # 20 tied; the even, by id
 
 
 def test_a_sync_overtaken_while_it_reads_reads_again(tmp_path: Path) -> None:
