@@ -562,68 +562,6 @@ def index_scale(data: dict, command: str) -> Body:
     )
 
 
-def p50_p99(row: dict) -> str:
-    return f"{row['p50_ms']:.2f} / {row['p99_ms']:.2f}"
-
-
-def cpu_wall(row: dict) -> str:
-    return f"{row['cpu_ms']:.2f} / {row['wall_ms']:.1f}"
-
-
-@section(
-    "BM25 on tantivy",
-    "lexical_scale.json",
-    "python benchmarks/lexical_scale.py --chunks 100000 --before BEFORE",
-)
-def lexical_scale(data: dict, command: str) -> Body:
-    before, after = data["before"], data["after"]
-    rows = [
-        ["build (CPU s)", before["build_cpu_s"], after["build_cpu_s"]],
-        ["open (CPU s)", f"{before['open_cpu_s']:.1f} (a build)", f"{after['open_cpu_s']:.3f}"],
-        [
-            "bytes a chunk",
-            f"{num(before['bytes_per_chunk'])} in memory",
-            f"{num(after['bytes_per_chunk'])} on disk",
-        ],
-        ["p50 / p99 ms, no filter", p50_p99(before["unfiltered"]), p50_p99(after["unfiltered"])],
-        *[
-            [
-                f"p50 / p99 ms, {share} filter",
-                p50_p99(before[f"filter_{key}"]),
-                p50_p99(after[f"filter_{key}"]),
-            ]
-            for share, key in (("10%", "10pct"), ("1%", "1pct"))
-        ],
-        *[
-            [f"p50 / p99 ms, {share} filter, {plan}", "", p50_p99(after[f"filter_{key}_{plan}"])]
-            for share, key in (("10%", "10pct"), ("1%", "1pct"))
-            for plan in ("widen", "restrict")
-        ],
-        [
-            "one upsert's catch-up (CPU / wall ms)",
-            cpu_wall(before["upsert_catch_up"]),
-            cpu_wall(after["upsert_catch_up"]),
-        ],
-        ["commit of the held writes (CPU / wall ms)", "", cpu_wall(after["commit_held_ms"])],
-    ]
-    return Body(
-        fill(
-            "lexical_scale",
-            chunks=data["chunks"],
-            words=data["words_per_chunk"],
-            queries=data["queries"],
-            load=", ".join(str(x) for x in data["load_average"]),
-            figures=table(["", "before (in memory)", "after (tantivy)"], rows),
-            agreement=data["top10_agreement"],
-        ),
-        summary=[
-            f"BM25 over {data['chunks']:,} chunks, before / after tantivy",
-            f"open {before['open_cpu_s']:.1f} / {after['open_cpu_s']:.3f} CPU s, p50 "
-            f"{before['unfiltered']['p50_ms']:.1f} / {after['unfiltered']['p50_ms']:.1f} ms",
-        ],
-    )
-
-
 def ratios(row: dict | None, prefix: str = "") -> str:
     """p50 / p99 of filtered over unfiltered (``cpu_``: of the searching thread's CPU time, where measured)."""
     if row is None or f"{prefix}p50_ratio" not in row:
