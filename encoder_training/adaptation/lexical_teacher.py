@@ -5,7 +5,7 @@ lexical match to the starting encoder's cosine knows something the student does 
 stage can train toward that ranker's in-batch distribution instead of MNRL's one-hot target (the way GPL
 distils a cross-encoder; Wang et al. 2022), with no labels: scores are computed for the corpus-made pairs.
 
-BM25 here is the product's (``index.storage.lexical``): Okapi with k1 1.2 and b 0.75 over Snowball stems, the
+BM25 here is the product's (``index.storage.lexical``): Okapi (``index.text.bm25``) over Snowball stems, the
 same stopwords; it is built over the training passages, as sparse matrices, so a batch's scores are one
 sparse product. Each anchor's BM25 scores are divided by its best score over all passages, so the blend
 weight means the same for every anchor.
@@ -20,8 +20,8 @@ import Stemmer
 import torch
 from scipy import sparse
 
-from index.storage.lexical import K1, B
 from index.text.analysis import MAX_QUERY_TERMS, query_terms, words
+from index.text.bm25 import idf, term_score
 
 
 class Bm25Matrix:
@@ -42,11 +42,9 @@ class Bm25Matrix:
                 columns.append(self._vocabulary[stem])
                 tfs.append(tf)
         tf = np.array(tfs, dtype=np.float64)
-        norm = K1 * (1 - B + B * lengths[rows] / max(lengths.mean(), 1.0))
         shape = (len(passages), len(self._vocabulary))
-        df = np.bincount(columns, minlength=shape[1])
-        self.idf = np.log(1.0 + (len(passages) - df + 0.5) / (df + 0.5))
-        weights = tf * (K1 + 1) / (tf + norm) * self.idf[columns]
+        self.idf = idf(np.bincount(columns, minlength=shape[1]), len(passages))
+        weights = term_score(tf, self.idf[columns], lengths[rows], max(lengths.mean(), 1.0))
         self.passages = sparse.csr_matrix((weights, (rows, columns)), shape=shape)
 
     def anchors(self, texts: list[str]) -> sparse.csr_matrix:

@@ -5,8 +5,8 @@ Text is analysed here exactly as before (``index.text.analysis``'s words, Snowba
 indexed joined by spaces into a whitespace-tokenised field, so tantivy's terms are ours and a query is an OR of
 its stems' terms. Stopwords are never query terms; each is indexed as one placeholder term, so a document's
 length (BM25's normalisation) still counts every word. Scoring is tantivy's Okapi BM25, with FTS5's and our
-constants (k1 1.2, b 0.75); tantivy stores document lengths in one byte (exact up to 40 words, within a few
-percent above), the one difference from the formula the training teacher uses.
+constants (``index.text.bm25``: k1 1.2, b 0.75); tantivy stores document lengths in one byte (exact up to 40
+words, within a few percent above), the one difference from the formula the training teacher uses.
 
 SQLite stays the source of truth. The index follows the store through the changelog that keeps FAISS
 current: each changed document is deleted by id and added as the store holds it now, so applying an entry
@@ -41,9 +41,9 @@ import tantivy
 
 from index.storage.store import DocumentStore
 from index.text.analysis import MAX_QUERY_TERMS, STOPWORDS, query_terms, stemmer, words
+from index.text.bm25 import idf, term_score
 
 log = logging.getLogger(__name__)
-K1, B = 1.2, 0.75  # tantivy's BM25 constants, stated for the training teacher (lexical_teacher.py)
 FOLDER = "lexical"  # in a version's folder
 SYNCED = "synced.json"  # beside tantivy's files: the changelog sequence its last saved commit covers
 FORMAT = 1  # of the schema and the terms: an index of another format is built again
@@ -520,11 +520,11 @@ def _score_held(
     total = max(view.documents + len(alive), 1)
     words = view.average_length * view.documents + sum(length for _, _, length in alive)
     average = words / total or 1.0
-    idf = {}
+    idfs = {}
     for stem in stems:
         df = view.searcher.doc_freq("stems", stem) + sum(stem in counts for _, counts, _ in alive)
         df = min(df, total)  # tantivy's frequencies count replaced copies until a merge drops them
-        idf[stem] = float(np.log(1.0 + (total - df + 0.5) / (df + 0.5)))
+        idfs[stem] = float(idf(df, total))
     scored = []
     for doc_id, entry in view.held.items():
         if entry is None or (allowed is not None and doc_id not in allowed):
@@ -532,8 +532,7 @@ def _score_held(
         rid, counts, length = entry
         if rows is not None and not (rid < len(rows) and rows[rid]):
             continue
-        norm = K1 * (1 - B + B * length / average)
-        score = sum(idf[s] * counts[s] * (K1 + 1) / (counts[s] + norm) for s in stems if s in counts)
+        score = sum(term_score(counts[s], idfs[s], length, average) for s in stems if s in counts)
         if score > 0:
             scored.append((doc_id, score))
     return scored
