@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from index.search_index import SearchIndex
 from tests.conftest import TINY_WORDS
 
 
@@ -37,3 +38,11 @@ def tiny_documents(count: int, seed: int = 0, words: int = 12) -> list[dict]:
 def write_jsonl(path: Path, records: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
+
+
+def killed(index: SearchIndex) -> None:
+    """Leave ``index`` as a SIGKILL leaves a writer: nothing saved or committed past its last snapshot (tantivy's
+    writer dropped with the changes it held), and its writer lock gone with the process. Drop the object after."""
+    index._live.lexical._writer = None
+    if index._lease is not None:
+        index._lease.release()
