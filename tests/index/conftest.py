@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from index.records import Document
 from index.search_index import SearchIndex
 from tests.conftest import TINY_WORDS
 
@@ -46,3 +50,22 @@ def killed(index: SearchIndex) -> None:
     index._live.lexical._writer = None
     if index._lease is not None:
         index._lease.release()
+
+
+def saved_index(root: Path, encoder: Any, documents: list[Document]) -> Path:
+    """An index at ``root`` holding ``documents``, closed (its snapshot saved): its version's folder."""
+    index = SearchIndex.open(root, encoder)
+    index.upsert(documents)
+    folder = index._live.folder
+    index.close()
+    return folder
+
+
+@contextmanager
+def opened(root: Path, encoder: Any, **options: Any) -> Iterator[SearchIndex]:
+    """``SearchIndex.open(root, encoder, **options)``, closed when the block ends, whatever it raised."""
+    index = SearchIndex.open(root, encoder, **options)
+    try:
+        yield index
+    finally:
+        index.close()

@@ -5,6 +5,7 @@ or stale files must fall back to the store, repaired and logged."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from index.search_index import SearchIndex
 from index.storage import columns as columns_module
 from index.storage.columns import FILES, POINTER, Columns
 from index.storage.filters import parse_filter
-from tests.index.conftest import tiny_documents
+from tests.index.conftest import killed, opened, saved_index, tiny_documents
 from tests.index.test_filter_oracle import FIELDS
 
 FILTERS: list[dict[str, Any]] = [
@@ -101,9 +102,8 @@ def test_a_reopened_version_maps_its_columns_and_they_equal_a_load_from_the_stor
     monkeypatch.setattr(
         Columns, "load", classmethod(lambda cls, store: loads.append(store) or real_load(store))
     )
-    reopened = SearchIndex.open(root, tiny_encoder)
-    monkeypatch.setattr(Columns, "load", real_load)
-    try:
+    with opened(root, tiny_encoder) as reopened:
+        monkeypatch.setattr(Columns, "load", real_load)
         assert loads == []  # nothing read from the store: no fetchall() of every chunk
         assert reopened._live.columns_seq == seq and is_mapped(reopened._live.columns)
         assert_same_as_the_store(reopened)
@@ -113,14 +113,9 @@ def test_a_reopened_version_maps_its_columns_and_they_equal_a_load_from_the_stor
         reopened.upsert(documents(2000, prefix="bulk"))
         assert_same_as_the_store(reopened)
         assert counted(reopened, {"color": "red"}) == reopened.count_documents({"color": "red"})
-    finally:
-        reopened.close()
-    again = SearchIndex.open(root, tiny_encoder)
-    try:
+    with opened(root, tiny_encoder) as again:
         assert is_mapped(again._live.columns)
         assert_same_as_the_store(again)
-    finally:
-        again.close()
     saved = [p.name for p in (layout_folder(root) / FILES).iterdir()]
     assert saved == [json.loads((layout_folder(root) / POINTER).read_text())["folder"]]  # older saves dropped
 
@@ -135,61 +130,51 @@ def test_writes_after_the_last_save_are_replayed_onto_the_mapped_columns(
     tmp_path: Path, tiny_encoder
 ) -> None:
     root, repairs = tmp_path / "idx", []
-    index = SearchIndex.open(root, tiny_encoder)
-    index.upsert(documents(12))
-    index.close()
-    crashed = SearchIndex.open(root, tiny_encoder)  # written, never saved: as if killed before its snapshot
+    saved_index(root, tiny_encoder, documents(12))
+    crashed = SearchIndex.open(root, tiny_encoder)
     crashed.upsert(documents(4, prefix="late", offset=50))
     crashed.delete("d2")
     crashed.upsert([Document("d7", "rewritten", {"color": "violet", "rank": -1})])
     saved_seq = json.loads((crashed._live.folder / POINTER).read_text())["synced_seq"]
     assert saved_seq < crashed._live.store.max_seq()
+    killed(crashed)  # written, never saved
 
-    reopened = SearchIndex.open(root, tiny_encoder, on_repair=repairs.append)
-    try:
+    with opened(root, tiny_encoder, on_repair=repairs.append) as reopened:
         assert repairs == []
         assert reopened._live.applied_seq == reopened._live.store.max_seq()
         assert_same_as_the_store(reopened)
         assert counted(reopened, {"color": "violet"}) == 1
         assert counted(reopened, {"color": {"$exists": True}}) == 15
         assert reopened.stats() == {"documents": 15, "chunks": 15, "vectors": 15}
-    finally:
-        reopened.close()
-        crashed.close()
 
 
 def test_a_crash_between_the_faiss_save_and_the_columns_save_replays_from_the_older(
     tmp_path: Path, tiny_encoder, monkeypatch
 ) -> None:
     root, repairs = tmp_path / "idx", []
-    index = SearchIndex.open(root, tiny_encoder)
-    index.upsert(documents(6))
-    index.close()
+    saved_index(root, tiny_encoder, documents(6))
     index = SearchIndex.open(root, tiny_encoder)
     index.upsert(documents(5, prefix="e"))
     index.delete("d1")
 
-    def killed(self, folder: Path, seq: int) -> None:
+    def refused(self, folder: Path, seq: int) -> None:
         raise OSError("killed before the columns were saved")
 
-    monkeypatch.setattr(Columns, "save", killed)
+    monkeypatch.setattr(Columns, "save", refused)
     index._live.snapshot()  # FAISS saved at the new point, the columns still at the old one
     monkeypatch.undo()
     live = index._live
     assert live.saved_seq == live.applied_seq > live.columns_seq
     assert live.store.pruned_through() <= live.columns_seq  # the changelog the columns need is kept
+    killed(index)
 
-    reopened = SearchIndex.open(root, tiny_encoder, on_repair=repairs.append)
-    try:
+    with opened(root, tiny_encoder, on_repair=repairs.append) as reopened:
         assert repairs == []
         assert_same_as_the_store(reopened)
         assert reopened.stats() == {"documents": 10, "chunks": 10, "vectors": 10}
         for document in documents(5, prefix="e"):
             top = reopened.search(tiny_encoder.embed([document.text], normalize=True)[0], "", top_k=1)
             assert top[0].id == document.id
-    finally:
-        reopened.close()
-        index.close()
 
 
 def damage(folder: Path, how: str) -> None:
@@ -216,10 +201,7 @@ def test_damaged_or_disagreeing_column_files_are_read_from_the_store_and_saved_a
     tmp_path: Path, tiny_encoder
 ) -> None:
     root = tmp_path / "idx"
-    index = SearchIndex.open(root, tiny_encoder)
-    index.upsert(documents(9))
-    folder = index._live.folder
-    index.close()
+    folder = saved_index(root, tiny_encoder, documents(9))
     expected = {
         "truncate": "damaged-columns",
         "delete-array": "damaged-columns",
@@ -231,69 +213,46 @@ def test_damaged_or_disagreeing_column_files_are_read_from_the_store_and_saved_a
     for how, reason in expected.items():
         damage(folder, how)
         repairs: list[str] = []
-        reopened = SearchIndex.open(root, tiny_encoder, on_repair=repairs.append)
-        try:
+        with opened(root, tiny_encoder, on_repair=repairs.append) as reopened:
             assert repairs == [reason], how
             assert_same_as_the_store(reopened)
             assert counted(reopened, {"color": "red"}) == 3
-        finally:
-            reopened.close()
         repairs.clear()
-        again = SearchIndex.open(root, tiny_encoder, on_repair=repairs.append)
-        try:
+        with opened(root, tiny_encoder, on_repair=repairs.append) as again:
             assert repairs == [], how  # the repair was saved
             assert again._live.columns_seq == again._live.applied_seq
-        finally:
-            again.close()
 
 
 def test_a_version_without_column_files_loads_once_and_the_writer_saves_them(
     tmp_path: Path, tiny_encoder
 ) -> None:
     root = tmp_path / "idx"
-    index = SearchIndex.open(root, tiny_encoder)
-    index.upsert(documents(7))
-    folder = index._live.folder
-    index.close()
+    folder = saved_index(root, tiny_encoder, documents(7))
     (folder / POINTER).unlink()  # as a version written before the files existed
-    import shutil
-
     shutil.rmtree(folder / FILES)
-    replica = SearchIndex.open(root, tiny_encoder, read_only=True)
-    try:
+    with opened(root, tiny_encoder, read_only=True) as replica:
         assert replica._live.columns_seq == -1 and not (folder / POINTER).exists()  # a reader writes nothing
         assert_same_as_the_store(replica)
-    finally:
-        replica.close()
     repairs: list[str] = []
-    writer = SearchIndex.open(root, tiny_encoder, on_repair=repairs.append)
-    try:
+    with opened(root, tiny_encoder, on_repair=repairs.append) as writer:
         assert repairs == [] and (folder / POINTER).exists()
         assert writer._live.columns_seq == writer._live.applied_seq
-    finally:
-        writer.close()
-    reader = SearchIndex.open(root, tiny_encoder, read_only=True)
-    try:
+    with opened(root, tiny_encoder, read_only=True) as reader:
         assert reader._live.columns_seq > 0
         assert_same_as_the_store(reader)
-    finally:
-        reader.close()
 
 
 def test_field_names_survive_the_files(tmp_path: Path, tiny_encoder) -> None:
     """Every field of the oracle's metadata, and names with spaces, dots and accents, come back by name."""
     root = tmp_path / "idx"
-    index = SearchIndex.open(root, tiny_encoder)
     names = [*FIELDS, "with space", "dotted.name", "ünï"]
-    index.upsert([Document(f"x{i}", "text", {name: i for name in names}) for i in range(3)])
-    index.close()
-    reopened = SearchIndex.open(root, tiny_encoder)
-    try:
+    saved_index(
+        root, tiny_encoder, [Document(f"x{i}", "text", {name: i for name in names}) for i in range(3)]
+    )
+    with opened(root, tiny_encoder) as reopened:
         assert set(reopened._live.columns.fields) == set(names)
         assert counted(reopened, {"with space": {"$gte": 1}}) == 2
         assert_same_as_the_store(reopened)
-    finally:
-        reopened.close()
 
 
 def test_a_save_landing_between_the_pointer_and_its_files_is_read_again(
@@ -301,9 +260,7 @@ def test_a_save_landing_between_the_pointer_and_its_files_is_read_again(
 ) -> None:
     """A replica reads ``columns.json``, the writer saves and drops the folder it named: read the pointer again."""
     root, repairs, tries = tmp_path / "idx", [], []
-    index = SearchIndex.open(root, tiny_encoder)
-    index.upsert(documents(5))
-    index.close()
+    saved_index(root, tiny_encoder, documents(5))
     real = Columns._mapped
 
     def replaced_meanwhile(cls, saved: Path, pointer: dict, texts: list[str] | None = None) -> Columns:
@@ -313,12 +270,9 @@ def test_a_save_landing_between_the_pointer_and_its_files_is_read_again(
         return real(saved, pointer, texts)
 
     monkeypatch.setattr(Columns, "_mapped", classmethod(replaced_meanwhile))
-    replica = SearchIndex.open(root, tiny_encoder, read_only=True, on_repair=repairs.append)
-    try:
+    with opened(root, tiny_encoder, read_only=True, on_repair=repairs.append) as replica:
         assert repairs == [] and len(tries) == 2 and replica._live.columns_seq > 0
         assert_same_as_the_store(replica)
-    finally:
-        replica.close()
 
 
 def test_a_restore_and_a_rebuild_publish_versions_whose_columns_open_mapped(

@@ -13,7 +13,7 @@ from harness.crashes import mount_tmpfs, unmount
 from index.records import Document, StorageError
 from index.search_index import SearchIndex
 from index.storage import layout, vectors
-from tests.index.conftest import tiny_documents
+from tests.index.conftest import killed, opened, saved_index, tiny_documents
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,10 +43,7 @@ def test_a_crash_between_the_faiss_file_and_its_json_replays_idempotently(
     tmp_path: Path, tiny_encoder, monkeypatch
 ) -> None:
     root, repairs = tmp_path / "idx", []
-    index = SearchIndex.open(root, tiny_encoder)
-    index.upsert(docs(6))
-    index.close()  # snapshot: FAISS and JSON at the same sequence
-
+    saved_index(root, tiny_encoder, docs(6))  # snapshot: FAISS and JSON at the same sequence
     index = SearchIndex.open(root, tiny_encoder)
     index.upsert(docs(5, seed=1, prefix="e"))
     real = vectors.atomic_write
@@ -59,25 +56,19 @@ def test_a_crash_between_the_faiss_file_and_its_json_replays_idempotently(
     monkeypatch.setattr(vectors, "atomic_write", die_before_json)
     index._live.snapshot()  # new FAISS bytes (11 vectors), old JSON (6), changelog kept
     monkeypatch.setattr(vectors, "atomic_write", real)
+    killed(index)
 
-    reopened = SearchIndex.open(root, tiny_encoder, on_repair=repairs.append)
-    try:
+    with opened(root, tiny_encoder, on_repair=repairs.append) as reopened:
         assert reopened.stats() == {"documents": 11, "chunks": 11, "vectors": 11}
         assert repairs == []  # no duplicate ids needed repairing: remove-before-add did it
         for document in docs(6) + docs(5, seed=1, prefix="e"):
             top = reopened.search(tiny_encoder.embed([document.text], normalize=True)[0], "", top_k=1)
             assert top[0].id == document.id
-    finally:
-        reopened.close()
-        index.close()
 
 
 def test_damaged_snapshot_files_are_rebuilt_from_the_store(tmp_path: Path, tiny_encoder) -> None:
     root = tmp_path / "idx"
-    index = SearchIndex.open(root, tiny_encoder)
-    index.upsert(docs(8))
-    folder = index._live.folder
-    index.close()
+    folder = saved_index(root, tiny_encoder, docs(8))
     for damage in ("truncate", "delete-json", "garble-json"):
         if damage == "truncate":
             data = (folder / layout.VECTORS).read_bytes()
@@ -87,10 +78,9 @@ def test_damaged_snapshot_files_are_rebuilt_from_the_store(tmp_path: Path, tiny_
         else:
             (folder / "vectors.json").write_text("{not json")
         repairs: list[str] = []
-        reopened = SearchIndex.open(root, tiny_encoder, on_repair=repairs.append)
-        assert repairs == ["damaged-vectors"], damage
-        assert reopened.stats()["vectors"] == 8
-        reopened.close()
+        with opened(root, tiny_encoder, on_repair=repairs.append) as reopened:
+            assert repairs == ["damaged-vectors"], damage
+            assert reopened.stats()["vectors"] == 8
         repairs.clear()
         SearchIndex.open(root, tiny_encoder, on_repair=repairs.append).close()
         assert repairs == []  # the repair was saved
@@ -110,12 +100,10 @@ def test_a_lost_or_garbled_pointer_serves_the_newest_complete_version(tmp_path: 
         else:
             (root / layout.POINTER).unlink()
         repairs: list[str] = []
-        replica = SearchIndex.open(root, tiny_encoder, read_only=True, on_repair=repairs.append)
-        assert replica.manifest["version"] == number and replica.get("late") is not None
-        replica.close()
+        with opened(root, tiny_encoder, read_only=True, on_repair=repairs.append) as replica:
+            assert replica.manifest["version"] == number and replica.get("late") is not None
         assert repairs == ["fallback-version"]
-        writer = SearchIndex.open(root, tiny_encoder, on_repair=repairs.append)
-        writer.close()
+        SearchIndex.open(root, tiny_encoder, on_repair=repairs.append).close()
         assert layout.current_version(root) == number  # the writer repaired the pointer
 
 
@@ -140,10 +128,9 @@ def test_a_full_disk_refuses_writes_whole_and_the_next_write_after_space_works(
         assert index.upsert([Document("after", "king queen paris")]) == 1
         assert index.get("after") is not None
         index.close()
-        reopened = SearchIndex.open(disk / "idx", tiny_encoder)
-        counts = reopened.stats()
+        with opened(disk / "idx", tiny_encoder) as reopened:
+            counts = reopened.stats()
         assert counts["vectors"] == counts["chunks"] == before["chunks"] + 1
-        reopened.close()
     finally:
         unmount(disk)
 
@@ -195,9 +182,8 @@ def test_an_error_after_the_pointer_switched_still_swaps(tmp_path: Path, tiny_en
     assert index.manifest["version"] == layout.current_version(root)
     index.upsert([Document("after", "river city capital")])
     index.close()
-    reopened = SearchIndex.open(root, tiny_encoder)
-    assert reopened.get("after") is not None and reopened.stats()["vectors"] == 5
-    reopened.close()
+    with opened(root, tiny_encoder) as reopened:
+        assert reopened.get("after") is not None and reopened.stats()["vectors"] == 5
 
 
 def test_a_version_whose_store_is_damaged_falls_back_to_the_one_before(tmp_path: Path, tiny_encoder) -> None:
@@ -209,13 +195,10 @@ def test_a_version_whose_store_is_damaged_falls_back_to_the_one_before(tmp_path:
     index.close()
     (layout.version_dir(root, damaged) / layout.STORE).write_bytes(b"not a database" * 100)
     repairs: list[str] = []
-    reopened = SearchIndex.open(root, tiny_encoder, on_repair=repairs.append)
-    try:
+    with opened(root, tiny_encoder, on_repair=repairs.append) as reopened:
         assert repairs == ["fallback-version"] and reopened.manifest["version"] == damaged - 1
         assert reopened.stats()["documents"] == 5 and layout.current_version(root) == damaged - 1
         assert reopened.upsert([Document("later", "cat dog mat")]) == 1
-    finally:
-        reopened.close()
 
 
 def test_a_killed_snapshot_leaves_no_temp_file_behind_the_next_writer(tmp_path: Path, tiny_encoder) -> None:

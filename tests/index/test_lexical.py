@@ -17,6 +17,7 @@ from index.storage import lexical as module
 from index.storage.lexical import LexicalIndex, indexed_terms
 from index.storage.store import DocumentStore
 from index.text.chunking import Chunk
+from tests.index.conftest import killed
 
 
 def scifact_documents(shared: Path, count: int) -> list[Document]:
@@ -344,8 +345,7 @@ def test_faiss_rebuilt_at_open_keeps_the_bm25_index(tmp_path: Path, tiny_encoder
     index.close()
     index = SearchIndex.open(tmp_path / "idx", tiny_encoder)  # held writes replayed: none
     index.upsert([Document("b", "the queen plays violin", {})])  # held, not committed: the crash loses it
-    index._live.lexical._writer = None  # as a kill would: what the writer held is never committed
-    index._lease.release()  # and the dead process's writer lock goes with it
+    killed(index)  # what tantivy's writer held is never committed
     (folder / "vectors.faiss").write_bytes(b"damaged")
     reopened = SearchIndex.open(tmp_path / "idx", tiny_encoder)
     try:
