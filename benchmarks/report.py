@@ -173,6 +173,20 @@ def value(key: str | tuple[str, ...]) -> Cell:
     return lambda row: pick(row, key)
 
 
+def joined(key: str | tuple[str, ...], digits: int) -> Cell:
+    """The row's figure under ``key``, or under each of several keys shown ``a / b`` (a p50 / p99 pair)."""
+    keys = (key,) if isinstance(key, str) else key
+    return lambda row: " / ".join(num(row.get(k), digits) for k in keys)
+
+
+SIDES = ("before", "after")
+
+
+def side_by_side(label: str, cell: Cell, sides: Iterable[dict]) -> list[object]:
+    """A row of a before / after table: its label, then ``cell`` of each side's figures."""
+    return [label, *map(cell, sides)]
+
+
 def named(mapping: dict[str, dict], as_key: str = "name") -> list[dict]:
     """A ``{name: row}`` mapping as rows, each carrying its name under ``as_key``."""
     return [{**row, as_key: name} for name, row in mapping.items()]
@@ -898,19 +912,14 @@ HOST_FIGURES = [  # (label, summary key, digits): the issue 68 table's rows
 ]
 
 
-def host_cell(row: dict, key: str | tuple[str, ...], digits: int) -> str:
-    keys = (key,) if isinstance(key, str) else key
-    return " / ".join(num(row.get(k), digits) for k in keys)
-
-
-def host_rows(data: dict) -> list[list[str]]:
-    before, after = data["summary"]["before"], data["summary"]["after"]
+def host_rows(data: dict) -> list[list[object]]:
+    sides = [data["summary"][side] for side in SIDES]
     ratios = data["ratios_after_over_before"]
     first = HOST_FIGURES[0][1]
     return [
-        [label, host_cell(before, key, digits), host_cell(after, key, digits), host_ratio(ratios, key)]
+        [*side_by_side(label, joined(key, digits), sides), host_ratio(ratios, key)]
         for label, key, digits in HOST_FIGURES
-        if key != first or before.get(first) is not None
+        if key != first or sides[0].get(first) is not None
     ]
 
 
@@ -920,13 +929,11 @@ def host_ratio(ratios: dict, key: str | tuple[str, ...]) -> str:
     return f"{found:.2f}x" if found else ""
 
 
-def host_disk_rows(data: dict) -> list[list[str]]:
-    arms = {name: data["arms"][name]["disk"]["per_chunk"] for name in ("before", "after")}
-    names = sorted(
-        set(arms["before"]) | set(arms["after"]), key=lambda n: -max(a.get(n, 0) for a in arms.values())
-    )
-    shown = [name for name in names if max(a.get(name, 0) for a in arms.values()) >= 1]  # not SQLite's -shm
-    return [[f"`{name}`", num(arms["before"].get(name)), num(arms["after"].get(name))] for name in shown]
+def host_disk_rows(data: dict) -> list[list[object]]:
+    arms = [data["arms"][side]["disk"]["per_chunk"] for side in SIDES]
+    names = sorted(set(arms[0]) | set(arms[1]), key=lambda n: -max(a.get(n, 0) for a in arms))
+    shown = [name for name in names if max(a.get(name, 0) for a in arms) >= 1]  # not SQLite's -shm
+    return [side_by_side(f"`{name}`", number(name), arms) for name in shown]
 
 
 def host_goal_rows(data: dict) -> list[list[str]]:
@@ -1350,11 +1357,10 @@ FILL_MASK = [  # (measure, where one model's figure is in the file, digits)
 ]
 
 
-def fill_mask_rows(data: dict) -> list[list[str]]:
+def fill_mask_rows(data: dict) -> list[list[object]]:
     """Each measure before and after: the side (``before``/``after``) is the second key of every path."""
-    sides = ("before", "after")
     return [
-        [label, *(num(pick(data, (path[0], side, *path[1:])), digits) for side in sides)]
+        side_by_side(label, number(path[1:], digits), [pick(data, (path[0], side)) for side in SIDES])
         for label, path, digits in FILL_MASK
     ]
 
@@ -1469,28 +1475,29 @@ def gpu(data: dict, command: str) -> Body:
     return Body(fill("gpu", held=held))
 
 
-def layout_rows(data: dict) -> list[list[str]]:
+def layout_rows(data: dict) -> list[list[object]]:
     """The batcher with a long queue, then each served shape, before and after, from one --compare-layout run."""
-    sides, queue = ("before", "after"), data["queue_of_16384_texts"]
+    queues = [data["queue_of_16384_texts"][side] for side in SIDES]
     rows = [
-        [
-            f"batcher, {queue['after']['texts']:,} texts queued: passes (texts a pass at most)",
-            *(f"{queue[side]['passes']:,} ({queue[side]['max_batch_size']:,})" for side in sides),
-        ],
-        ["batcher CPU a text", *(f"{num(queue[side]['cpu_us_per_text'])} us" for side in sides)],
+        side_by_side(
+            f"batcher, {queues[1]['texts']:,} texts queued: passes (texts a pass at most)",
+            lambda queue: f"{queue['passes']:,} ({queue['max_batch_size']:,})",
+            queues,
+        ),
+        side_by_side("batcher CPU a text", lambda queue: f"{num(queue['cpu_us_per_text'])} us", queues),
     ]
     for shape in data["served"]["after"]["arms"]:
-        arms = [data["served"][side]["arms"][shape] for side in sides]
+        arms = [data["served"][side]["arms"][shape] for side in SIDES]
         rows += [
-            [
-                f"{shape} ({arms[1]['connections']} connections): texts/s",
-                *(num(a["texts_per_s"]) for a in arms),
-            ],
-            [f"{shape}: p50 / p99 ms", *(f"{num(a['p50_ms'])} / {num(a['p99_ms'])}" for a in arms)],
-            [
+            side_by_side(
+                f"{shape} ({arms[1]['connections']} connections): texts/s", number("texts_per_s"), arms
+            ),
+            side_by_side(f"{shape}: p50 / p99 ms", joined(("p50_ms", "p99_ms"), 0), arms),
+            side_by_side(
                 f"{shape}: server CPU a text embedded",
-                *(f"{num(a['server_cpu_us_per_text_embedded'])} us" for a in arms),
-            ],
+                lambda arm: f"{num(arm['server_cpu_us_per_text_embedded'])} us",
+                arms,
+            ),
         ]
     return rows
 
