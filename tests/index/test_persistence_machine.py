@@ -164,9 +164,10 @@ class IndexLifecycle(RuleBasedStateMachine):
         assert self.index.wait_for_lexical(60)
         live = self.index._live
         assert live.lexical.ready and live.lexical.seq == live.store.max_seq()
+        rows = live.store.query("SELECT id, text FROM documents").fetchall()
         for word in QUERY_WORDS:
             stem = stemmer().stemWord(word)
-            expected = {i for i, document in self.model.items() if stem in stems_of(document.text)}
+            expected = {doc_id for doc_id, text in rows if stem in stems_of(text)}
             hits = live.lexical.search(word, len(IDS) + 1)
             assert hits is not None and {doc_id for doc_id, _ in hits} == expected, word
             assert all(score > 0 for _, score in hits)
