@@ -41,10 +41,10 @@ class Bm25Matrix:
                 rows.append(row)
                 columns.append(self._vocabulary[stem])
                 tfs.append(tf)
-        tf = np.array(tfs, dtype=np.float64)
+        frequencies = np.array(tfs, dtype=np.float64)
         shape = (len(passages), len(self._vocabulary))
         self.idf = idf(np.bincount(columns, minlength=shape[1]), len(passages))
-        weights = term_score(tf, self.idf[columns], lengths[rows], max(lengths.mean(), 1.0))
+        weights = term_score(frequencies, self.idf[columns], lengths[rows], max(lengths.mean(), 1.0))
         self.passages = sparse.csr_matrix((weights, (rows, columns)), shape=shape)
 
     def anchors(self, texts: list[str]) -> sparse.csr_matrix:

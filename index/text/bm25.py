@@ -11,7 +11,7 @@ import numpy as np
 
 K1, B = 1.2, 0.75  # tantivy's, and FTS5's
 
-Number = TypeVar("Number", float, np.ndarray)
+Number = TypeVar("Number", float, np.ndarray)  # one figure, or one per term and document
 
 
 def idf(document_frequency: Number, documents: int | float) -> Number:
