@@ -1,5 +1,5 @@
 """Random interleavings of what one writer's index lives through: upserts and deletes, snapshots (FAISS, the
-columns and tantivy's commit), clean restarts and kills between saves, some of them in the middle of a snapshot.
+columns and tantivy's commit), rebuilds, clean restarts and kills between saves, some in the middle of a snapshot.
 After every step, and so after each reopen, the filter columns must answer as the store's SQL does, tantivy's
 BM25 must find exactly the documents holding a query word's stem, and a deleted document must appear nowhere
 (hypothesis' stateful testing: its shrinker reports the shortest sequence of steps that breaks one of these)."""
@@ -102,6 +102,11 @@ class IndexLifecycle(RuleBasedStateMachine):
     def snapshot(self) -> None:
         with self.index._mutate:
             self.index._live.snapshot()
+
+    @rule()
+    def rebuild(self) -> None:
+        """A new version from the store's rows: its columns saved with it, its BM25 built in the background."""
+        self.index.rebuild()
 
     @rule()
     def close_and_reopen(self) -> None:
