@@ -567,7 +567,7 @@ def _top(
     """The best ``limit`` hits (doc_id, score) and their rids, ties in doc_id order: tantivy breaks them in
     index order, which differs between copies holding the same documents (a replica's base, a rebuild), so
     the hits tied with the last one kept are all read before the cut."""
-    fetch = limit + 1
+    fetch = 2 * limit + 1  # tantivy quantises lengths, so a cut often falls in a tie: one deeper first search
     found = searcher.search(query, fetch, count=False).hits
     while len(found) == fetch and found[limit - 1][0] == found[-1][0]:
         fetch *= 2
