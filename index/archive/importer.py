@@ -12,6 +12,7 @@ refused naming it.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from array import array
 from collections.abc import Callable, Iterator
@@ -26,8 +27,9 @@ from index.records import Document, DocumentLimits, InvalidDocument, check_metad
 from index.storage.factories import check_search_params
 from index.storage.layout import STORE
 from index.storage.store import DocumentStore
-from index.storage.vectors import VectorIndex, build_vectors
+from index.storage.vectors import VectorIndex, build_vectors, read_training
 
+log = logging.getLogger(__name__)
 PAGE = 2000  # rows read, checked and committed at a time: memory is bounded by a page, not the archive
 MAX_CHUNK_INDEX = 1 << 31
 VectorCheck = Callable[[np.ndarray, Callable[[int], str]], np.ndarray]
@@ -59,24 +61,44 @@ def import_store(
     except sqlite3.Error as exc:
         raise BadArchive(f"{STORE} does not open as SQLite: {exc}") from exc
     try:
-        with store.bulk_load():
-            rids = _import_documents(archive, store, rules)
-        _import_chunks(archive, store, rids, dimension, rules)
+        with store.unjournaled():
+            with store.bulk_load():
+                rids = _import_documents(archive, store, rules)
+            _import_chunks(archive, store, rids, dimension, rules)
+            with store.transaction() as conn:
+                store.continue_changelog(conn, sequence)
     finally:
         archive.close()
-    with store.transaction() as conn:
-        store.continue_changelog(conn, sequence)
 
 
-def rebuild_vectors(store: DocumentStore, dimension: int, sidecar: dict[str, Any]) -> VectorIndex:
+def rebuild_vectors(
+    store: DocumentStore, dimension: int, sidecar: dict[str, Any], shipped: Path | None = None
+) -> VectorIndex:
     """FAISS from the imported vectors, of the factory and search parameters the archive's sidecar names
-    (checked: ``checks.check_sidecar``); exact search when too few vectors remain to train that factory."""
+    (checked: ``checks.check_sidecar``); exact search when too few vectors remain to train that factory.
+    ``shipped``: the archive's own FAISS file, whose training is reused when it is that factory's (only its
+    centroids are taken: the vectors and ids are the imported ones); trained again, logged, when not."""
+    trained = _shipped_training(shipped, sidecar["factory"], dimension) if shipped else None
     try:
-        vectors = build_vectors(store, dimension, sidecar["factory"])
+        vectors = build_vectors(store, dimension, sidecar["factory"], trained)
     except ValueError:  # e.g. fewer vectors than an IVF factory's lists, as ``OpenVersion.rebuild_vectors``
         return build_vectors(store, dimension, None)
     vectors.params = vectors.params | check_search_params(sidecar.get("params"))
     return vectors
+
+
+def _shipped_training(path: Path, factory: str, dimension: int) -> Any:
+    """The shipped index when ``factory`` trains and its training can be reused (``read_training``); None
+    otherwise (logged when it could not be): FAISS is then trained on the imported vectors, as for any
+    archive. A factory without training never has the file read."""
+    empty = VectorIndex.create(factory, dimension)
+    if not empty.needs_training:
+        return None
+    try:
+        return read_training(path, empty.index)
+    except ValueError as exc:
+        log.warning("the base's FAISS training is not reused (%s): training again", str(exc)[:200])
+        return None
 
 
 def _rows(archive: sqlite3.Connection, sql: str) -> Iterator[list[Any]]:

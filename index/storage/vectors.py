@@ -328,14 +328,60 @@ def _fsync_file(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def build_vectors(store: DocumentStore, dimension: int, factory: str | None) -> VectorIndex:
+def build_vectors(
+    store: DocumentStore, dimension: int, factory: str | None, trained: faiss.Index | None = None
+) -> VectorIndex:
     """A build's stage 3 (and a version's repair): train on a sample (IVF / PQ), then add every vector the
-    store holds, page by page."""
+    store holds, page by page. ``trained``: an index of the same factory whose training (``reusable_training``)
+    is taken instead of training again (a replica's base ships its writer's)."""
     chunks = store.counts()["chunks"]
     factory = factory or choose_factory(chunks, dimension)
     index = VectorIndex.create(factory, dimension)
+    if trained is not None and index.needs_training:
+        index.index = reusable_training(trained, index.index)
     if index.needs_training:
         index.train(store.sample_vectors(max(training_size(factory), 1), dimension))
     for ids, vectors in store.iter_vectors(dimension=dimension):
         index.add(ids, vectors)
     return index
+
+
+def reusable_training(trained: faiss.Index, empty: faiss.Index) -> faiss.Index:
+    """``trained`` emptied (its lists reset, its training kept) to add vectors to, when its structure is
+    ``empty``'s (the same factory: kind, dimension, metric, lists, code size) and its centroids and codebooks
+    are finite; ``ValueError`` otherwise. Training only places the centroids: any finite ones index every
+    vector correctly (recall is what they decide), and the vectors and ids come from the store, never from
+    ``trained``."""
+    ivf, wanted = faiss.try_extract_index_ivf(trained), faiss.try_extract_index_ivf(empty)
+    if ivf is None or wanted is None or not trained.is_trained:
+        raise ValueError("not a trained inverted-file index")
+    # downcast: an IndexIVFPQ's codebooks are not visible through IndexIVF
+    ivf, wanted = faiss.downcast_index(ivf), faiss.downcast_index(wanted)
+    shape = ("d", "nlist", "code_size", "metric_type", "by_residual")
+    if type(faiss.downcast_index(trained)) is not type(faiss.downcast_index(empty)) or any(
+        getattr(ivf, name) != getattr(wanted, name) for name in shape
+    ):
+        raise ValueError("its structure is not the factory's")
+    if ivf.quantizer.ntotal != ivf.nlist:
+        raise ValueError(f"{ivf.quantizer.ntotal} centroids for {ivf.nlist} lists")
+    learned = [ivf.quantizer.reconstruct_n(0, ivf.nlist)]
+    if isinstance(ivf, faiss.IndexIVFPQ):
+        if (ivf.pq.M, ivf.pq.nbits) != (wanted.pq.M, wanted.pq.nbits):
+            raise ValueError("its product quantiser is not the factory's")
+        learned.append(faiss.vector_to_array(ivf.pq.centroids))
+    elif not isinstance(ivf, faiss.IndexIVFFlat):
+        raise ValueError(f"{type(ivf).__name__}: only IVF-Flat and IVF-PQ training is reused")
+    if not all(np.isfinite(values).all() for values in learned):
+        raise ValueError("a centroid or codebook holds NaN or an infinity")
+    trained.reset()
+    return trained
+
+
+def read_training(path: Path, empty: faiss.Index) -> faiss.Index:
+    """The FAISS file at ``path`` emptied, when its training is reusable for ``empty``'s factory
+    (``reusable_training``); ``ValueError`` naming why not (a file FAISS does not read included)."""
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as exc:
+        raise ValueError(f"FAISS does not read it: {str(exc)[:120]}") from exc
+    return reusable_training(index, empty)
