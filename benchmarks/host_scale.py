@@ -460,8 +460,9 @@ def wait_idle(pid: int, timeout: float, window: int = 4, step: float = 0.5) -> f
 
 def fresh_replica(args, name: str, code: Path, built: Path) -> dict:
     """A writer (``code``'s ``cloze serve``) on a copy ships its base to a moto bucket; then a fresh replica
-    process on an empty folder: seconds to ready (``/readyz``), to idle (every background build done) and the
-    stages its log stamps (base download and verified restore)."""
+    process on an empty folder: seconds to ready (``/readyz``) and its CPU seconds by then (the fair figure
+    under load), to idle (every background build done) and the stages its log stamps (base download and
+    verified restore)."""
     from benchmarks.replication import BUNDLED, spawn_from, stages, wait_converged, wait_shipped
     from harness.crashes import Chain, wait_ready
     from harness.replication import BUCKET, MotoServer, replication_env
@@ -489,6 +490,7 @@ def fresh_replica(args, name: str, code: Path, built: Path) -> dict:
         servers.append(spawn_from(chain, "replica", code, env))
         wait_ready(servers[1], timeout=3600)
         ready = time.monotonic() - started
+        ready_cpu = cpu_ticks(servers[1].process.pid) / os.sysconf("SC_CLK_TCK")  # load-independent
         wait_converged(servers[0], [servers[1]], timeout=3600)
         idle = wait_idle(servers[1].process.pid, timeout=3600) - started
         return {
@@ -496,6 +498,7 @@ def fresh_replica(args, name: str, code: Path, built: Path) -> dict:
             "writer_base_shipped_s": round(shipped, 1),
             "base_mb": round(base_mb, 1),
             "ready_s": round(ready, 2),
+            "ready_cpu_s": round(ready_cpu, 1),
             "ready_and_idle_s": round(max(ready, idle), 2),
             "stages_s": stages(servers[1].log, spawned),
         }
