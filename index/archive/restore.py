@@ -233,8 +233,9 @@ def prepare_version(
     """The archive's contents as version ``number``, unpublished and marked as a draft to discard if this
     process dies: its rows imported into a new store (``importer``), FAISS rebuilt from them, and the
     manifest (checked in ``verify_archive``) renumbered, its counts and FAISS settings those of the import.
-    ``private``: the archive is a replica's download of its writer's base: FAISS takes the base's training
-    when it is of the sidecar's factory instead of training again (most of a large restore's time)."""
+    ``private``: the archive is a replica's download of its writer's base: FAISS adopts the base's lists
+    (renumbered, checked) or takes its training instead of training and adding again (``rebuild_vectors``:
+    most of a large restore's time)."""
     folder = layout.version_dir(root, number)
     folder.mkdir(parents=True)
     (folder / REBUILD_MARKER).touch()
@@ -246,9 +247,9 @@ def prepare_version(
     checks.check_sidecar(sidecar, info, dimension)
     store = DocumentStore(folder / layout.STORE)  # as a new collection's store is made
     try:
-        import_store(staging / layout.STORE, store, dimension, int(info["sequence"]), rules)
+        renumbered = import_store(staging / layout.STORE, store, dimension, int(info["sequence"]), rules)
         shipped = staging / layout.VECTORS if private else None
-        vectors = rebuild_vectors(store, dimension, sidecar, shipped)
+        vectors = rebuild_vectors(store, dimension, sidecar, shipped, renumbered)
         vectors.save(folder / layout.VECTORS, {"synced_seq": store.max_seq()})
         Columns.save_from_store(store, folder)
         build_lexical(folder, store)

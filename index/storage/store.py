@@ -449,6 +449,16 @@ class DocumentStore:
             last = rows[-1][0]
             yield _unpack(rows, dimension)
 
+    def vectors_of(self, ids: np.ndarray, dimension: int) -> np.ndarray:
+        """The stored vectors of chunks ``ids`` (each holding one), in that order."""
+        found: dict[int, bytes] = {}
+        for page in range(0, len(ids), 500):  # within SQLite's bound on a statement's parameters
+            chunk = [int(i) for i in ids[page : page + 500]]
+            marks = ",".join("?" * len(chunk))
+            sql = f"SELECT id, vector FROM chunks WHERE id IN ({marks}) AND vector IS NOT NULL"
+            found.update(self._conn().execute(sql, chunk).fetchall())
+        return _unpack([(int(i), found[int(i)]) for i in ids], dimension)[1]
+
     def sample_vectors(self, count: int, dimension: int) -> np.ndarray:
         """A uniform sample of stored vectors (IVF / PQ training needs a sample, not the corpus)."""
         total = self.counts()["chunks"]

@@ -1,5 +1,7 @@
-"""A replica's restore of its writer's base: FAISS takes the base's training when it is the sidecar's factory
-(trained again when the shipped file is not), and the import writes its unpublished store unjournaled."""
+"""A replica's restore of its writer's base: FAISS adopts the base's lists, renumbered as the import renumbered
+the chunks, when they hold exactly the imported chunks under their vectors' codes; else it takes the base's
+training when that is the sidecar's factory's; else it is trained again. The import writes its unpublished
+store unjournaled."""
 
 from __future__ import annotations
 
@@ -35,6 +37,9 @@ def writer(tmp_path: Path, tiny_encoder):
     index = SearchIndex.open(folder, tiny_encoder)
     index.upsert(docs(80, 5))
     index.rebuild()  # the collection's IVF-PQ factory applies at a rebuild
+    index.delete("r3")
+    index.upsert(docs(80, 5)[7:9])  # unchanged: kept; the archive's chunk ids have gaps, a restore renumbers
+    index.upsert([Document("r9", "a new text for the ninth", {"n": 9})])
     yield index
     index.close()
 
@@ -51,16 +56,36 @@ def centroids(index: SearchIndex) -> np.ndarray:
     return ivf.quantizer.reconstruct_n(0, ivf.nlist)
 
 
-def counting_trains(monkeypatch) -> list[int]:
-    trained: list[int] = []
-    original = VectorIndex.train
+def counting(monkeypatch, method: str) -> list[int]:
+    """Each call of ``VectorIndex.<method>`` (train, add), by the rows it was given."""
+    calls: list[int] = []
+    original = getattr(VectorIndex, method)
 
-    def train(self: VectorIndex, sample: np.ndarray) -> None:
-        trained.append(len(sample))
-        original(self, sample)
+    def counted(self: VectorIndex, *args: np.ndarray) -> None:
+        calls.append(len(args[-1]))
+        original(self, *args)
 
-    monkeypatch.setattr(VectorIndex, "train", train)
-    return trained
+    monkeypatch.setattr(VectorIndex, method, counted)
+    return calls
+
+
+def expected() -> list[Document]:
+    kept = [d for d in docs(80, 5) if d.id not in ("r3", "r9")]
+    return [*kept, Document("r9", "a new text for the ninth", {"n": 9})]
+
+
+def faiss_ids(index: SearchIndex) -> list[int]:
+    ivf = faiss.extract_index_ivf(index._live.vectors.index)
+    lists = faiss.downcast_InvertedLists(ivf.invlists)
+    return sorted(
+        int(i)
+        for number in range(ivf.nlist)
+        for i in faiss.rev_swig_ptr(lists.get_ids(number), lists.list_size(number))
+    )
+
+
+def stored_ids(index: SearchIndex) -> list[int]:
+    return [row[0] for row in index._live.store.query("SELECT id FROM chunks ORDER BY id")]
 
 
 def assert_serves(index: SearchIndex, documents: list[Document]) -> None:
@@ -72,15 +97,17 @@ def assert_serves(index: SearchIndex, documents: list[Document]) -> None:
         assert document.id in [hit.id for hit in index.search(vector, document.text, top_k=5)]
 
 
-def test_a_replicas_restore_takes_the_bases_training_and_adds_the_imported_vectors(
+def test_a_replicas_restore_adopts_the_bases_lists_renumbered(
     writer: SearchIndex, replica: SearchIndex, tmp_path: Path, monkeypatch
 ) -> None:
     archive = tmp_path / "snaps" / writer.snapshot(tmp_path / "snaps")["name"]
-    trained = counting_trains(monkeypatch)
+    trained, added = counting(monkeypatch, "train"), counting(monkeypatch, "add")
     replica.restore(archive, private=True)
-    assert trained == []
+    assert trained == [] and added == []
+    assert stored_ids(replica) == list(range(1, 80)) != stored_ids(writer)  # renumbered
+    assert faiss_ids(replica) == stored_ids(replica)
     np.testing.assert_array_equal(centroids(replica), centroids(writer))
-    assert_serves(replica, docs(80, 5))
+    assert_serves(replica, expected())
     with sqlite3.connect(replica._live.store.path) as conn:  # the unjournaled import is back in WAL mode
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
@@ -90,10 +117,11 @@ def test_an_uploaded_archives_faiss_file_is_never_read(
 ) -> None:
     archive = tmp_path / "snaps" / writer.snapshot(tmp_path / "snaps")["name"]
     monkeypatch.setattr("index.archive.importer.read_training", pytest.fail)
-    trained = counting_trains(monkeypatch)
+    monkeypatch.setattr("index.archive.importer.read_index_file", pytest.fail)
+    trained = counting(monkeypatch, "train")
     replica.restore(archive)
     assert len(trained) == 1
-    assert_serves(replica, docs(80, 5))
+    assert_serves(replica, expected())
 
 
 def nan_centroids(faiss_bytes: bytes) -> bytes:
@@ -122,14 +150,45 @@ def test_a_shipped_faiss_file_that_does_not_fit_is_trained_again(
         "another factory": other_factory(writer.encoder.dimension, sample),
         "NaN centroids": nan_centroids(good[layout.VECTORS]),
     }
-    trained = counting_trains(monkeypatch)
+    trained = counting(monkeypatch, "train")
     for number, (case, body) in enumerate(cases.items()):
         archive = tmp_path / f"case{number}.tar"
         archive.write_bytes(pack(good | {layout.VECTORS: body}))
         replica.restore(archive, private=True)
         assert len(trained) == number + 1, case
         assert not np.isnan(centroids(replica)).any(), case
-        assert_serves(replica, docs(80, 5))
+        assert_serves(replica, expected())
+
+
+def swapped_codes(faiss_bytes: bytes) -> bytes:
+    """Two chunks in different lists trade ids: each id then sits under the other's code."""
+    index = faiss.deserialize_index(np.frombuffer(faiss_bytes, np.uint8))
+    ivf = faiss.extract_index_ivf(index)
+    lists = faiss.downcast_InvertedLists(ivf.invlists)
+    full = [n for n in range(ivf.nlist) if lists.list_size(n)]
+    first, second = (faiss.rev_swig_ptr(lists.get_ids(n), lists.list_size(n)) for n in full[:2])
+    first[0], second[0] = int(second[0]), int(first[0])
+    return faiss.serialize_index(index).tobytes()
+
+
+def test_shipped_lists_that_are_not_the_imported_chunks_are_added_again(
+    writer: SearchIndex, replica: SearchIndex, tmp_path: Path, monkeypatch
+) -> None:
+    """Two ids traded between lists (the codes no longer their vectors'), FAISS trailing the store (a write
+    committed but not yet in FAISS when the base was cut): the training is reused, the vectors added."""
+    swapped = unpack((tmp_path / "snaps" / writer.snapshot(tmp_path / "snaps")["name"]).read_bytes())
+    swapped[layout.VECTORS] = swapped_codes(swapped[layout.VECTORS])
+    monkeypatch.setattr("index.search_index.apply_changes", lambda version, lock: 0)
+    writer.upsert([Document("late", "a write FAISS has not caught up with", {"n": 0})])
+    monkeypatch.undo()
+    trailing = tmp_path / "snaps" / writer.snapshot(tmp_path / "snaps")["name"]
+    trained, added = counting(monkeypatch, "train"), counting(monkeypatch, "add")
+    (tmp_path / "swapped.tar").write_bytes(pack(swapped))
+    for number, archive in enumerate((tmp_path / "swapped.tar", trailing)):
+        replica.restore(archive, private=True)
+        assert trained == [] and len(added) == number + 1
+        assert faiss_ids(replica) == stored_ids(replica)
+    assert_serves(replica, [*expected(), Document("late", "a write FAISS has not caught up with")])
 
 
 def test_a_shipped_faiss_file_that_differs_from_its_checksum_is_refused(
