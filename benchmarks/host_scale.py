@@ -32,6 +32,8 @@ Ratios are after / before; the goals are the issue's at 10M, checked against a l
 
     nice -n 10 .venv/bin/python benchmarks/host_scale.py --chunks 1000000 --build-only   # the cache, once
     nice -n 10 .venv/bin/python benchmarks/host_scale.py --chunks 1000000 --replica-chunks 100000
+    nice -n 10 .venv/bin/python benchmarks/host_scale.py --replica-only --replica-chunks 100000 \
+        --before-rev <main> --out benchmarks/results/host_scale_replica.json   # the replica arms alone
 """
 
 from __future__ import annotations
@@ -458,8 +460,9 @@ def wait_idle(pid: int, timeout: float, window: int = 4, step: float = 0.5) -> f
 
 def fresh_replica(args, name: str, code: Path, built: Path) -> dict:
     """A writer (``code``'s ``cloze serve``) on a copy ships its base to a moto bucket; then a fresh replica
-    process on an empty folder: seconds to ready (``/readyz``), to idle (every background build done) and the
-    stages its log stamps (base download and verified restore)."""
+    process on an empty folder: seconds to ready (``/readyz``) and its CPU seconds by then (the fair figure
+    under load), to idle (every background build done) and the stages its log stamps (base download and
+    verified restore)."""
     from benchmarks.replication import BUNDLED, spawn_from, stages, wait_converged, wait_shipped
     from harness.crashes import Chain, wait_ready
     from harness.replication import BUCKET, MotoServer, replication_env
@@ -487,6 +490,7 @@ def fresh_replica(args, name: str, code: Path, built: Path) -> dict:
         servers.append(spawn_from(chain, "replica", code, env))
         wait_ready(servers[1], timeout=3600)
         ready = time.monotonic() - started
+        ready_cpu = cpu_ticks(servers[1].process.pid) / os.sysconf("SC_CLK_TCK")  # load-independent
         wait_converged(servers[0], [servers[1]], timeout=3600)
         idle = wait_idle(servers[1].process.pid, timeout=3600) - started
         return {
@@ -494,6 +498,7 @@ def fresh_replica(args, name: str, code: Path, built: Path) -> dict:
             "writer_base_shipped_s": round(shipped, 1),
             "base_mb": round(base_mb, 1),
             "ready_s": round(ready, 2),
+            "ready_cpu_s": round(ready_cpu, 1),
             "ready_and_idle_s": round(max(ready, idle), 2),
             "stages_s": stages(servers[1].log, spawned),
         }
@@ -608,6 +613,40 @@ def derived(arms: dict, chunks: int) -> dict:
     }
 
 
+def replica_arms(args, before: Path) -> dict:
+    """``--replica-only``: each arm's fresh replica of the same cached collection, side by side in one run, and
+    the ready seconds projected linearly to 10M chunks."""
+    started, load_start = time.perf_counter(), load_average()
+    built, build = built_index(args, before, args.replica_chunks)
+    arms = {
+        name: fresh_replica(args, name, code, built)
+        for name, code in (("before", before), ("after", args.after.resolve()))
+    }
+    for name, replica in arms.items():
+        print(f"{name} fresh replica: {replica}", flush=True)
+    ready = {name: replica["ready_and_idle_s"] for name, replica in arms.items()}
+    return {
+        "command": command(),
+        "replica_chunks": args.replica_chunks,
+        "factory": build["factory"],
+        "vectors": f"synthetic unit vectors, {DIMENSION}-d, {CLUSTERS:,} seeded Gaussian clusters",
+        "before_rev": args.before_rev,
+        "after": str(args.after),
+        **code_identity(args.before_rev, args.after.resolve()),
+        "replica_build": build,
+        "ready_after_over_before": ratio(ready["after"], ready["before"]),
+        "projection_10m_ready_s": {
+            name: round(seconds * TARGET / args.replica_chunks, 1) for name, seconds in ready.items()
+        },
+        "goal_10m_ready_s": GOALS["fresh_replica_ready_s"],
+        "arms": arms,
+        "total_seconds": round(time.perf_counter() - started, 1),
+        "load_average_start": load_start,
+        "load_average_end": load_average(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
 def write_result(path: Path, result: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
@@ -631,6 +670,9 @@ def main() -> None:
         "--replica-chunks", type=int, default=100_000, help="the fresh replica's collection (built once too)"
     )
     parser.add_argument("--skip-replica", action="store_true")
+    parser.add_argument(
+        "--replica-only", action="store_true", help="only the fresh replica of --replica-chunks, both arms"
+    )
     parser.add_argument("--before-first-open", action="store_true", help="also time the before code's")
     parser.add_argument("--build-only", action="store_true", help="build (and cache) the index, then stop")
     parser.add_argument("--keep", action="store_true", help="keep each arm's copies under --work/run")
@@ -647,6 +689,9 @@ def main() -> None:
     args.replica_chunks = min(args.replica_chunks, args.chunks)
     args.work.mkdir(parents=True, exist_ok=True)
     before = export_revision(args.before_rev, args.work / f"before-{args.before_rev}")
+    if args.replica_only:
+        write_result(args.out, replica_arms(args, before))
+        return
     started = time.perf_counter()
     built, build = built_index(args, before, args.chunks)
     print(f"built: {build}", flush=True)

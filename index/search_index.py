@@ -397,7 +397,7 @@ class SearchIndex:
             number = layout.next_version(self.root)
             fresh: OpenVersion | None = None
             try:
-                fresh = open_restored(self.root, number, archive, info, rules, self._on_repair)
+                fresh = open_restored(self.root, number, archive, info, rules, self._on_repair, private)
                 check_restored(fresh, info)
                 layout.pause_for_tests("restore")  # complete on disk, not published
                 with self._mutate:

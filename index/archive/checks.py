@@ -8,7 +8,8 @@ not a fact (whoever holds a write key can recompute its checksums).
 - ``manifest.json``: an object of this index format, made with the target collection's model (fingerprint
   and dimension), its factory and chunk shape within the grammar;
 - ``vectors.json``: synced sequence, factory, search parameters and tombstones typed and bounded;
-- ``vectors.faiss``: its checksum only: it is never read (FAISS is rebuilt from the imported vectors);
+- ``vectors.faiss``: its checksum only: FAISS is rebuilt from the imported vectors; only a replica's own base
+  has it read, its lists adopted or its training reused once checked (``importer.rebuild_vectors``);
 - ``store.sqlite``: never trusted as a file: its rows are imported one by one (``importer``).
 """
 

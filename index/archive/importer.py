@@ -3,7 +3,8 @@
 Its rows are written into a store this service creates (``DocumentStore``, as for a new collection), each
 document checked as an upsert checks one (``ImportRules``), and everything derived is rebuilt from what was
 imported: FTS5 and the filter side table as the rows are written, FAISS from the imported vectors
-(``rebuild_vectors``), BM25 and the filter columns when the version opens. So nothing of the archive's
+(``rebuild_vectors``; a replica's own base has its FAISS lists renumbered and checked against them instead),
+BM25 and the filter columns when the version opens. So nothing of the archive's
 schema (a CHECK constraint, an index, a trigger, a column's declared type) and none of its bookkeeping
 (row ids, changelog, state) reaches the restored version: each row is imported whole, or the restore is
 refused naming it.
@@ -12,6 +13,7 @@ refused naming it.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from array import array
 from collections.abc import Callable, Iterator
@@ -26,8 +28,18 @@ from index.records import Document, DocumentLimits, InvalidDocument, check_metad
 from index.storage.factories import check_search_params
 from index.storage.layout import STORE
 from index.storage.store import DocumentStore
-from index.storage.vectors import VectorIndex, build_vectors
+from index.storage.vectors import (
+    VectorIndex,
+    build_vectors,
+    check_codes,
+    check_training,
+    read_index_file,
+    read_training,
+    renumber_lists,
+)
 
+log = logging.getLogger(__name__)
+SPOT_CHECKS = 1024  # chunks of an adopted FAISS index re-encoded and compared (``rebuild_vectors``)
 PAGE = 2000  # rows read, checked and committed at a time: memory is bounded by a page, not the archive
 MAX_CHUNK_INDEX = 1 << 31
 VectorCheck = Callable[[np.ndarray, Callable[[int], str]], np.ndarray]
@@ -46,11 +58,20 @@ class ImportRules:
     vectors: VectorCheck | None = None
 
 
+@dataclass(frozen=True)
+class Renumbered:
+    """The archive's chunk ids in the order they were imported, and the id each was given."""
+
+    old: np.ndarray
+    new: np.ndarray
+
+
 def import_store(
     source: Path, store: DocumentStore, dimension: int, sequence: int, rules: ImportRules
-) -> None:
+) -> Renumbered:
     """The documents and chunks of the SQLite file ``source`` into ``store`` (new and empty), then its
-    changelog continued after ``sequence``; ``BadArchive`` names the first row that is not fit."""
+    changelog continued after ``sequence``; ``BadArchive`` names the first row that is not fit. Returns how
+    the chunks were renumbered (a shipped FAISS index is renumbered the same way: ``rebuild_vectors``)."""
     if not 1 <= dimension <= 1 << 16:
         raise BadArchive(f"the snapshot's dimension {dimension} is out of range")
     try:  # our own extracted copy, which nothing changes: immutable, so SQLite writes nothing beside it
@@ -59,24 +80,77 @@ def import_store(
     except sqlite3.Error as exc:
         raise BadArchive(f"{STORE} does not open as SQLite: {exc}") from exc
     try:
-        with store.bulk_load():
-            rids = _import_documents(archive, store, rules)
-        _import_chunks(archive, store, rids, dimension, rules)
+        with store.unjournaled():
+            with store.bulk_load():
+                rids = _import_documents(archive, store, rules)
+            renumbered = _import_chunks(archive, store, rids, dimension, rules)
+            with store.transaction() as conn:
+                store.continue_changelog(conn, sequence)
     finally:
         archive.close()
-    with store.transaction() as conn:
-        store.continue_changelog(conn, sequence)
+    return renumbered
 
 
-def rebuild_vectors(store: DocumentStore, dimension: int, sidecar: dict[str, Any]) -> VectorIndex:
+def rebuild_vectors(
+    store: DocumentStore,
+    dimension: int,
+    sidecar: dict[str, Any],
+    shipped: Path | None = None,
+    renumbered: Renumbered | None = None,
+) -> VectorIndex:
     """FAISS from the imported vectors, of the factory and search parameters the archive's sidecar names
-    (checked: ``checks.check_sidecar``); exact search when too few vectors remain to train that factory."""
+    (checked: ``checks.check_sidecar``); exact search when too few vectors remain to train that factory.
+    ``shipped``: the archive's own FAISS file (a replica's base). Its lists are adopted, renumbered as the
+    import renumbered the chunks, when they hold every imported chunk once and nothing else and a sample of
+    ``SPOT_CHECKS`` chunks sits where and as its stored vector encodes (``_adopted``); otherwise its training
+    is reused when it is that factory's and the imported vectors added; otherwise (logged) trained again."""
+    if shipped is not None and renumbered is not None and not sidecar.get("tombstones"):
+        if adopted := _adopted(shipped, store, dimension, sidecar, renumbered):
+            return adopted
+    trained = _shipped_training(shipped, sidecar["factory"], dimension) if shipped else None
     try:
-        vectors = build_vectors(store, dimension, sidecar["factory"])
+        vectors = build_vectors(store, dimension, sidecar["factory"], trained)
     except ValueError:  # e.g. fewer vectors than an IVF factory's lists, as ``OpenVersion.rebuild_vectors``
         return build_vectors(store, dimension, None)
     vectors.params = vectors.params | check_search_params(sidecar.get("params"))
     return vectors
+
+
+def _adopted(
+    path: Path, store: DocumentStore, dimension: int, sidecar: dict[str, Any], renumbered: Renumbered
+) -> VectorIndex | None:
+    """The shipped index with its lists renumbered, when it passes ``rebuild_vectors``'s checks; None
+    (logged) when it does not, or when its factory needs no training (nothing to save: it is added)."""
+    empty = VectorIndex.create(sidecar["factory"], dimension)
+    if not empty.needs_training or not len(renumbered.new):
+        return None
+    rng = np.random.default_rng()
+    sample = np.sort(rng.choice(renumbered.new, min(SPOT_CHECKS, len(renumbered.new)), replace=False))
+    try:
+        index = read_index_file(path)
+        check_training(index, empty.index)
+        where = renumber_lists(index, renumbered.old, renumbered.new, sample)
+        check_codes(index, where, sample, store.vectors_of(sample, dimension))
+    except ValueError as exc:
+        log.warning(
+            "the base's FAISS lists are not adopted (%s): its vectors are added again", str(exc)[:200]
+        )
+        return None
+    return VectorIndex(index, empty.factory, empty.params)
+
+
+def _shipped_training(path: Path, factory: str, dimension: int) -> Any:
+    """The shipped index when ``factory`` trains and its training can be reused (``read_training``); None
+    otherwise (logged when it could not be): FAISS is then trained on the imported vectors, as for any
+    archive. A factory without training never has the file read."""
+    empty = VectorIndex.create(factory, dimension)
+    if not empty.needs_training:
+        return None
+    try:
+        return read_training(path, empty.index)
+    except ValueError as exc:
+        log.warning("the base's FAISS training is not reused (%s): training again", str(exc)[:200])
+        return None
 
 
 def _rows(archive: sqlite3.Connection, sql: str) -> Iterator[list[Any]]:
@@ -152,16 +226,20 @@ def _import_chunks(
     old_rids: np.ndarray,
     dimension: int,
     rules: ImportRules,
-) -> None:
+) -> Renumbered:
     """Every chunk under its document's new rid, with its vector checked as an upsert checks one."""
     order = np.argsort(old_rids, kind="stable")
     known = old_rids[order]
     # Documents were written in order into an empty table, so the k-th written has the k-th smallest rid.
     written = store.query("SELECT rid FROM documents ORDER BY rid")
     new_rids = np.fromiter((row[0] for row in written), np.int64, count=len(old_rids))
-    for rows in _rows(archive, "SELECT doc_rid, chunk_index, text, vector FROM chunks"):
-        for doc_rid, chunk_index, text, vector in rows:
+    old_ids = array("q")
+    for rows in _rows(archive, "SELECT doc_rid, chunk_index, text, vector, id FROM chunks"):
+        for doc_rid, chunk_index, text, vector, chunk_id in rows:
             _check_chunk(doc_rid, chunk_index, text, vector, dimension, rules)
+            if type(chunk_id) is not int:
+                raise BadArchive(f"{STORE}: a chunk has the id {str(chunk_id)[:40]!r}")
+            old_ids.append(chunk_id)
         wanted = np.array([row[0] for row in rows], np.int64)
         at = np.minimum(np.searchsorted(known, wanted), max(len(known) - 1, 0))
         if not len(known) or not (known[at] == wanted).all():
@@ -170,6 +248,11 @@ def _import_chunks(
                 f"{STORE}: a chunk belongs to document row {orphan}, which the archive does not hold"
             )
         _write_chunks(store, rows, new_rids[order[at]], dimension, rules)
+    # As for documents: the k-th chunk written has the k-th smallest id.
+    new_ids = np.fromiter(
+        (row[0] for row in store.query("SELECT id FROM chunks ORDER BY id")), np.int64, count=len(old_ids)
+    )
+    return Renumbered(np.frombuffer(old_ids, np.int64) if old_ids else np.zeros(0, np.int64), new_ids)
 
 
 def _write_chunks(

@@ -82,17 +82,18 @@ def verify_archive(
     return info
 
 
-def extract_archive(path: Path, folder: Path, info: dict[str, Any]) -> None:
+def extract_archive(path: Path, folder: Path, info: dict[str, Any], *, with_faiss: bool = False) -> None:
     """Each file the import reads into ``folder`` (a staging folder no reader looks at), its checksum checked
     again as it is written (the archive could have changed since it was verified). Not fsync'd: the files are
-    read once and deleted; what is published is the import. ``vectors.faiss`` is checksummed and skipped:
-    FAISS is rebuilt from the imported vectors, so the archive's file is never read."""
+    read once and deleted; what is published is the import. ``vectors.faiss`` is checksummed and skipped
+    unless ``with_faiss`` (a replica's own base, whose FAISS training is reused): FAISS is rebuilt from the
+    imported vectors, so an uploaded archive's FAISS file is never read."""
     with _open_archive(path) as (archive, reader):
         _read_info_member(archive)
         reader.limit = checks.declared_bytes(info) + checks.TAR_OVERHEAD + MAX_INFO_BYTES
         for member, stream in _members(archive, info):
             expected = info["files"][member.name]
-            if member.name == layout.VECTORS:
+            if member.name == layout.VECTORS and not with_faiss:
                 _copy_checked(stream, member.name, expected, None)
                 continue
             with (folder / member.name).open("wb") as out:
@@ -226,23 +227,29 @@ def _copy_checked(stream: IO[bytes], name: str, expected: dict[str, Any], out: I
         )
 
 
-def prepare_version(root: Path, number: int, archive: Path, info: dict[str, Any], rules: ImportRules) -> None:
+def prepare_version(
+    root: Path, number: int, archive: Path, info: dict[str, Any], rules: ImportRules, private: bool = False
+) -> None:
     """The archive's contents as version ``number``, unpublished and marked as a draft to discard if this
     process dies: its rows imported into a new store (``importer``), FAISS rebuilt from them, and the
-    manifest (checked in ``verify_archive``) renumbered, its counts and FAISS settings those of the import."""
+    manifest (checked in ``verify_archive``) renumbered, its counts and FAISS settings those of the import.
+    ``private``: the archive is a replica's download of its writer's base: FAISS adopts the base's lists
+    (renumbered, checked) or takes its training instead of training and adding again (``rebuild_vectors``:
+    most of a large restore's time)."""
     folder = layout.version_dir(root, number)
     folder.mkdir(parents=True)
     (folder / REBUILD_MARKER).touch()
     staging = folder / STAGING
     staging.mkdir()
-    extract_archive(archive, staging, info)
+    extract_archive(archive, staging, info, with_faiss=private)
     dimension = int(info["dimension"])
     sidecar = json.loads((staging / SIDECAR).read_bytes())
     checks.check_sidecar(sidecar, info, dimension)
     store = DocumentStore(folder / layout.STORE)  # as a new collection's store is made
     try:
-        import_store(staging / layout.STORE, store, dimension, int(info["sequence"]), rules)
-        vectors = rebuild_vectors(store, dimension, sidecar)
+        renumbered = import_store(staging / layout.STORE, store, dimension, int(info["sequence"]), rules)
+        shipped = staging / layout.VECTORS if private else None
+        vectors = rebuild_vectors(store, dimension, sidecar, shipped, renumbered)
         vectors.save(folder / layout.VECTORS, {"synced_seq": store.max_seq()})
         Columns.save_from_store(store, folder)
         build_lexical(folder, store)
@@ -281,12 +288,13 @@ def open_restored(
     info: dict[str, Any],
     rules: ImportRules,
     on_repair: Any = None,
+    private: bool = False,
 ) -> OpenVersion:
     """``prepare_version``, then the draft opened. A draft that passed every check and still does not open
     is the archive's fault (422), a full disk the disk's (413: the archive is too large for it); the
     messages name no path on the server."""
     try:
-        prepare_version(root, number, archive, info, rules)
+        prepare_version(root, number, archive, info, rules, private)
         return OpenVersion(root, number, False, on_repair)
     except (BadArchive, checks.ArchiveTooLarge):
         raise

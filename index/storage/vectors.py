@@ -328,14 +328,120 @@ def _fsync_file(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def build_vectors(store: DocumentStore, dimension: int, factory: str | None) -> VectorIndex:
+def build_vectors(
+    store: DocumentStore, dimension: int, factory: str | None, trained: faiss.Index | None = None
+) -> VectorIndex:
     """A build's stage 3 (and a version's repair): train on a sample (IVF / PQ), then add every vector the
-    store holds, page by page."""
+    store holds, page by page. ``trained``: an index of the same factory whose training (``reusable_training``)
+    is taken instead of training again (a replica's base ships its writer's)."""
     chunks = store.counts()["chunks"]
     factory = factory or choose_factory(chunks, dimension)
     index = VectorIndex.create(factory, dimension)
+    if trained is not None and index.needs_training:
+        index.index = reusable_training(trained, index.index)
     if index.needs_training:
         index.train(store.sample_vectors(max(training_size(factory), 1), dimension))
     for ids, vectors in store.iter_vectors(dimension=dimension):
         index.add(ids, vectors)
     return index
+
+
+def reusable_training(trained: faiss.Index, empty: faiss.Index) -> faiss.Index:
+    """``trained`` emptied (its lists reset, its training kept) to add vectors to, when its training is
+    ``empty``'s factory's (``check_training``); ``ValueError`` otherwise."""
+    check_training(trained, empty)
+    trained.reset()
+    return trained
+
+
+def check_training(trained: faiss.Index, empty: faiss.Index) -> None:
+    """``ValueError`` unless ``trained`` has ``empty``'s structure (the same factory: kind, dimension, metric,
+    lists, code size) and finite centroids and codebooks. Training only places the centroids: any finite ones
+    index every vector correctly (recall is what they decide)."""
+    ivf, wanted = faiss.try_extract_index_ivf(trained), faiss.try_extract_index_ivf(empty)
+    if ivf is None or wanted is None or not trained.is_trained:
+        raise ValueError("not a trained inverted-file index")
+    # downcast: an IndexIVFPQ's codebooks are not visible through IndexIVF
+    ivf, wanted = faiss.downcast_index(ivf), faiss.downcast_index(wanted)
+    shape = ("d", "nlist", "code_size", "metric_type", "by_residual")
+    if type(faiss.downcast_index(trained)) is not type(faiss.downcast_index(empty)) or any(
+        getattr(ivf, name) != getattr(wanted, name) for name in shape
+    ):
+        raise ValueError("its structure is not the factory's")
+    if ivf.quantizer.ntotal != ivf.nlist:
+        raise ValueError(f"{ivf.quantizer.ntotal} centroids for {ivf.nlist} lists")
+    learned = [ivf.quantizer.reconstruct_n(0, ivf.nlist)]
+    if isinstance(ivf, faiss.IndexIVFPQ):
+        if (ivf.pq.M, ivf.pq.nbits) != (wanted.pq.M, wanted.pq.nbits):
+            raise ValueError("its product quantiser is not the factory's")
+        learned.append(faiss.vector_to_array(ivf.pq.centroids))
+    elif not isinstance(ivf, faiss.IndexIVFFlat):
+        raise ValueError(f"{type(ivf).__name__}: only IVF-Flat and IVF-PQ training is reused")
+    if not all(np.isfinite(values).all() for values in learned):
+        raise ValueError("a centroid or codebook holds NaN or an infinity")
+
+
+def renumber_lists(
+    index: faiss.Index, old_ids: np.ndarray, new_ids: np.ndarray, found: np.ndarray
+) -> dict[int, tuple[int, int]]:
+    """In place: each id in ``index``'s lists from ``old_ids[k]`` to ``new_ids[k]`` (a restore renumbers the
+    chunks); ``ValueError`` unless the lists hold every old id exactly once and nothing else. Returns where
+    each of the new ids ``found`` is: (list, offset)."""
+    ivf = faiss.extract_index_ivf(index)
+    lists = faiss.downcast_InvertedLists(ivf.invlists)
+    if not isinstance(lists, faiss.ArrayInvertedLists) or index.ntotal != len(old_ids):
+        raise ValueError(f"{index.ntotal} vectors in its lists for {len(old_ids)} chunks")
+    order = np.argsort(old_ids, kind="stable")
+    known = old_ids[order]
+    seen = np.zeros(len(known), np.int64)
+    where: dict[int, tuple[int, int]] = {}
+    for number in range(ivf.nlist):
+        size = lists.list_size(number)
+        if not size:
+            continue
+        ids = faiss.rev_swig_ptr(lists.get_ids(number), size)  # the list's own storage, written in place
+        at = np.minimum(np.searchsorted(known, ids), len(known) - 1)
+        if not (known[at] == ids).all():
+            raise ValueError("its lists hold an id the store does not")
+        np.add.at(seen, at, 1)
+        ids[:] = new_ids[order[at]]
+        for offset in np.flatnonzero(np.isin(ids, found)).tolist():
+            where[int(ids[offset])] = (number, offset)
+    if not (seen == 1).all():
+        raise ValueError("its lists miss a chunk or hold one twice")
+    return where
+
+
+def check_codes(
+    index: faiss.Index, where: dict[int, tuple[int, int]], ids: np.ndarray, vectors: np.ndarray
+) -> None:
+    """``ValueError`` unless each of ``ids`` sits in the list its vector is assigned to, under the code
+    encoding that vector gives: the lists are of these vectors, not of others under the same ids."""
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    lists = faiss.downcast_InvertedLists(ivf.invlists)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    assigned = ivf.quantizer.assign(vectors, 1).ravel().astype(np.int64)
+    codes = np.empty((len(vectors), ivf.code_size), np.uint8)
+    ivf.encode_vectors(len(vectors), faiss.swig_ptr(vectors), faiss.swig_ptr(assigned), faiss.swig_ptr(codes))
+    for chunk_id, expected_list, code in zip(ids.tolist(), assigned.tolist(), codes, strict=True):
+        number, offset = where[chunk_id]
+        size = lists.list_size(number)
+        stored = faiss.rev_swig_ptr(lists.get_codes(number), size * ivf.code_size)
+        if number != expected_list or not np.array_equal(
+            stored[offset * ivf.code_size : (offset + 1) * ivf.code_size], code
+        ):
+            raise ValueError(f"chunk {chunk_id}'s code is not its vector's")
+
+
+def read_index_file(path: Path) -> faiss.Index:
+    """A FAISS file; ``ValueError`` when FAISS does not read it."""
+    try:
+        return faiss.read_index(str(path))
+    except RuntimeError as exc:
+        raise ValueError(f"FAISS does not read it: {str(exc)[:120]}") from exc
+
+
+def read_training(path: Path, empty: faiss.Index) -> faiss.Index:
+    """The FAISS file at ``path`` emptied, when its training is reusable for ``empty``'s factory
+    (``reusable_training``); ``ValueError`` naming why not (a file FAISS does not read included)."""
+    return reusable_training(read_index_file(path), empty)
