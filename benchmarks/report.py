@@ -983,6 +983,49 @@ def host_scale(data: dict, command: str) -> Body:
     )
 
 
+REPLICA_FIGURES = (
+    ("ready (`/readyz`), s", ("ready_s",), 1),
+    ("CPU s to ready", ("ready_cpu_s",), 1),
+    ("download, s", ("stages_s", "base_download_s"), 1),
+    ("verified restore, s", ("stages_s", "base_verified_restore_s"), 1),
+    ("base, MB", ("base_mb",), 0),
+)
+
+
+@section(
+    "A fresh replica from the bucket",
+    "host_scale_replica.json",
+    "python benchmarks/host_scale.py --replica-only --replica-chunks 100000 --before-rev REV --work WORK",
+)
+def fresh_replica(data: dict, command: str) -> Body:
+    arms = data["arms"]
+    rows = [
+        [label, *(num(pick(arms[side], key), digits) for side in ("before", "after"))]
+        for label, key, digits in REPLICA_FIGURES
+    ]
+    projected = data["projection_10m_ready_s"]
+    return Body(
+        fill(
+            "fresh_replica",
+            chunks=data["replica_chunks"],
+            factory=data["factory"],
+            before=data["before_commit"][:7],
+            after=data["after_commit"][:7],
+            load=data["load_average_start"][0],
+            load_end=data["load_average_end"][0],
+            table=table(["", "before", "after"], rows),
+            before_10m=num(projected["before"] / 60),
+            after_10m=num(projected["after"] / 60),
+            goal=num(data["goal_10m_ready_s"] / 60),
+        ),
+        summary=[
+            f"How soon does a new replica of {data['replica_chunks']:,} chunks serve?",
+            f"{num(arms['after']['ready_s'], 1)} s from an empty folder ({num(arms['before']['ready_s'], 1)} s "
+            f"before); about {num(projected['after'] / 60)} min projected at 10M",
+        ],
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Training
 
