@@ -999,10 +999,8 @@ REPLICA_FIGURES = (
 )
 def fresh_replica(data: dict, command: str) -> Body:
     arms = data["arms"]
-    rows = [
-        [label, *(num(pick(arms[side], key), digits) for side in ("before", "after"))]
-        for label, key, digits in REPLICA_FIGURES
-    ]
+    sides = [arms["before"], arms["after"]]
+    rows = [side_by_side(label, number(key, digits), sides) for label, key, digits in REPLICA_FIGURES]
     projected = data["projection_10m_ready_s"]
     return Body(
         fill(
