@@ -34,7 +34,8 @@ from index.storage.vectors import atomic_write, fsync_dir
 NONE, NUMBER, TEXT, TRUE, FALSE, OTHER = range(6)
 KINDS = {"integer": NUMBER, "real": NUMBER, "text": TEXT, "true": TRUE, "false": FALSE}
 EXACT_INTEGER = 2**53  # past this a float64 column cannot hold an integer exactly: such filters stay in SQL
-FEW_VALUES = 8  # an equality's values compared one pass each (``_one_of``); more go through np.isin
+FEW_VALUES = 8  # an equality's values compared one pass each (``_one_of``); more through a table or np.isin
+TABLE_SPAN = 1 << 20  # whole numbers at most this far apart are looked up in a table of their span (1 MB)
 PAGE = 50_000  # document rows read from the store at a time when loading
 FILES = "columns"  # the folder of saved arrays in a version folder: one subfolder per save
 POINTER = "columns.json"  # names the live subfolder, with the changelog point it holds (written last)
@@ -499,13 +500,30 @@ class Selection:
 
 def _one_of(values: np.ndarray, wanted: list) -> np.ndarray:
     """``np.isin`` for a few wanted values as one ``==`` pass each: isin's own table or sort cost 40x one pass on
-    a 500k-row column (2.3 ms against 0.06), the largest step of an equality filter."""
+    a 500k-row column (2.3 ms against 0.06), the largest step of an equality filter. More whole numbers within
+    ``TABLE_SPAN`` of each other are looked up in a table indexed by value (100 of them over 100k rows: 0.56 ms
+    against isin's 8.0, docs/design-decisions.md)."""
     if len(wanted) > FEW_VALUES:
-        return np.isin(values, wanted)
+        return _in_table(values, wanted)
     hit = values == wanted[0]
     for value in wanted[1:]:
         hit |= values == value
     return hit
+
+
+def _in_table(values: np.ndarray, wanted: list) -> np.ndarray:
+    """``np.isin(values, wanted)``, by a table of the span of ``wanted`` when they are whole numbers close
+    enough for one (a bool per value); by isin otherwise."""
+    numbers = np.asarray(wanted, dtype=np.float64)
+    low, high = float(numbers.min()), float(numbers.max())
+    if values.dtype.kind != "f" or not np.all(np.floor(numbers) == numbers) or high - low >= TABLE_SPAN:
+        return np.isin(values, wanted)
+    span = int(high - low) + 1
+    table = np.zeros(span + 1, bool)  # the last entry answers every value outside the span: False
+    table[(numbers - low).astype(np.int64)] = True
+    offset = np.nan_to_num(values - low, nan=-1.0)
+    inside = (offset >= 0) & (offset < span) & (np.floor(offset) == offset)
+    return np.take(table, np.where(inside, offset, span).astype(np.int64))
 
 
 def _facet_order(item: tuple[Any, int]) -> tuple:

@@ -433,13 +433,24 @@ def test_equalities_of_many_values_match_the_oracle(few: int, monkeypatch) -> No
     """Lists past ``FEW_VALUES`` (a code table, np.isin) and within it (one pass per value), also with lists
     and $nin, where the random filters above rarely hold more than one matching value."""
     monkeypatch.setattr(columns_module, "FEW_VALUES", few)
-    rows = [{"tag": f"t{i % 20}", "n": i % 13, "tags": [f"t{i % 7}", f"t{i % 11}"]} for i in range(80)]
+    rows = [
+        {
+            "tag": f"t{i % 20}",
+            "n": i % 13,
+            "tags": [f"t{i % 7}", f"t{i % 11}"],
+            "x": i % 17 - 8 + (i % 5 == 0) / 2,
+        }
+        for i in range(80)
+    ]
     columns = Columns.load(MemoryStore(metadata_database(rows)))
     for node in (
         {"tag": {"$in": [f"t{i}" for i in range(3, 15)]}},
         {"tag": ["t3", "t5", "missing"]},
         {"tags": {"$nin": ["t1", "t2", "t4", "t6", "t8", "t9", "t10", "t12", "t13"]}},
         {"n": {"$in": [1, 2.0, 3, 5, 7, 8, 9, 11, 12, True]}},
+        {"x": {"$in": [-8, -7, -5, -3, 0, 2, 4, 6, 7, 8]}},  # whole numbers: a table of their span
+        {"x": {"$in": [-7.5, -2.5, 2.5, 7.5, 1, 2, 3, 4, 5]}},  # fractions: np.isin
+        {"n": {"$in": [0, 1, 2, 3, 4, 5, 6, 7, 10**9]}},  # too far apart for a table: np.isin
     ):
         expected = {rid for rid, meta in enumerate(rows, start=1) if holds(meta, node)}
         masked = columns.select(parse_filter(node)).documents
