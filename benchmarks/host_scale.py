@@ -51,6 +51,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -79,9 +80,9 @@ GOALS = {  # the issue's, at 10M chunks on this 24 GB host
 # ---- corpus (code-independent: written once by the orchestrator) ----------------------------------------
 
 
-def write_corpus(folder: Path, chunks: int, queries: int, seed: int = 0) -> None:
-    """``corpus.jsonl.gz`` (one document a line: id, text, bucket, date), ``queries.json`` (held-out
-    sentences) and ``centers.npy`` (the clusters vectors are drawn from)."""
+def prose_corpus(chunks: int, queries: int, seed: int = 0) -> tuple[list[str], Iterator[dict]]:
+    """(held-out sentences, the documents one by one: id, text of 100-200 words, bucket, date), streamed so
+    that a corpus larger than the disk can be indexed without being written out."""
     rng = random.Random(seed)
     sentences = prose_sentences(4, 80)
     rng.shuffle(sentences)
@@ -93,16 +94,27 @@ def write_corpus(folder: Path, chunks: int, queries: int, seed: int = 0) -> None
     rng.shuffle(buckets)
     rng.shuffle(days)
     base = np.datetime64("2020-01-01")
-    with gzip.open(folder / "corpus.jsonl.gz", "wt", encoding="utf-8", compresslevel=1) as handle:
+
+    def documents() -> Iterator[dict]:
         for i in range(chunks):
             start, goal = rng.randrange(len(pool) - 200), rng.randint(100, 200)
             end, words = start, 0
             while words < goal:
                 words += lengths[end]
                 end += 1
-            text = " ".join(pool[start:end])
             date = str(base + np.timedelta64(days[i], "D"))
-            handle.write(json.dumps({"id": f"c{i}", "text": text, "bucket": buckets[i], "date": date}) + "\n")
+            yield {"id": f"c{i}", "text": " ".join(pool[start:end]), "bucket": buckets[i], "date": date}
+
+    return held_out, documents()
+
+
+def write_corpus(folder: Path, chunks: int, queries: int, seed: int = 0) -> None:
+    """``corpus.jsonl.gz`` (one document a line: id, text, bucket, date), ``queries.json`` (held-out
+    sentences) and ``centers.npy`` (the clusters vectors are drawn from)."""
+    held_out, documents = prose_corpus(chunks, queries, seed)
+    with gzip.open(folder / "corpus.jsonl.gz", "wt", encoding="utf-8", compresslevel=1) as handle:
+        for document in documents:
+            handle.write(json.dumps(document) + "\n")
     (folder / "queries.json").write_text(json.dumps(held_out))
     centers = np.random.default_rng(seed).standard_normal((CLUSTERS, DIMENSION)).astype(np.float32)
     np.save(folder / "centers.npy", centers / np.linalg.norm(centers, axis=1, keepdims=True))

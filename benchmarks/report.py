@@ -1024,6 +1024,63 @@ def fresh_replica(data: dict, command: str) -> Body:
     )
 
 
+def bm25_scale_rows(data: dict) -> list[list[str]]:
+    def cpu(point: dict, name: str) -> str:
+        figures = point[name]["cpu"]
+        return f"{figures['p50_ms']:.1f} / {figures['p99_ms']:.1f}"
+
+    return [
+        [
+            f"{point['chunks']:,}",
+            cpu(point, "none"),
+            cpu(point, "none, 3 words"),
+            cpu(point, "10%"),
+            cpu(point, "1%"),
+            num(point["open_s"], 3),
+            num(point["rss_after_queries_mb"]),
+            num(point["disk_bytes_per_chunk"]),
+            num(point["build_cpu_s"] / 60, 1),
+        ]
+        for point in data["checkpoints"]
+    ]
+
+
+@section(
+    "BM25 at 10M chunks on one host",
+    "bm25_at_scale.json",
+    "python benchmarks/bm25_at_scale.py --checkpoints 1000000 3000000 10000000 --work WORK",
+)
+def bm25_at_scale(data: dict, command: str) -> Body:
+    largest = data["checkpoints"][-1]
+    header = [
+        "chunks",
+        "no filter, CPU ms p50 / p99",
+        "3 words",
+        "10%",
+        "1%",
+        "open s",
+        "RSS MB",
+        "disk B/chunk",
+        "build CPU min",
+    ]
+    return Body(
+        fill(
+            "bm25_at_scale",
+            queries=largest["queries"],
+            load=data["load_average_start"][0],
+            load_end=data["load_average_end"][0],
+            table=table(header, bm25_scale_rows(data)),
+            goal=data["goal_bm25_p50_ms"],
+        ),
+        summary=[
+            f"How fast is BM25 over {largest['chunks']:,} chunks on one host?",
+            f"p50 {largest['none']['cpu']['p50_ms']:.1f} ms CPU a sentence, "
+            f"{largest['none, 3 words']['cpu']['p50_ms']:.1f} ms three words, "
+            f"{largest['1%']['cpu']['p50_ms']:.1f} ms with a 1% filter; opened in {num(largest['open_s'], 2)} s",
+        ],
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Training
 
