@@ -56,6 +56,7 @@ WRITER_LOCK_WAIT_S = 1.0  # a reopened version waits for the copy it replaces to
 # widened 1.1 ms, restricted 4.2 ms; 0.1%: 5.5 and 1.3 ms.
 WIDEN_MS_PER_HIT, RESTRICT_MS, RESTRICT_MS_PER_MATCH = 0.0003, 0.6, 0.00075
 COMMIT_EVERY = 256  # changed documents held beside the committed index before a commit
+TIE_DEPTH = 10  # a top list's first search reads this many times the hits asked (``_top``)
 
 
 def indexed_terms(text: str) -> str:
@@ -567,10 +568,12 @@ def _top(
     """The best ``limit`` hits (doc_id, score) and their rids, ties in doc_id order: tantivy breaks them in
     index order, which differs between copies holding the same documents (a replica's base, a rebuild), so
     the hits tied with the last one kept are all read before the cut."""
-    fetch = 2 * limit + 1  # tantivy quantises lengths, so a cut often falls in a tie: one deeper first search
+    # tantivy quantises lengths, so a cut often falls in a long tie, and a deeper top list costs about the same
+    # (docs/design-decisions.md): read 10x at once rather than search again.
+    fetch = TIE_DEPTH * limit + 1
     found = searcher.search(query, fetch, count=False).hits
     while len(found) == fetch and found[limit - 1][0] == found[-1][0]:
-        fetch *= 2
+        fetch *= 4
         found = searcher.search(query, fetch, count=False).hits
     last = found[min(limit, len(found)) - 1][0] if found else 0.0
     ranked = []

@@ -386,14 +386,18 @@ def test_documents_replaced_again_and_again_are_all_found(tmp_path: Path) -> Non
     store.close()
 
 
-@pytest.mark.parametrize("widened", [True, False])
+@pytest.mark.parametrize(
+    ("widened", "depth"), [(True, module.TIE_DEPTH), (False, module.TIE_DEPTH), (False, 1)]
+)
 def test_ties_rank_alike_in_every_copy_whatever_the_order_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, widened: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, widened: bool, depth: int
 ) -> None:
     """Copies holding the same documents in another order (a replica's base, a rebuild) cut a tie at the same
     place: tantivy's own order is the index's, so a replica answered another document at 5th (CI, test_loopback).
-    A filter's matches too, whichever way its mask applies (a widened list, or the query restricted to them)."""
+    A filter's matches too, whichever way its mask applies (a widened list, or the query restricted to them);
+    ``depth`` 1: a first search too short for the tie, read again deeper."""
     monkeypatch.setattr(module, "widens", lambda pool, matched: widened)
+    monkeypatch.setattr(module, "TIE_DEPTH", depth)
     texts = {f"d{i:02d}": "lighthouse keeper" if i % 3 else "lighthouse keeper lamp" for i in range(30)}
     answers = []
     for copy, order in enumerate(
