@@ -38,6 +38,7 @@ from typing import Any
 
 from index.faultpoints import pause_for_tests
 from index.records import IndexLocked
+from index.storage.store import fsync_file
 from index.storage.vectors import atomic_write, fsync_dir
 
 FORMAT_VERSION = 1  # of the manifest and the version folder
@@ -169,8 +170,7 @@ def fsync_tree(folder: Path) -> None:
     """Flush every file and the directory itself, so a published version survives power loss."""
     for path in folder.iterdir():
         if path.is_file():
-            with path.open("rb") as handle:
-                os.fsync(handle.fileno())
+            fsync_file(path)
     fsync_dir(folder)
     fsync_dir(folder.parent)
 

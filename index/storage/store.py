@@ -647,5 +647,6 @@ def _unpack(rows: list[tuple[int, bytes]], dimension: int | None) -> tuple[np.nd
 
 
 def fsync_file(path: Path) -> None:
-    with Path(path).open("rb+") as handle:
+    """``path``'s written bytes to disk (the store's, FAISS's and a published version's files)."""
+    with Path(path).open("rb") as handle:
         os.fsync(handle.fileno())

@@ -33,7 +33,7 @@ from encoder_runtime.tracing import child_span
 from index.faultpoints import pause_for_tests
 from index.records import DamagedFile
 from index.storage.factories import check_factory_string
-from index.storage.store import DocumentStore
+from index.storage.store import DocumentStore, fsync_file
 
 logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # it logs every CPU-feature probe at INFO
 import faiss  # noqa: E402
@@ -273,7 +273,7 @@ class VectorIndex:
         temporary = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
         try:
             faiss.write_index(self.index, str(temporary))  # streamed to disk: no second copy in memory
-            _fsync_file(temporary)
+            fsync_file(temporary)
             os.replace(temporary, path)
         except RuntimeError as exc:  # FAISS reports a short write (ENOSPC) as RuntimeError
             raise OSError(f"could not write {path}: {exc}") from exc
@@ -321,11 +321,6 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _fsync_file(path: Path) -> None:
-    with path.open("rb+") as handle:
-        os.fsync(handle.fileno())
 
 
 def build_vectors(
